@@ -1,0 +1,130 @@
+"""Train / validation / test splits: the dataset's own masks, or a seeded stratified random split.
+
+* Given masks (e.g. tolokers' 10 standard splits, ``bool [S, N]``): split ``seed % S`` is used
+  (or an explicit ``split_index``).
+* Otherwise a stratified random split by label, default 40 / 20 / 40 % (train / val / test), as
+  GADBench uses for its fully supervised setting. Each class is split in these proportions, so
+  every part gets its share of the (rare) anomalies.
+* Multi-graph data (``graph_id`` given): whole graphs go to one part; graphs are stratified by
+  whether they contain an anomaly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["Split", "stratified_split", "split_from_masks", "make_split"]
+
+
+@dataclass
+class Split:
+    """Boolean node masks (torch, [N]) of the three parts; disjoint."""
+
+    train: torch.Tensor
+    val: torch.Tensor
+    test: torch.Tensor
+    source: str = "random"  # "given[<index>]" or "random(seed=..)"
+
+    def __iter__(self):  # allows ``train, val, test = split``
+        return iter((self.train, self.val, self.test))
+
+    def to(self, device: Any) -> "Split":
+        return Split(self.train.to(device), self.val.to(device), self.test.to(device), self.source)
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": int(self.train.sum()), "val": int(self.val.sum()), "test": int(self.test.sum())}
+
+
+def _np(a: Any) -> np.ndarray:
+    if hasattr(a, "detach"):
+        a = a.detach().cpu().numpy()
+    return np.asarray(a)
+
+
+def _stratified_assign(strata: np.ndarray, fractions: tuple[float, float], seed: int) -> np.ndarray:
+    """Part id (0 train, 1 val, 2 test) per item, each stratum split in the given proportions."""
+    n = strata.size
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(n)
+    # Sort the random permutation by stratum (stable): rank within stratum is then random.
+    order = perm[np.argsort(strata[perm], kind="stable")]
+    s_sorted = strata[order]
+    _, start, counts = np.unique(s_sorted, return_index=True, return_counts=True)
+    stratum_idx = np.searchsorted(s_sorted[start], s_sorted)
+    rank = np.arange(n) - start[stratum_idx]
+    cnt = counts[stratum_idx]
+    n_train = np.round(cnt * fractions[0]).astype(np.int64)
+    n_val = np.round(cnt * (fractions[0] + fractions[1])).astype(np.int64) - n_train
+    part_sorted = np.where(rank < n_train, 0, np.where(rank < n_train + n_val, 1, 2))
+    part = np.empty(n, dtype=np.int64)
+    part[order] = part_sorted
+    return part
+
+
+def stratified_split(
+    y: Any,
+    seed: int = 0,
+    train: float = 0.4,
+    val: float = 0.2,
+    graph_id: Any | None = None,
+) -> Split:
+    """Seeded stratified random split of nodes (or of whole graphs when ``graph_id`` is given).
+
+    Args:
+        y: labels [N] (1 = anomaly).
+        seed: random seed; the same seed gives the same split.
+        train, val: fractions; the rest is test. Both > 0 and train + val < 1.
+        graph_id: graph id per node for multi-graph data, or None.
+    """
+    if not (0 < train < 1 and 0 < val < 1 and train + val < 1):
+        raise ValueError(f"bad split fractions train={train} val={val} (need 0 < train, val and train + val < 1)")
+    y_np = _np(y).astype(np.int64).ravel()
+    if graph_id is None:
+        part = _stratified_assign(y_np, (train, val), seed)
+    else:
+        g = _np(graph_id).astype(np.int64).ravel()
+        uniq, inv = np.unique(g, return_inverse=True)
+        has_anomaly = np.bincount(inv, weights=y_np, minlength=uniq.size) > 0
+        part = _stratified_assign(has_anomaly.astype(np.int64), (train, val), seed)[inv]
+    t = torch.from_numpy(part)
+    return Split(t == 0, t == 1, t == 2, source=f"random(seed={seed},{train:g}/{val:g}/{1 - train - val:g})")
+
+
+def split_from_masks(train_masks: Any, val_masks: Any, test_masks: Any, index: int) -> Split:
+    """Pick split ``index`` from given masks ``[S, N]`` (or ``[N]`` for a single split)."""
+    ms = [torch.as_tensor(_np(m)).bool() for m in (train_masks, val_masks, test_masks)]
+    if ms[0].dim() == 1:
+        ms = [m.unsqueeze(0) for m in ms]
+    S = ms[0].shape[0]
+    if not 0 <= index < S:
+        raise ValueError(f"split index {index} out of range (the data has {S} splits)")
+    tr, va, te = (m[index].clone() for m in ms)
+    if bool((tr & va).any() | (tr & te).any() | (va & te).any()):
+        raise ValueError(f"given split {index} is not disjoint")
+    return Split(tr, va, te, source=f"given[{index}]")
+
+
+def make_split(
+    data: Any,
+    seed: int = 0,
+    split_index: int | None = None,
+    train: float = 0.4,
+    val: float = 0.2,
+    use_given: bool = True,
+) -> Split:
+    """Split of a PyG ``Data``: its ``train_mask/val_mask/test_mask`` if present (index
+    ``split_index``, default ``seed % S``), else a stratified random split seeded by ``seed``
+    (by graph when ``data.graph_id`` is present)."""
+    if use_given and all(hasattr(data, f"{k}_mask") and getattr(data, f"{k}_mask") is not None
+                         for k in ("train", "val", "test")):
+        tm = data.train_mask
+        S = 1 if tm.dim() == 1 else tm.shape[0]
+        idx = seed % S if split_index is None else split_index
+        return split_from_masks(data.train_mask, data.val_mask, data.test_mask, idx)
+    if data.y is None:
+        raise ValueError("graph has no labels (y): cannot make a supervised split")
+    return stratified_split(data.y, seed=seed, train=train, val=val, graph_id=getattr(data, "graph_id", None))

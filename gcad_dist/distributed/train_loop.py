@@ -1,0 +1,225 @@
+"""The per-worker pre-training loop run by Ray Train (``TorchTrainer(train_loop_per_worker, ...)``).
+
+Every worker: opens the store, builds its :class:`~gcad_dist.data.store_dataset.StoreDataset` share,
+wraps GCCAD in DDP (gloo on CPUs, NCCL on GPUs; with one worker, no wrapper), and trains on the
+corrupt subgraphs' synthetic labels (METHOD.md section 4) with Adam, 10% warm-up then linear decay to
+lr/10. Context sums of large subgraphs are all-reduced through :class:`AllReduceContextSync` on a
+dedicated process group (never interleaving with DDP's gradient buckets).
+
+Checkpoints (``ray.train.report(..., checkpoint=...)`` from rank 0, every ``checkpoint_every`` steps
+and at every epoch end) hold the model (:func:`gcad_dist.checkpoint.save_model` format) and the
+training state: optimizer, scheduler, memory buffers, epoch, position in the epoch, global step,
+every rank's RNG states and the metric history. A restarted worker group (``FailureConfig``) or a
+``--resume`` run continues from the latest one, the step counter continuing.
+
+Test hook: ``fail_at_step`` (from ``GCAD_FAIL_AT_STEP``) makes the last rank SIGKILL itself once
+that global step is done, but only if ``fail_marker`` does not exist yet (it is created first), so the
+failure fires once per run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from gcad_dist.checkpoint import load_model_file, load_train_state, rng_state, save_model, save_train_state, set_rng_state
+from gcad_dist.data.sharding import ShardConfig
+from gcad_dist.data.store_dataset import StoreDataset
+from gcad_dist.distributed.context import AllReduceContextSync
+from gcad_dist.model import GCCAD, GCCADConfig
+
+log = logging.getLogger("gcad_dist.pretrain")
+
+
+def lr_lambda(total_steps: int, warmup_frac: float = 0.1, final_frac: float = 0.1):
+    """LR multiplier: linear warm-up over the first ``warmup_frac`` of steps, then linear decay to
+    ``final_frac`` at the last step (METHOD.md section 2)."""
+    warm = max(1, int(math.ceil(warmup_frac * total_steps)))
+
+    def f(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return 1.0 - (1.0 - final_frac) * min(1.0, (step - warm) / max(1, total_steps - warm))
+
+    return f
+
+
+def model_config(cfg, in_dim: int) -> GCCADConfig:
+    """The GCCAD settings of a pre-training run."""
+    return GCCADConfig(
+        in_dim=in_dim, hidden=cfg.hidden, num_layers=cfg.layers, conv=cfg.conv, readout=cfg.readout,
+        dropout=cfg.dropout, tau=cfg.tau,
+    )
+
+
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _allreduce_floats(values: list[float], op=None) -> list[float]:
+    """Sum (or ``op``) a few floats over all workers."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
+    return t.cpu().tolist()
+
+
+def train_loop_per_worker(config: dict) -> None:
+    """Ray Train entry point; ``config["pretrain"]`` is a :class:`gcad_dist.pretrain.PretrainConfig` as a dict."""
+    import ray.train
+    import ray.train.torch
+
+    from gcad_dist.cli import setup_logging
+    from gcad_dist.pretrain import PretrainConfig
+    from partitioning.store.reader import StoreReader
+
+    setup_logging(config.get("verbose", False))
+    cfg = PretrainConfig(**config["pretrain"])
+    rank, world = _world()
+    device = ray.train.torch.get_device() if cfg.gpus_per_worker > 0 else torch.device("cpu")
+    torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
+    torch.manual_seed(cfg.seed + rank)
+
+    reader = StoreReader(cfg.store)
+    shard = ShardConfig(
+        sample_threshold=cfg.sample_threshold, batch_cost=cfg.graph_batch_nodes, batch_size=cfg.batch_size,
+        seed=cfg.seed,
+    )
+    dataset = StoreDataset(reader, rank, world, shard, fanouts=cfg.fanout_list(), backend=cfg.backend,
+                           cache_bytes=int(cfg.cache_gb * (1 << 30)), prefetch=cfg.prefetch)
+    steps_per_epoch = dataset.steps_per_epoch()
+    total_steps = steps_per_epoch * cfg.epochs
+
+    mcfg = model_config(cfg, reader.num_features)
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+    model = GCCAD(mcfg).to(device)
+    torch.manual_seed(cfg.seed + 1000 * (rank + 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total_steps))
+    sync = AllReduceContextSync(group=dist.new_group() if world > 1 else None, momentum=cfg.memory_momentum)
+
+    # -- restore ------------------------------------------------------------------------------
+    epoch, pos, global_step = 0, 0, 0
+    history: list[dict] = []
+    restarts = 0
+    ckpt = ray.train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            model.load_state_dict(load_model_file(d)["state_dict"])
+            state = load_train_state(d)
+        if state is not None:
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            # A resumed run may ask for more epochs: the schedule follows the new total.
+            scheduler.lr_lambdas = [lr_lambda(total_steps)]
+            sync.load_state_dict(state["memory"])
+            epoch, pos, global_step = state["epoch"], state["position"], state["global_step"]
+            history = state.get("history", [])
+            restarts = state.get("restarts", 0) + 1
+            rngs = state.get("rng", [])
+            if len(rngs) == world:
+                set_rng_state(rngs[rank])
+        if rank == 0:
+            log.info("restored checkpoint: epoch %d, position %d, global step %d (restart %d)",
+                     epoch, pos, global_step, restarts)
+
+    net: torch.nn.Module = model
+    if world > 1:
+        net = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None,
+        )
+    if rank == 0:
+        log.info("worker group: %d worker(s) on %s; %d subgraphs, %d steps/epoch, %d epochs",
+                 world, device, len(reader.node_counts), steps_per_epoch, cfg.epochs)
+
+    def report(metrics: dict, with_checkpoint: bool) -> None:
+        """All ranks call ray.train.report; rank 0 attaches a checkpoint."""
+        rngs = [None] * world
+        if with_checkpoint:
+            if world > 1:
+                dist.all_gather_object(rngs, rng_state())
+            else:
+                rngs = [rng_state()]
+        if not (with_checkpoint and rank == 0):
+            ray.train.report(metrics, checkpoint=None)
+            return
+        tmp = tempfile.mkdtemp(prefix="gcad-ckpt-")
+        try:
+            save_model(tmp, model, mcfg, extra={"pretrain": asdict(cfg), "global_step": global_step})
+            save_train_state(tmp, {
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "memory": sync.state_dict(), "epoch": epoch, "position": pos, "global_step": global_step,
+                "rng": rngs, "history": history, "restarts": restarts, "world_size": world,
+                "steps_per_epoch": steps_per_epoch,
+            })
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    fail_at = int(config.get("fail_at_step") or 0)
+    fail_marker = config.get("fail_marker")
+
+    # -- train --------------------------------------------------------------------------------
+    net.train()
+    while epoch < cfg.epochs:
+        sums = {"loss": 0.0, "con": 0.0, "link": 0.0}
+        seeds = edges = n_steps = 0
+        t_epoch = time.perf_counter()
+        for tb in dataset.iter_epoch(epoch, start=pos):
+            tb = tb.to(device)
+            sync.set_subgraph(tb.key, shared=tb.shared)
+            out = net(tb.x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,
+                      context_mask=tb.context_mask, sync=sync)
+            losses = model.loss(out, tb.y, mask=tb.loss_mask, sync=sync)
+            optimizer.zero_grad(set_to_none=True)
+            losses["total"].backward()
+            optimizer.step()
+            scheduler.step()
+            pos += 1
+            global_step += 1
+            n_steps += 1
+            seeds += tb.num_seeds
+            edges += tb.num_edges
+            for k in sums:
+                sums[k] += float(losses["total" if k == "loss" else k].detach())
+            if fail_at and global_step == fail_at and rank == world - 1 and fail_marker \
+                    and not os.path.exists(fail_marker):
+                Path(fail_marker).touch()
+                log.warning("test hook: rank %d kills itself after global step %d", rank, global_step)
+                os.kill(os.getpid(), signal.SIGKILL)
+            if cfg.checkpoint_every and global_step % cfg.checkpoint_every == 0 and pos < steps_per_epoch:
+                report({"epoch": epoch, "step": global_step, "loss": sums["loss"] / max(1, n_steps)}, True)
+        elapsed = time.perf_counter() - t_epoch
+        tot = _allreduce_floats([sums["loss"], sums["con"], sums["link"], n_steps, seeds, edges,
+                                 dataset.wait_time, dataset.read_time])
+        (elapsed_max,) = _allreduce_floats([elapsed], op=dist.ReduceOp.MAX if world > 1 else None)
+        steps_all = max(1.0, tot[3])
+        record = {
+            "epoch": epoch, "step": global_step, "loss": tot[0] / steps_all, "con": tot[1] / steps_all,
+            "link": tot[2] / steps_all, "lr": scheduler.get_last_lr()[0], "steps": int(tot[3] / world),
+            "seeds_per_s": tot[4] / max(elapsed_max, 1e-9), "edges_per_s": tot[5] / max(elapsed_max, 1e-9),
+            "wait_frac": tot[6] / world / max(elapsed_max, 1e-9), "read_s": tot[7] / world,
+            "time_s": elapsed_max, "restarts": restarts, "workers": world,
+        }
+        history.append(record)
+        if rank == 0:
+            log.info("epoch %d: step %d loss %.4f (con %.4f link %.4f) %.0f seeds/s, %.1f%% waiting for data",
+                     epoch, global_step, record["loss"], record["con"], record["link"], record["seeds_per_s"],
+                     100 * record["wait_frac"])
+        epoch, pos = epoch + 1, 0
+        report(record, True)

@@ -1,0 +1,261 @@
+"""Fine-tune a pre-trained GCCAD on a fraction of the real labels: ``python -m gcad_dist.finetune``.
+
+GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real labels afterwards").
+
+1. Rebuild the model from the checkpoint (``model.pt``: config + weights). The graph's feature
+   width must equal the checkpoint's ``in_dim``.
+2. Split the graph: its own split masks (``--split-index``, default ``seed % S``) or a seeded
+   stratified random split (``--train-frac`` / ``--val-frac``).
+3. Keep ``--label-fraction`` of the labelled *training* nodes: a seeded stratified sample, at least
+   one node of each class present. Validation and test splits are untouched.
+4. Evaluate the pre-trained model as is (zero-shot, reported as ``zero_shot`` in the metrics), then
+   fine-tune full-batch with :func:`gcad_dist.supervised.fit_supervised`, selecting the epoch on
+   validation AUPRC. ``--epochs 0`` stops after the zero-shot evaluation.
+
+Writes to ``--out``: ``final/model.pt`` (the selected weights, same format as every checkpoint, so
+``python -m gcad_dist.score --checkpoint <out>/final`` works), ``metrics.json`` and, unless
+``--no-plots``, ``training_curves.png`` and ``roc_pr_test.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gcad_dist.cli import UsageError, run_cli, setup_logging
+from partitioning.errors import GraphInputError
+
+log = logging.getLogger("gcad_dist.finetune")
+
+__all__ = ["FinetuneConfig", "subsample_labels", "finetune", "main"]
+
+
+@dataclass
+class FinetuneConfig:
+    """Settings of ``python -m gcad_dist.finetune`` (one field per command-line option)."""
+
+    checkpoint: str
+    graph: str
+    out: str = "runs/ft"
+    label_fraction: float = 1.0
+    epochs: int = 100
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    eval_every: int = 5
+    patience: int = 50
+    seed: int = 0
+    split_index: int | None = None
+    train_frac: float = 0.4
+    val_frac: float = 0.2
+    normalize: str = "auto"
+    device: str = "auto"
+    threads: int = 0
+    plots: bool = True
+    progress: bool = True
+    verbose: bool = False
+
+
+def subsample_labels(train_mask: Any, y: Any, fraction: float, seed: int = 0) -> torch.Tensor:
+    """Stratified, seeded subsample of the training nodes.
+
+    Each class c keeps ``max(1, round(fraction * n_c))`` of its ``n_c`` training nodes (classes
+    absent from the training split stay absent). ``fraction == 1`` returns the mask unchanged.
+
+    Args:
+        train_mask: bool [N] training nodes.
+        y: labels [N] (1 = anomaly).
+        fraction: in (0, 1].
+        seed: the same seed gives the same subsample.
+
+    Returns:
+        bool tensor [N], a subset of ``train_mask``.
+    """
+    if not (0 < fraction <= 1) or math.isnan(fraction):
+        raise ValueError(f"label fraction must be in (0, 1], got {fraction}")
+    mask = torch.as_tensor(train_mask).bool().cpu().numpy()
+    if fraction == 1:
+        return torch.from_numpy(mask.copy())
+    labels = torch.as_tensor(y).cpu().numpy().astype(np.int64)
+    idx = np.flatnonzero(mask)
+    cls = labels[idx]
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(idx.size)
+    order = perm[np.argsort(cls[perm], kind="stable")]  # grouped by class, random within a class
+    c_sorted = cls[order]
+    _, start, counts = np.unique(c_sorted, return_index=True, return_counts=True)
+    which = np.searchsorted(c_sorted[start], c_sorted)
+    rank = np.arange(order.size) - start[which]
+    keep_n = np.maximum(1, np.round(counts * fraction).astype(np.int64))
+    keep = np.zeros(mask.size, dtype=bool)
+    keep[idx[order[rank < keep_n[which]]]] = True
+    return torch.from_numpy(keep)
+
+
+def _validate(cfg: FinetuneConfig) -> None:
+    if not (0 < cfg.label_fraction <= 1):
+        raise UsageError(f"--label-fraction: must be in (0, 1], got {cfg.label_fraction}")
+    if cfg.epochs < 0:
+        raise UsageError(f"--epochs: must be >= 0 (0 = zero-shot evaluation only), got {cfg.epochs}")
+    if cfg.eval_every < 1:
+        raise UsageError(f"--eval-every: must be >= 1, got {cfg.eval_every}")
+    if cfg.patience < 0:
+        raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
+    if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
+        raise UsageError(f"--lr: must be > 0, got {cfg.lr}")
+    if not (0 < cfg.train_frac < 1 and 0 < cfg.val_frac < 1 and cfg.train_frac + cfg.val_frac < 1):
+        raise UsageError(f"--train-frac/--val-frac: need 0 < train, val and train + val < 1, got {cfg.train_frac}/{cfg.val_frac}")
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out: {out} exists and is not a directory")
+
+
+def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
+    """Run steps 1-4 of the module doc and write the outputs; returns the metrics dict."""
+    from gcad_dist.checkpoint import save_model
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
+    from gcad_dist.supervised import SupervisedConfig, fit_supervised, predict
+    from gcad_dist.train import write_json
+
+    _validate(cfg)
+    _resolve_device(cfg.device)
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    t0 = time.perf_counter()
+    loaded = load_checkpoint_model(cfg.checkpoint)
+    if loaded.kind != "gccad":
+        raise GraphInputError(cfg.checkpoint, f"holds a {loaded.kind!r} baseline, not a GCCAD model; fine-tuning needs GCCAD")
+    normalize = _resolve_normalize(cfg.normalize, loaded)
+    data = prepare_data(cfg.graph, loaded, normalize)
+    if getattr(data, "y", None) is None:
+        raise GraphInputError(cfg.graph, "the graph has no labels (y); fine-tuning and evaluation need them")
+    y = data.y.long()
+    if int(y.min()) == int(y.max()):
+        raise GraphInputError(cfg.graph, "all labels are the same class; need anomalies (1) and normal nodes (0)")
+    try:
+        split = make_split(data, seed=cfg.seed, split_index=cfg.split_index, train=cfg.train_frac, val=cfg.val_frac)
+    except ValueError as e:
+        raise UsageError(f"--split-index: {e}") from e
+    train_sub = subsample_labels(split.train, y, cfg.label_fraction, seed=cfg.seed)
+    n_tr, n_sub = int(split.train.sum()), int(train_sub.sum())
+    label_counts = {
+        "train_labelled": n_sub,
+        "train_labelled_anomalies": int(y[train_sub].sum()),
+        "train_total": n_tr,
+        "train_total_anomalies": int(y[split.train].sum()),
+    }
+    log.info("%s: %d nodes, split %s %s; fine-tuning on %d of %d training labels (%d anomalies), normalize=%s",
+             cfg.graph, data.num_nodes, split.source, split.sizes(), n_sub, n_tr,
+             label_counts["train_labelled_anomalies"], normalize)
+
+    # Zero-shot: the pre-trained model as it is, on the same splits.
+    model = loaded.model
+    graph_np = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()
+    y_np = y.numpy()
+    dev = _resolve_device(cfg.device)
+    zs_scores = predict(model.to(dev), copy.copy(data).to(dev)).cpu().numpy()
+    zero_shot = {
+        "val": evaluate(y_np, zs_scores, graph_np, split.val.numpy()),
+        "test": evaluate(y_np, zs_scores, graph_np, split.test.numpy()),
+    }
+    metrics: dict[str, Any] = {
+        "config": asdict(cfg),
+        "model_config": asdict(loaded.config),
+        "normalize": normalize,
+        "split": {"source": split.source, **split.sizes()},
+        "labels": label_counts,
+        "zero_shot": zero_shot,
+    }
+    out = Path(cfg.out)
+    extra = {
+        "model": "gccad",
+        "normalize": normalize,
+        "finetuned_from": str(cfg.checkpoint),
+        "label_fraction": cfg.label_fraction,
+        "pretrain_extra": {k: v for k, v in loaded.extra.items() if isinstance(v, (int, float, str, bool))},
+    }
+    if cfg.epochs == 0:
+        scores, history, best_epoch = zs_scores, None, 0
+        metrics.update({"best_epoch": 0, "epochs_run": 0, "val": zero_shot["val"], "test": zero_shot["test"]})
+    else:
+        scfg = SupervisedConfig(epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
+                                patience=cfg.patience, seed=cfg.seed, device=cfg.device, progress=cfg.progress)
+        res = fit_supervised(model, data, (train_sub, split.val, split.test), scfg)
+        scores, history, best_epoch = res.scores, res.history, res.best_epoch
+        metrics.update(res.summary())
+        metrics["history"] = res.history
+    extra.update({"best_epoch": best_epoch, "val": metrics["val"], "test": metrics["test"]})
+    save_model(out / "final", model.cpu(), loaded.config, extra=extra)
+    metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
+    write_json(metrics, out / "metrics.json")
+    if cfg.plots:
+        from gcad_dist.plots import plot_roc_pr, plot_training_curves
+
+        title = f"{Path(cfg.graph).name} fine-tune {cfg.label_fraction:g} labels"
+        if history is not None:
+            plot_training_curves(history, out / "training_curves.png", title=title, best_epoch=best_epoch)
+        test = split.test.numpy()
+        plot_roc_pr(y_np[test], scores[test], out / "roc_pr_test.png", title=f"test, {title}")
+    return metrics
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = FinetuneConfig(checkpoint="", graph="")
+    p = argparse.ArgumentParser(
+        prog="python -m gcad_dist.finetune",
+        description="Fine-tune a pre-trained GCCAD checkpoint on a labelled graph using a stratified fraction of "
+                    "its training labels (epoch selected on validation AUPRC), or with --epochs 0 only evaluate it "
+                    "zero-shot. Writes <out>/final/model.pt, <out>/metrics.json and plots.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--checkpoint", required=True, help="pre-training checkpoint directory (with model.pt), e.g. runs/pre/final")
+    p.add_argument("--graph", required=True, help="labelled graph: .npz (x, edge_index, y[, masks]), torch-saved PyG Data (.pt) "
+                                                  "or folder; its feature width must equal the checkpoint's in_dim")
+    p.add_argument("--out", default=d.out, help="output directory (final/model.pt, metrics.json, PNG plots)")
+    p.add_argument("--label-fraction", type=float, default=d.label_fraction,
+                   help="fraction of the training split's labels to use, in (0, 1]; stratified by class, seeded, "
+                        "at least one node of each class")
+    p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch fine-tuning epochs; 0 = zero-shot evaluation only")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="Adam weight decay")
+    p.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate on the validation split every n epochs")
+    p.add_argument("--patience", type=int, default=d.patience, help="early stop after n epochs without better validation AUPRC (0 = off)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed for the label subsample, the random split and training noise; "
+                                                          "with given split masks, split seed %% S is used")
+    p.add_argument("--split-index", type=int, default=None, help="use this given split (0..S-1) instead of seed %% S")
+    p.add_argument("--train-frac", type=float, default=d.train_frac, help="random split: train fraction (graphs without split masks)")
+    p.add_argument("--val-frac", type=float, default=d.val_frac, help="random split: validation fraction (the rest is test)")
+    p.add_argument("--normalize", default=d.normalize, choices=("auto", "standard", "none"),
+                   help="feature normalisation: auto = what the checkpoint was trained with (none if unrecorded)")
+    p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
+    p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch default)")
+    p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write the PNG plots")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = FinetuneConfig(**vars(build_parser().parse_args(argv)))
+    setup_logging(cfg.verbose)
+    m = finetune(cfg)
+    zs, te = m["zero_shot"]["test"], m["test"]
+    label = "zero-shot only" if cfg.epochs == 0 else f"best epoch {m['best_epoch']}/{m['epochs_run']}"
+    print(f"fine-tune ({m['labels']['train_labelled']} labels, {label}) | zero-shot test AUROC {zs['auroc']:.4f} "
+          f"AUPRC {zs['auprc']:.4f} | test AUROC {te['auroc']:.4f} AUPRC {te['auprc']:.4f} "
+          f"Rec@K {te['recall_at_k']:.4f} -> {cfg.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,71 @@
+"""GCCAD encoder f_GNN (METHOD section 1): input projection, then L x (edge -> node -> graph update).
+
+Order of :class:`~gcad_dist.model.context.ContextSync` calls (identical on every rank):
+``sum`` for q^(0) (mean of the projected features); then for each layer ``l = 0 .. L-1`` (0-based)
+the readout's ``sum`` (none for the ``max`` readout) followed by ``memory(l, q)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+from .context import ContextSync
+from .edge_update import EdgeUpdate
+from .node_update import NodeUpdate
+from .readout import Readout, mean_context
+
+if TYPE_CHECKING:
+    from .gccad import GCCADConfig
+
+
+class GCCADEncoder(nn.Module):
+    """Input projection Linear(in_dim, hidden) and ``num_layers`` GCCAD layers."""
+
+    def __init__(self, config: GCCADConfig) -> None:
+        super().__init__()
+        self.config = config
+        hid = config.hidden
+        self.input_proj = nn.Linear(config.in_dim, hid)
+        self.edge_updates = nn.ModuleList(
+            [
+                EdgeUpdate(hid, config.link_global, config.dropout, config.gumbel_temperature)
+                for _ in range(config.num_layers)
+            ]
+            if config.edge_update
+            else []
+        )
+        self.node_updates = nn.ModuleList(
+            [NodeUpdate(config.conv, hid, config.dropout) for _ in range(config.num_layers)]
+        )
+        self.readouts = nn.ModuleList([Readout(config.readout) for _ in range(config.num_layers)])
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        batch: Tensor,
+        num_graphs: int,
+        edge_weight: Tensor | None,
+        context_mask: Tensor | None,
+        sync: ContextSync,
+    ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor], Tensor | None]:
+        """Return (h^(L) [N, hidden], q^(L) [G, hidden], per-layer p [E], per-layer logits [E], w^(L))."""
+        h = self.input_proj(x)
+        q = mean_context(h, batch, num_graphs, context_mask, sync)
+        w = edge_weight
+        if self.config.edge_update and w is None:
+            w = torch.ones(edge_index.size(1), dtype=h.dtype, device=h.device)
+        probs: list[Tensor] = []
+        logits: list[Tensor] = []
+        for layer in range(self.config.num_layers):
+            if self.config.edge_update:
+                w, p, lg = self.edge_updates[layer](h, q, edge_index, batch, w)
+                probs.append(p)
+                logits.append(lg)
+            h = self.node_updates[layer](h, edge_index, w)
+            q = self.readouts[layer](h, q, batch, num_graphs, context_mask, sync)
+            q = sync.memory(layer, q)
+        return h, q, probs, logits, w

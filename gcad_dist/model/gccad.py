@@ -1,0 +1,175 @@
+"""GCCAD: the context-aware graph contrastive anomaly detector (METHOD.md sections 1-3).
+
+Public API: :class:`GCCADConfig` (the one settings dataclass), :class:`GCCAD` (the model:
+``forward`` -> :class:`GCCADOutput`, ``loss``, ``score``).
+
+Choices where METHOD.md leaves room (all documented here, tested in tests/test_model.py):
+
+* **Score** (METHOD section 3): ``1 - cos(h_i^(L), q^(L))`` on the *encoder's* final embeddings
+  and context (before the projection head), as METHOD.md states. ``score_space="projection"``
+  scores with the projection head's outputs instead (what the reference code did).
+* **CE ablation**: a classifier head on ``h_i^(L)`` trained with cross-entropy (plus the link
+  loss); the score is the softmax anomaly probability. ``loss()["con"]`` then holds the CE term.
+* **Graphs without an abnormal node** contribute no contrastive term and their normal nodes do not
+  count in the average (see :mod:`gcad_dist.model.loss`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .context import IDENTITY, ContextSync
+from .encoder import GCCADEncoder
+from .heads import ClassifierHead, ProjectionHead
+from .loss import ce_loss, contrastive_loss, link_loss
+from .node_update import CONVS
+from .readout import READOUTS
+
+__all__ = ["GCCADConfig", "GCCADOutput", "GCCAD"]
+
+LOSSES = ("contrastive", "ce")
+SCORE_SPACES = ("encoder", "projection")
+
+
+@dataclass
+class GCCADConfig:
+    """Settings of the GCCAD model (defaults follow METHOD.md)."""
+
+    in_dim: int
+    hidden: int = 64
+    num_layers: int = 2
+    conv: str = "gin"  # "gcn" | "gin" | "sage" | "gat"
+    readout: str = "memory"  # "memory" | "mean" | "sum" | "max"
+    edge_update: bool = True  # False: no link predictor / remover / residual (ablation)
+    link_global: bool = True  # False: link predictor sees |h_i - h_j| only (ablation "no global info")
+    loss: str = "contrastive"  # "contrastive" | "ce" (ablation: cross-entropy classifier head)
+    link_loss_weight: float = 0.2  # 0 = ablation "no link-loss constraint"
+    tau: float = 0.1
+    gumbel_temperature: float = 0.6
+    dropout: float = 0.1
+    score_space: str = "encoder"  # "encoder" (METHOD section 3) | "projection" (reference code)
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.conv in CONVS, f"conv must be one of {sorted(CONVS)}, got {self.conv!r}"),
+            (self.readout in READOUTS, f"readout must be one of {READOUTS}, got {self.readout!r}"),
+            (self.loss in LOSSES, f"loss must be one of {LOSSES}, got {self.loss!r}"),
+            (self.score_space in SCORE_SPACES, f"score_space must be one of {SCORE_SPACES}"),
+            (self.in_dim >= 1 and self.hidden >= 1, "in_dim and hidden must be >= 1"),
+            (self.num_layers >= 1, "num_layers must be >= 1"),
+            (self.tau > 0 and self.gumbel_temperature > 0, "tau and gumbel_temperature must be > 0"),
+            (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
+            (self.link_loss_weight >= 0, "link_loss_weight must be >= 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+@dataclass
+class GCCADOutput:
+    """What :meth:`GCCAD.forward` returns.
+
+    h: [N, hidden] final node embeddings h^(L); q: [G, hidden] final contexts q^(L);
+    batch: [N] graph id per node; edge_index: [2, E] the edges used (the input edges; removed edges
+    carry weight 0); edge_probs / edge_logits: per layer [E] link probabilities p_ij and their
+    logits (empty when edge_update=False); edge_weight: [E] final edge weights w^(L) or None;
+    logits: [N, 2] classifier logits (CE ablation) or None.
+    """
+
+    h: Tensor
+    q: Tensor
+    batch: Tensor
+    edge_index: Tensor
+    edge_probs: list[Tensor] = field(default_factory=list)
+    logits: Tensor | None = None
+    edge_logits: list[Tensor] = field(default_factory=list)
+    edge_weight: Tensor | None = None
+    num_graphs: int = 1
+
+
+class GCCAD(torch.nn.Module):
+    """GCCAD encoder + projection head (+ classifier head for the CE ablation)."""
+
+    def __init__(self, config: GCCADConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = GCCADEncoder(config)
+        self.head = ProjectionHead(config.hidden)
+        self.classifier = ClassifierHead(config.hidden, config.dropout) if config.loss == "ce" else None
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        batch: Tensor | None = None,
+        num_graphs: int | None = None,
+        edge_weight: Tensor | None = None,
+        context_mask: Tensor | None = None,
+        sync: ContextSync | None = None,
+    ) -> GCCADOutput:
+        """Encode a graph or a PyG batch of graphs.
+
+        batch: graph id per node (``Batch.batch``) or None for one graph; pass ``num_graphs`` to
+        avoid a device sync. context_mask: bool [N], the nodes whose embeddings enter the
+        per-graph context sums (default: all). sync: how per-graph sums are combined (default:
+        identity; see :mod:`gcad_dist.model.context`).
+        """
+        sync = IDENTITY if sync is None else sync
+        n = x.size(0)
+        if batch is None:
+            batch = torch.zeros(n, dtype=torch.long, device=x.device)
+            num_graphs = 1 if num_graphs is None else num_graphs
+        elif num_graphs is None:
+            num_graphs = int(batch.max().item()) + 1 if n > 0 else 1
+        h, q, probs, logits, w = self.encoder(
+            x, edge_index, batch, num_graphs, edge_weight=edge_weight, context_mask=context_mask, sync=sync
+        )
+        cls = self.classifier(h) if self.classifier is not None else None
+        return GCCADOutput(
+            h=h, q=q, batch=batch, edge_index=edge_index, edge_probs=probs, logits=cls,
+            edge_logits=logits, edge_weight=w, num_graphs=num_graphs,
+        )
+
+    def loss(
+        self, out: GCCADOutput, y: Tensor, mask: Tensor | None = None, sync: ContextSync | None = None
+    ) -> dict[str, Tensor]:
+        """Training loss: ``{"total", "con", "link"}`` with total = con + link_loss_weight * link.
+
+        y: [N] 0/1 labels (1 = anomaly); mask: bool [N], the nodes whose labels are used (default
+        all). For the CE ablation "con" is the cross-entropy term (also returned as "ce").
+        """
+        sync = IDENTITY if sync is None else sync
+        cfg = self.config
+        y = y.long()
+        if mask is None:
+            mask = torch.ones_like(y, dtype=torch.bool)
+        if cfg.loss == "ce":
+            assert out.logits is not None, "CE ablation needs the classifier logits"
+            con = ce_loss(out.logits, y, mask)
+        else:
+            z = F.normalize(self.head(out.h), dim=-1)
+            c = F.normalize(self.head(out.q), dim=-1)
+            con = contrastive_loss(z, c, y, out.batch, out.num_graphs, mask, cfg.tau, sync)
+        if cfg.link_loss_weight > 0 and out.edge_logits:
+            link = link_loss(out.edge_logits, out.edge_index, y, mask)
+        else:
+            link = con.new_zeros(())
+        result = {"total": con + cfg.link_loss_weight * link, "con": con, "link": link}
+        if cfg.loss == "ce":
+            result["ce"] = con
+        return result
+
+    def score(self, out: GCCADOutput) -> Tensor:
+        """[N] anomaly score, higher = more anomalous: 1 - cos(h_i, q_g) (or P(anomaly) for CE)."""
+        if self.config.loss == "ce":
+            assert out.logits is not None
+            return torch.softmax(out.logits.float(), dim=-1)[:, 1]
+        h, q = out.h, out.q
+        if self.config.score_space == "projection":
+            h, q = self.head(h), self.head(q)
+        return 1.0 - F.cosine_similarity(h.float(), q.float()[out.batch], dim=-1)

@@ -1,0 +1,81 @@
+"""GCCAD objective (METHOD section 2): context-aware contrastive loss, link loss, CE ablation.
+
+All functions are vectorised over a batch of graphs and independent of node order.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .context import ContextSync
+from .readout import graph_sum
+
+
+def contrastive_loss(
+    z: Tensor,
+    c: Tensor,
+    y: Tensor,
+    batch: Tensor,
+    num_graphs: int,
+    mask: Tensor,
+    tau: float,
+    sync: ContextSync,
+) -> Tensor:
+    """Context-aware contrastive loss (Eq. loss).
+
+    z: [N, d] L2-normalised projected node embeddings; c: [G, d] L2-normalised projected contexts;
+    y: [N] 0/1 (1 = anomaly); mask: bool [N] labelled nodes. With l_i = c_g . z_i / tau, each normal
+    masked node i of graph g contributes ``-log(exp(l_i) / (exp(l_i) + A_g))`` where
+    ``A_g = sum_{j abnormal, masked, in g} exp(l_j)``. The loss is the mean over the normal masked
+    nodes of the graphs that have at least one abnormal masked node; graphs without one contribute
+    no term and do not count in the mean (a batch with no such graph gives 0, not NaN).
+
+    Per graph, ``sync.sum`` receives ``[G, 2] = [A_g * exp(-1/tau), #abnormal_g]`` (the constant
+    scale exp(-1/tau) keeps every summand <= 1 for any tau). Computed in fp32 as
+    ``softplus(log A_g - l_i)``, which is stable for any tau.
+    """
+    logit = (z.float() * c.float()[batch]).sum(-1) / tau
+    shifted = logit - 1.0 / tau  # <= 0 since |z . c| <= 1
+    abnormal = (y == 1) & mask
+    normal = (y == 0) & mask
+    abn_f = abnormal.to(shifted.dtype)
+    t = sync.sum(graph_sum(torch.stack([torch.exp(shifted) * abn_f, abn_f], dim=-1), batch, num_graphs))
+    a_sum, a_count = t[:, 0], t[:, 1]
+    log_a = torch.log(a_sum.clamp_min(torch.finfo(a_sum.dtype).tiny))
+    term = F.softplus(log_a[batch] - shifted)  # = -log(exp(l_i) / (exp(l_i) + A_g))
+    use = (normal & (a_count > 0)[batch]).to(term.dtype)
+    return (term * use).sum() / use.sum().clamp_min(1.0)
+
+
+def link_targets(edge_index: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(target [E] float, used [E] bool): normal-normal edges 1, normal-abnormal 0; abnormal-abnormal
+    edges and edges with an endpoint outside ``mask`` are not used."""
+    src, dst = edge_index[0], edge_index[1]
+    ab_s, ab_d = y[src] == 1, y[dst] == 1
+    no_s, no_d = y[src] == 0, y[dst] == 0
+    used = mask[src] & mask[dst] & ((no_s & no_d) | (no_s & ab_d) | (ab_s & no_d))
+    return (no_s & no_d).float(), used
+
+
+def link_loss(edge_logits: list[Tensor], edge_index: Tensor, y: Tensor, mask: Tensor) -> Tensor:
+    """Binary cross-entropy of every layer's link probabilities against :func:`link_targets`.
+
+    Averaged over all used edges of all layers (each layer has the same edge set, so this is the
+    mean of the per-layer means). 0 when no edge is used.
+    """
+    target, used = link_targets(edge_index, y, mask)
+    used_f = used.float()
+    total = edge_logits[0].new_zeros((), dtype=torch.float32)
+    for logits in edge_logits:
+        bce = F.binary_cross_entropy_with_logits(logits.float(), target, reduction="none")
+        total = total + (bce * used_f).sum()
+    return total / (used_f.sum() * len(edge_logits)).clamp_min(1.0)
+
+
+def ce_loss(logits: Tensor, y: Tensor, mask: Tensor) -> Tensor:
+    """CE ablation: mean cross-entropy of the classifier logits over the masked nodes with y in {0, 1}."""
+    use = (mask & ((y == 0) | (y == 1))).float()
+    ce = F.cross_entropy(logits.float(), y.clamp(0, 1), reduction="none")
+    return (ce * use).sum() / use.sum().clamp_min(1.0)

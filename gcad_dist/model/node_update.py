@@ -1,0 +1,138 @@
+"""Node update (METHOD section 1.2): weighted message passing, then ReLU -> LayerNorm -> Dropout.
+
+Every conv takes edge weights ``w`` [E] (or None = all ones) and treats ``w = 0`` as a removed edge
+*exactly* (the edge update keeps removed edges in ``edge_index`` with weight 0):
+
+* ``gcn``: PyG ``GCNConv`` (symmetric normalisation with the weighted degree, self-loops weight 1).
+* ``gin``: :class:`WeightedGINConv`, ``MLP((1 + eps) x_i + sum_j w_ij x_j)`` (sum aggregation; PyG's
+  ``GINConv`` has no edge weights and ``GINEConv`` is for edge *features*).
+* ``sage``: :class:`WeightedSAGEConv`, ``W_r x_i + W_l (sum_j w_ij x_j / #kept neighbours)``: a mean
+  over the kept neighbours (w > 0) in which ``w`` acts as a soft gate, so the gradient reaches ``w``
+  and w = 1 everywhere gives the plain GraphSAGE mean.
+* ``gat``: :class:`WeightedGATConv`, single-head GAT whose attention is re-weighted by the edge
+  weights and re-normalised: ``a_ij = w_ij exp(e_ij) / sum_k w_ik exp(e_ik)`` (self-loop weight 1).
+  Removed edges get no attention mass; w = 1 everywhere gives plain GAT. (PyG's ``GATConv`` only
+  feeds edge attributes into the attention logits, it cannot scale or drop messages.)
+
+Normalisation is LayerNorm: per node, so it behaves the same on one graph, a batch of graphs and a
+neighbour-sampled minibatch, in train and eval mode (BatchNorm would couple the nodes of a batch).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import GCNConv, MessagePassing
+from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
+
+
+class WeightedGINConv(MessagePassing):
+    """GIN with scalar edge weights: ``nn((1 + eps) x_i + sum_{j -> i} w_ij x_j)``."""
+
+    def __init__(self, mlp: nn.Module, eps: float = 0.0, train_eps: bool = False) -> None:
+        super().__init__(aggr="add")
+        self.nn = mlp
+        if train_eps:
+            self.eps = nn.Parameter(torch.tensor(float(eps)))
+        else:
+            self.register_buffer("eps", torch.tensor(float(eps)))
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        out = self.propagate(edge_index, x=x, edge_weight=edge_weight)
+        return self.nn(out + (1 + self.eps) * x)
+
+    def message(self, x_j: Tensor, edge_weight: Tensor | None) -> Tensor:
+        return x_j if edge_weight is None else x_j * edge_weight.unsqueeze(-1)
+
+
+class WeightedSAGEConv(MessagePassing):
+    """GraphSAGE (mean) with edge weights: ``W_r x_i + W_l (sum_j w_ij x_j / #{j: w_ij > 0})``."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__(aggr="add")
+        self.lin_l = nn.Linear(in_channels, out_channels)
+        self.lin_r = nn.Linear(in_channels, out_channels, bias=False)
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        agg = self.propagate(edge_index, x=x, edge_weight=edge_weight)
+        kept = torch.ones(edge_index.size(1), device=x.device, dtype=x.dtype)
+        if edge_weight is not None:
+            kept = (edge_weight > 0).to(x.dtype)
+        count = scatter(kept, edge_index[1], dim=0, dim_size=x.size(0), reduce="sum")
+        return self.lin_l(agg / count.clamp_min(1.0).unsqueeze(-1)) + self.lin_r(x)
+
+    def message(self, x_j: Tensor, edge_weight: Tensor | None) -> Tensor:
+        return x_j if edge_weight is None else x_j * edge_weight.unsqueeze(-1)
+
+
+class WeightedGATConv(MessagePassing):
+    """Single-head GAT with edge weights folded into the attention normalisation.
+
+    ``a_ij = w_ij exp(e_ij) / sum_k w_ik exp(e_ik)``, ``e_ij = LeakyReLU(att_dst . W x_i + att_src . W x_j)``,
+    self-loops added with weight 1; output ``sum_j a_ij W x_j + b``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, negative_slope: float = 0.2) -> None:
+        super().__init__(aggr="add")
+        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.att_src = nn.Parameter(torch.empty(out_channels))
+        self.att_dst = nn.Parameter(torch.empty(out_channels))
+        self.bias = nn.Parameter(torch.zeros(out_channels))
+        self.negative_slope = negative_slope
+        bound = (6.0 / (out_channels + 1)) ** 0.5
+        nn.init.uniform_(self.att_src, -bound, bound)
+        nn.init.uniform_(self.att_dst, -bound, bound)
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        n = x.size(0)
+        if edge_weight is None:
+            edge_weight = torch.ones(edge_index.size(1), device=x.device, dtype=x.dtype)
+        edge_index, edge_weight = remove_self_loops(edge_index, edge_weight)
+        edge_index, edge_weight = add_self_loops(edge_index, edge_weight, fill_value=1.0, num_nodes=n)
+        xw = self.lin(x)
+        a_src = (xw * self.att_src).sum(-1)
+        a_dst = (xw * self.att_dst).sum(-1)
+        src, dst = edge_index[0], edge_index[1]
+        e = F.leaky_relu(a_src[src] + a_dst[dst], self.negative_slope)
+        e_max = scatter(e.detach(), dst, dim=0, dim_size=n, reduce="max")  # shift cancels exactly
+        num = edge_weight * torch.exp(e - e_max[dst])
+        den = scatter(num, dst, dim=0, dim_size=n, reduce="sum")
+        coef = num / den.clamp_min(1e-16)[dst]
+        return self.propagate(edge_index, x=xw, coef=coef) + self.bias
+
+    def message(self, x_j: Tensor, coef: Tensor) -> Tensor:
+        return x_j * coef.unsqueeze(-1)
+
+
+def _gin(hidden: int) -> nn.Module:
+    return WeightedGINConv(nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden)))
+
+
+CONVS = {
+    "gcn": lambda hidden: GCNConv(hidden, hidden),
+    "gin": _gin,
+    "sage": lambda hidden: WeightedSAGEConv(hidden, hidden),
+    "gat": lambda hidden: WeightedGATConv(hidden, hidden),
+}
+
+
+def make_conv(name: str, hidden: int) -> nn.Module:
+    """Build the weighted conv called ``name`` (one of :data:`CONVS`) mapping hidden -> hidden."""
+    if name not in CONVS:
+        raise ValueError(f"unknown conv {name!r}; choose from {sorted(CONVS)}")
+    return CONVS[name](hidden)
+
+
+class NodeUpdate(nn.Module):
+    """conv(h, edge_index, w) -> ReLU -> LayerNorm -> Dropout."""
+
+    def __init__(self, conv: str, hidden: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.conv = make_conv(conv, hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, h: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        h = self.conv(h, edge_index, edge_weight)
+        return self.dropout(self.norm(F.relu(h)))

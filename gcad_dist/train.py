@@ -1,0 +1,295 @@
+"""Supervised training on one labelled graph: ``python -m gcad_dist.train``.
+
+Reads a labelled graph (``.npz`` / ``.pt`` / folder, see :func:`partitioning.io.load_graph`),
+splits it (the dataset's own split masks if it has them, else a seeded stratified 40/20/40 split),
+trains GCCAD (or an ablation, or a baseline) full-batch, selects the epoch on validation AUPRC and
+writes to ``--out``:
+
+* ``model.pt``       checkpoint (:func:`gcad_dist.checkpoint.save_model`; ``extra["model"]`` is the kind)
+* ``metrics.json``   config, split sizes, selected epoch, validation and test metrics, history
+* ``training_curves.png``, ``roc_pr_test.png``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
+
+log = logging.getLogger("gcad_dist.train")
+
+MODELS = ("gccad", "mlp", "gcn", "gin", "sage", "gat")
+CONVS = ("gin", "gcn", "sage", "gat")
+ABLATIONS = ("none", "ce", "no-link-loss", "no-global", "no-edge-update")
+
+
+@dataclass
+class TrainConfig:
+    """Settings of ``python -m gcad_dist.train`` (one field per command-line option)."""
+
+    graph: str
+    out: str
+    model: str = "gccad"
+    conv: str = "gin"
+    ablation: str = "none"
+    hidden: int = 64
+    layers: int = 2
+    dropout: float = 0.1
+    epochs: int = 200
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    eval_every: int = 5
+    patience: int = 50
+    class_weight: bool = True
+    normalize: str = "standard"
+    seed: int = 0
+    split_index: int | None = None
+    train_frac: float = 0.4
+    val_frac: float = 0.2
+    device: str = "auto"
+    threads: int = 0
+    plots: bool = True
+    progress: bool = True
+    verbose: bool = False
+
+
+def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
+    """``standard``: z-score every feature over all nodes (label-free); ``none``: unchanged."""
+    if how == "none":
+        return x
+    if how == "standard":
+        mean = x.mean(0, keepdim=True)
+        std = x.std(0, keepdim=True)
+        return (x - mean) / torch.where(std > 0, std, torch.ones_like(std))
+    raise UsageError(f"--normalize: unknown value {how!r} (choose standard or none)")
+
+
+def build_model(kind: str, in_dim: int, hidden: int = 64, layers: int = 2, dropout: float = 0.1,
+                conv: str = "gin", ablation: str = "none") -> tuple[torch.nn.Module, Any]:
+    """Construct a model and its config dataclass.
+
+    ``kind`` is ``gccad`` (with ``conv`` and ``ablation``), ``gccad-ce`` (= gccad + ablation ce)
+    or a baseline name (mlp, gcn, gin, sage, gat).
+    """
+    if kind == "gccad-ce":
+        kind, ablation = "gccad", "ce"
+    if kind == "gccad":
+        from gcad_dist.model import GCCAD, GCCADConfig
+
+        cfg = GCCADConfig(in_dim=in_dim, hidden=hidden, num_layers=layers, conv=conv, dropout=dropout)
+        if ablation == "ce":
+            cfg.loss = "ce"
+        elif ablation == "no-link-loss":
+            cfg.link_loss_weight = 0.0
+        elif ablation == "no-global":
+            cfg.link_global = False
+        elif ablation == "no-edge-update":
+            cfg.edge_update = False
+        elif ablation != "none":
+            raise UsageError(f"--ablation: unknown value {ablation!r} (choose from {', '.join(ABLATIONS)})")
+        return GCCAD(cfg), cfg
+    from gcad_dist.model.baselines import BASELINES, BaselineConfig, build_baseline
+
+    if kind not in BASELINES:
+        raise UsageError(f"--model: unknown value {kind!r} (choose from {', '.join(MODELS)})")
+    if ablation != "none":
+        raise UsageError(f"--ablation: only applies to --model gccad, not {kind}")
+    bcfg = BaselineConfig(in_dim=in_dim, kind=kind, hidden=hidden, num_layers=layers, dropout=dropout)
+    if kind == "gat" and hidden % bcfg.heads:
+        raise UsageError(f"--hidden: GAT needs a multiple of {bcfg.heads} heads, got {hidden}")
+    return build_baseline(bcfg), bcfg
+
+
+def load_labelled(path: str, normalize: str = "standard"):
+    """Load a graph with labels as a PyG ``Data`` (features normalised); raises GraphInputError."""
+    from partitioning.errors import GraphInputError
+    from partitioning.io import load_graph
+
+    graph = load_graph(path)
+    if graph.y is None:
+        raise GraphInputError(path, "the graph has no labels (y); supervised training needs them")
+    if int(graph.y.min()) == int(graph.y.max()):
+        raise GraphInputError(path, "all labels are the same class; need both anomalies (1) and normal nodes (0)")
+    data = graph.to_data()
+    data.x = normalize_features(data.x.float(), normalize)
+    return data
+
+
+def _validate(cfg: TrainConfig) -> None:
+    if cfg.model not in MODELS and cfg.model != "gccad-ce":
+        raise UsageError(f"--model: unknown value {cfg.model!r} (choose from {', '.join(MODELS)})")
+    if cfg.conv not in CONVS:
+        raise UsageError(f"--conv: unknown value {cfg.conv!r} (choose from {', '.join(CONVS)})")
+    if cfg.ablation not in ABLATIONS:
+        raise UsageError(f"--ablation: unknown value {cfg.ablation!r} (choose from {', '.join(ABLATIONS)})")
+    for name in ("epochs", "hidden", "layers", "eval_every"):
+        if getattr(cfg, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
+    if cfg.patience < 0:
+        raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
+    if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
+        raise UsageError(f"--lr: must be > 0, got {cfg.lr}")
+    if not 0 <= cfg.dropout < 1:
+        raise UsageError(f"--dropout: must be in [0, 1), got {cfg.dropout}")
+    if not (0 < cfg.train_frac < 1 and 0 < cfg.val_frac < 1 and cfg.train_frac + cfg.val_frac < 1):
+        raise UsageError(f"--train-frac/--val-frac: need 0 < train, val and train + val < 1, got {cfg.train_frac}/{cfg.val_frac}")
+    if cfg.device not in ("auto", "cpu") and not cfg.device.startswith("cuda"):
+        raise UsageError(f"--device: unknown device {cfg.device!r} (auto, cpu, cuda, cuda:N)")
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"--device: {cfg.device} requested but no CUDA device is available")
+
+
+@dataclass
+class TrainOutcome:
+    """What :func:`train_one` produced."""
+
+    fit: FitResult
+    metrics: dict[str, Any]  # JSON-ready: config, split, selected epoch, val/test metrics, history
+    model: torch.nn.Module
+    model_config: Any
+    data: Any  # the (normalised) PyG Data
+    split: Any  # gcad_dist.data.splits.Split
+
+
+def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
+    """Load (unless ``data`` is given), split, build and fit one model."""
+    from gcad_dist.data.splits import make_split
+
+    _validate(cfg)
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    if data is None:
+        data = load_labelled(cfg.graph, cfg.normalize)
+    try:
+        split = make_split(data, seed=cfg.seed, split_index=cfg.split_index, train=cfg.train_frac, val=cfg.val_frac)
+    except ValueError as e:
+        raise UsageError(f"--split-index: {e}") from e
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    model, model_cfg = build_model(cfg.model, data.num_features, cfg.hidden, cfg.layers, cfg.dropout, cfg.conv, cfg.ablation)
+    scfg = SupervisedConfig(
+        epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
+        patience=cfg.patience, class_weight=cfg.class_weight, seed=cfg.seed, device=cfg.device,
+        progress=cfg.progress,
+    )
+    log.info("%s: %d nodes, %d directed edges, %d features; split %s %s; model %s%s",
+             cfg.graph, data.num_nodes, data.edge_index.shape[1], data.num_features, split.source,
+             split.sizes(), cfg.model, f" (conv {cfg.conv}, ablation {cfg.ablation})" if cfg.model == "gccad" else "")
+    res = fit_supervised(model, data, split, scfg)
+    metrics = {
+        "config": asdict(cfg),
+        "model_config": asdict(model_cfg),
+        "split": {"source": split.source, **split.sizes()},
+        **res.summary(),
+        "history": res.history,
+    }
+    return TrainOutcome(res, metrics, model, model_cfg, data, split)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    return str(o)
+
+
+def write_json(obj: Any, path: Path) -> None:
+    """Write JSON (NaN becomes null) atomically enough for resume: temp file then rename."""
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(clean(obj), indent=1, default=_json_default))
+    tmp.replace(path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = TrainConfig(graph="", out="")
+    p = argparse.ArgumentParser(
+        prog="python -m gcad_dist.train",
+        description="Train GCCAD (or an ablation / a baseline) on one labelled graph, select the epoch on "
+                    "validation AUPRC, write checkpoint, metrics JSON and plots.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--graph", required=True, help="labelled graph: .npz (x, edge_index, y[, masks]), torch-saved PyG Data (.pt) or folder")
+    p.add_argument("--out", required=True, help="output directory (model.pt, metrics.json, PNG plots)")
+    p.add_argument("--model", default=d.model, choices=MODELS + ("gccad-ce",), help="gccad, or a cross-entropy baseline; gccad-ce = gccad --ablation ce")
+    p.add_argument("--conv", default=d.conv, choices=CONVS, help="GCCAD node-update convolution")
+    p.add_argument("--ablation", default=d.ablation, choices=ABLATIONS,
+                   help="GCCAD ablation: ce = cross-entropy head instead of the contrastive loss; no-link-loss = link-loss weight 0; "
+                        "no-global = link predictor without the h - q terms; no-edge-update = no link predictor / remover")
+    p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (all models)")
+    p.add_argument("--layers", type=int, default=d.layers, help="number of message-passing layers (all models)")
+    p.add_argument("--dropout", type=float, default=d.dropout, help="dropout probability")
+    p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch epochs (one optimiser step each)")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="Adam weight decay")
+    p.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate on the validation split every n epochs")
+    p.add_argument("--patience", type=int, default=d.patience, help="early stop after n epochs without better validation AUPRC (0 = off)")
+    p.add_argument("--no-class-weight", dest="class_weight", action="store_false",
+                   help="baselines: plain cross-entropy instead of inverse-class-frequency weighting")
+    p.add_argument("--normalize", default=d.normalize, choices=("standard", "none"), help="feature normalisation (label-free z-score over all nodes)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed for initialisation, training noise and the random split; "
+                                                          "with given split masks, split seed %% S is used")
+    p.add_argument("--split-index", type=int, default=None, help="use this given split (0..S-1) instead of seed %% S")
+    p.add_argument("--train-frac", type=float, default=d.train_frac, help="random split: train fraction (when the graph has no split masks)")
+    p.add_argument("--val-frac", type=float, default=d.val_frac, help="random split: validation fraction (the rest is test)")
+    p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
+    p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch default)")
+    p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write the PNG plots")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = TrainConfig(**vars(args))
+    setup_logging(cfg.verbose)
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out: {out} exists and is not a directory")
+    t0 = time.perf_counter()
+    o = train_one(cfg)
+    res, metrics = o.fit, o.metrics
+    from gcad_dist.checkpoint import save_model
+
+    kind = "gccad" if cfg.model == "gccad-ce" else cfg.model
+    save_model(out, o.model, o.model_config, extra={
+        "model": kind, "ablation": "ce" if cfg.model == "gccad-ce" else cfg.ablation,
+        "normalize": cfg.normalize, "best_epoch": res.best_epoch, "val": res.val, "test": res.test,
+    })
+    metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
+    write_json(metrics, out / "metrics.json")
+    if cfg.plots:
+        from gcad_dist.plots import plot_roc_pr, plot_training_curves
+
+        title = f"{Path(cfg.graph).name} {cfg.model}" + (f" ({cfg.ablation})" if cfg.ablation != "none" else "")
+        plot_training_curves(res.history, out / "training_curves.png", title=title, best_epoch=res.best_epoch)
+        test = o.split.test.cpu().numpy()
+        plot_roc_pr(o.data.y.cpu().numpy()[test], res.scores[test], out / "roc_pr_test.png", title=f"test, {title}")
+    print(f"{cfg.model}: best epoch {res.best_epoch}/{res.epochs_run}, {res.seconds:.1f} s | "
+          f"val AUROC {res.val['auroc']:.4f} AUPRC {res.val['auprc']:.4f} | "
+          f"test AUROC {res.test['auroc']:.4f} AUPRC {res.test['auprc']:.4f} Rec@K {res.test['recall_at_k']:.4f} -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Create .venv and install gcad-dist with its test tools. Idempotent: a second run only checks.
+#   GCAD_SKIP_TORCH_SPARSE=1  skip building torch-sparse (the built-in sampler is used instead)
+#   PYTHON=python3.11         interpreter for the venv
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+# torch first, pinned: an unpinned torch pulls several GB of CUDA packages on a CPU host.
+# On a GPU host install the CUDA build of torch before running this script; it is kept.
+python -c "import torch" 2>/dev/null || { echo "[setup] installing torch 2.13.0 (CPU)"; pip install -q torch==2.13.0; }
+echo "[setup] installing gcad-dist and its dependencies"
+pip install -q -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+python -c "import gcad_dist, partitioning, torch_geometric, ray, zarr, faiss" \
+  || { echo "[setup] install failed" >&2; exit 1; }
+if [ "${GCAD_SKIP_TORCH_SPARSE:-0}" != 1 ] && ! python -c "import torch_sparse" 2>/dev/null; then
+  echo "[setup] building torch-scatter + torch-sparse from source (about 11 min on 2 cores; cached by pip afterwards)"
+  MAX_JOBS=${MAX_JOBS:-2} pip install -q --no-build-isolation torch-scatter torch-sparse 2>&1 \
+    | grep -v "is ignored: it is neither" || true
+  python -c "import torch_sparse" || echo "[setup] torch-sparse unavailable: the built-in sampler will be used" >&2
+fi
+echo "[setup] done: $(python -c 'import torch, torch_geometric, ray; print(f"torch {torch.__version__}, pyg {torch_geometric.__version__}, ray {ray.__version__}")')"

@@ -1,0 +1,391 @@
+"""Build the corrupt-subgraph store: ``python -m partitioning.build --graph G --out S.zarr``.
+
+Stages: load the graph -> (``--k auto``: inertia curve over a K grid on a sample, elbow) -> FAISS
+K-means on the node features (train on a sample, assign all nodes) -> corrupt subgraphs (METHOD.md
+section 4) -> atomic Zarr store (``partitioning/STORE_FORMAT.md``). Multi-graph input (``graph_id``
+set): each graph is a part and no clustering is done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from partitioning.graph import Graph
+
+log = logging.getLogger("partitioning.build")
+
+DEFAULT_K_GRID: tuple[int, ...] = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50)
+
+
+@dataclass
+class BuildConfig:
+    """All settings of one store build (recorded in the manifest)."""
+
+    graph: str
+    out: str
+    k: int | None = None  # None = auto (elbow over k_grid)
+    k_grid: tuple[int, ...] = DEFAULT_K_GRID
+    sample: int = 100_000
+    elbow_sample: int = 20_000
+    ratio: float = 0.15
+    corruptions: int = 1
+    seed: int = 0
+    niter: int = 20
+    gpu: str = "auto"
+    threads: int = 0  # 0 = every core this process may use
+    chunk_mib: float = 8.0
+    overwrite: bool = False
+    plot: bool = True
+    progress: bool = True
+
+
+@dataclass
+class BuildResult:
+    """What a build did: the manifest written, seconds per stage, store size."""
+
+    manifest: dict[str, Any]
+    seconds: dict[str, float] = field(default_factory=dict)
+    store_bytes: int = 0
+    plot_path: str | None = None
+
+
+class Stages:
+    """Times named stages (``with stages("load"): ...``); subclasses may record more (bench: RSS)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+
+def check_config(cfg: BuildConfig) -> None:
+    """Option checks that need no data. Raises UsageError naming the option."""
+    from gcad_dist.cli import UsageError
+
+    if not 0.0 < cfg.ratio < 1.0:
+        raise UsageError(f"--ratio: must lie strictly between 0 and 1, got {cfg.ratio}")
+    if cfg.k is not None and cfg.k < 2:
+        raise UsageError(f"--k: need at least 2 parts, got {cfg.k}")
+    for name in ("corruptions", "sample", "niter"):
+        if getattr(cfg, name) < 1:
+            raise UsageError(f"--{name}: must be at least 1, got {getattr(cfg, name)}")
+    if cfg.threads < 0:
+        raise UsageError(f"--threads: must be >= 0, got {cfg.threads}")
+    if cfg.chunk_mib <= 0:
+        raise UsageError(f"--chunk-mib: must be > 0, got {cfg.chunk_mib}")
+    if cfg.gpu not in ("auto", "yes", "no"):
+        raise UsageError(f"--gpu: expected auto, yes or no, got {cfg.gpu!r}")
+    if cfg.k is None:
+        if len(set(cfg.k_grid)) < 3:
+            raise UsageError(f"--k-grid: --k auto needs at least 3 distinct values, got {list(cfg.k_grid)}")
+        if min(cfg.k_grid) < 2:
+            raise UsageError(f"--k-grid: values must be at least 2, got {min(cfg.k_grid)}")
+        if cfg.elbow_sample < max(cfg.k_grid):
+            raise UsageError(f"--elbow-sample: {cfg.elbow_sample} points cannot fit K={max(cfg.k_grid)} centroids")
+
+
+def _dense(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Relabel to 0..G-1 in ascending order of value (sort based). Returns (dense labels, kept values)."""
+    order = np.argsort(labels, kind="stable")
+    s = labels[order]
+    start = np.ones(s.size, dtype=bool)
+    start[1:] = s[1:] != s[:-1]
+    dense = np.empty(labels.size, dtype=np.int64)
+    dense[order] = np.cumsum(start) - 1
+    return dense, s[start]
+
+
+def _elbow_plot_path(out: Path) -> Path:
+    stem = out.name[: -len(".zarr")] if out.name.endswith(".zarr") else out.name
+    return out.with_name(stem + ".elbow.png")
+
+
+def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = None) -> BuildResult:
+    """Run every stage and write the store. User errors raise UsageError / GraphInputError.
+
+    ``graph``: an already loaded graph (``cfg.graph`` is then only recorded in the manifest).
+    """
+    import faiss
+    import zarr
+    from tqdm.auto import tqdm
+
+    from gcad_dist.cli import UsageError
+    from partitioning import kmeans as km
+    from partitioning.corrupt import corrupt_subgraphs, num_injected
+    from partitioning.io import load_graph
+    from partitioning.store.writer import check_destination, store_size_bytes, write_store
+
+    stages = stages or Stages()
+    check_config(cfg)
+    out = check_destination(cfg.out, cfg.overwrite)  # fail before the expensive work
+    try:
+        use_gpu = km.resolve_device(cfg.gpu)
+    except ValueError as e:
+        raise UsageError(f"--gpu: {e}") from None
+    threads = cfg.threads or km.available_threads()
+    faiss.omp_set_num_threads(threads)
+
+    if graph is None:
+        with stages("load"):
+            graph = load_graph(cfg.graph)
+    n = graph.num_nodes
+    with stages("fingerprint"):
+        fingerprint = graph.fingerprint()
+
+    partition: dict[str, Any]
+    centroids = None
+    if graph.is_multi_graph:
+        if cfg.k is not None:
+            log.warning("--k %d ignored: the input has graph ids, each graph is a part", cfg.k)
+        with stages("partition"):
+            parts, graph_ids = _dense(np.asarray(graph.graph_id))
+        k = int(graph_ids.size)
+        if k < 2:
+            raise UsageError(f"--graph: {cfg.graph}: multi-graph input holds a single graph; nothing to inject from")
+        partition = {"method": "graph_id", "k": k, "k_requested": "graphs"}
+    else:
+        if n < 2:
+            raise UsageError(f"--graph: {cfg.graph}: needs at least 2 nodes, has {n}")
+        if cfg.k is not None and cfg.k > n:
+            raise UsageError(f"--k: K={cfg.k} exceeds the number of nodes ({n})")
+        elbow = None
+        k = cfg.k
+        if k is None:
+            with stages("elbow"):
+                rows = km.sample_rows(n, cfg.elbow_sample, cfg.seed + 1)
+                xe = np.ascontiguousarray(graph.x[rows])
+                distinct = km.count_distinct_rows(xe)
+                if max(cfg.k_grid) > distinct:
+                    raise UsageError(
+                        f"--k-grid: largest K={max(cfg.k_grid)} exceeds the {distinct} distinct feature vectors "
+                        f"of the elbow sample ({xe.shape[0]} rows)"
+                    )
+                elbow = km.elbow_curve(
+                    xe, list(cfg.k_grid), niter=cfg.niter, seed=cfg.seed, use_gpu=use_gpu, progress=cfg.progress
+                )
+                del xe
+                k = elbow.k
+            log.info("elbow at K=%d (%s)", k, km.ELBOW_METHOD)
+        with stages("kmeans"):
+            rows = km.sample_rows(n, cfg.sample, cfg.seed)
+            xs = np.ascontiguousarray(graph.x[rows])
+            if k > xs.shape[0]:
+                raise UsageError(f"--sample: {xs.shape[0]} training points cannot fit K={k} centroids")
+            distinct = km.count_distinct_rows(xs)
+            if k > distinct:
+                raise UsageError(
+                    f"--k: K={k} exceeds the {distinct} distinct feature vectors of the training sample "
+                    f"({xs.shape[0]} rows)"
+                )
+            centroids, sample_inertia = km.train_centroids(xs, k, niter=cfg.niter, seed=cfg.seed, use_gpu=use_gpu)
+            del xs
+            labels, inertia = km.assign(graph.x, centroids, use_gpu=use_gpu)
+            parts, kept = _dense(labels)
+            if kept.size < k:
+                log.warning("%d of %d clusters are empty after assignment; dropped", k - kept.size, k)
+            centroids = centroids[kept]
+        partition = {
+            "method": "faiss-kmeans",
+            "k": int(kept.size),
+            "k_requested": cfg.k if cfg.k is not None else "auto",
+            "k_trained": int(k),
+            "device": "gpu" if use_gpu else "cpu",
+            "train_sample": int(min(cfg.sample, n)),
+            "niter": cfg.niter,
+            "inertia": inertia,
+            "sample_inertia": sample_inertia,
+            "init": "k-means++ (seeded), then FAISS Lloyd iterations",
+            "elbow": None
+            if elbow is None
+            else {
+                "method": km.ELBOW_METHOD,
+                "ks": elbow.ks,
+                "inertias": elbow.inertias,
+                "sample_size": elbow.sample_size,
+                "k": elbow.k,
+                "plot": _elbow_plot_path(out).name if cfg.plot else None,
+            },
+        }
+        k = int(kept.size)
+    sizes = np.bincount(parts, minlength=k)
+    partition["part_sizes"] = sizes.tolist() if k <= 1000 else None
+    partition["injected_per_part"] = num_injected(sizes, cfg.ratio).tolist() if k <= 1000 else None
+
+    with stages("corrupt"):
+        gen = corrupt_subgraphs(
+            graph.indptr, graph.indices, parts, ratio=cfg.ratio, corruptions=cfg.corruptions, seed=cfg.seed, num_parts=k
+        )
+        subgraphs = list(tqdm(gen, total=k * cfg.corruptions, desc="corrupt", unit="subgraph", disable=not cfg.progress))
+
+    manifest = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "tool": "partitioning.build",
+        "versions": {"zarr": zarr.__version__, "faiss": faiss.__version__, "numpy": np.__version__},
+        "source": {
+            "path": str(cfg.graph),
+            "fingerprint": fingerprint,
+            "num_nodes": n,
+            "num_edges": graph.num_edges,
+            "num_features": graph.num_features,
+            "multi_graph": graph.is_multi_graph,
+            "has_labels": graph.y is not None,
+        },
+        "params": {**asdict(cfg), "k": cfg.k if cfg.k is not None else "auto", "k_grid": list(cfg.k_grid), "threads": threads},
+        "partition": partition,
+        "labels": "y = 0 own node, 1 injected node (anomaly)",
+    }
+    with stages("write"):
+        manifest = write_store(
+            out,
+            graph.x,
+            subgraphs,
+            manifest,
+            node_part=parts,
+            centroids=centroids,
+            overwrite=cfg.overwrite,
+            chunk_mib=cfg.chunk_mib,
+            progress=cfg.progress,
+        )
+    plot_path = None
+    if partition.get("elbow") and cfg.plot:
+        from partitioning.plots import plot_elbow
+
+        with stages("plot"):
+            e = partition["elbow"]
+            plot_path = str(plot_elbow(e["ks"], e["inertias"], e["k"], _elbow_plot_path(out)))
+    return BuildResult(manifest=manifest, seconds=dict(stages.seconds), store_bytes=store_size_bytes(out), plot_path=plot_path)
+
+
+def summary_table(result: BuildResult) -> str:
+    """Plain-text summary: counts, seconds per stage, store size."""
+    m = result.manifest
+    c, p = m["counts"], m["partition"]
+    lines = [
+        f"store           {m.get('path', '')}",
+        f"partition       {p['method']}, K={p['k']}" + (f" (elbow of {p['elbow']['ks']})" if p.get("elbow") else ""),
+        f"subgraphs       {c['subgraphs']:,} ({m['params']['corruptions']} per part)",
+        f"nodes           {c['nodes']:,} = own {c['own_nodes']:,} + injected {c['injected_nodes']:,}",
+        f"edges           {c['edge_entries'] // 2:,} undirected ({c['edge_entries']:,} CSR entries)",
+        f"store size      {result.store_bytes / 2**20:,.1f} MiB",
+        "stage           seconds",
+    ]
+    for name, sec in result.seconds.items():
+        lines.append(f"  {name:<13} {sec:8.2f}")
+    lines.append(f"  {'total':<13} {sum(result.seconds.values()):8.2f}")
+    return "\n".join(lines)
+
+
+def _parse_k(text: str) -> int | None:
+    if text == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
+
+
+def _parse_grid(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 via run_cli
+        from gcad_dist.cli import UsageError
+
+        raise UsageError(message)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m partitioning.build",
+        description="Cluster a graph's nodes (FAISS K-means on the features; one part per graph for "
+        "multi-graph input), build corrupt subgraphs (METHOD.md section 4: inject nodes of other parts, "
+        "label them 1) and write them to an atomic Zarr store.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    d = BuildConfig(graph="", out="")
+    p.add_argument("--graph", required=True, help="input graph: .npz, .pt (PyG Data) or a folder (see partitioning.io)")
+    p.add_argument("--out", required=True, help="store folder to create, e.g. runs/tolokers.zarr (written to "
+                   "<out>.tmp-<pid> then renamed)")
+    p.add_argument("--k", type=_parse_k, default="auto", help="number of parts, or 'auto' for the elbow of the "
+                   "inertia curve over --k-grid (Kneedle on log inertia); ignored for multi-graph input")
+    p.add_argument("--k-grid", type=_parse_grid, default=",".join(map(str, d.k_grid)),
+                   help="K values tried by --k auto (comma-separated, at least 3, each >= 2)")
+    p.add_argument("--sample", type=int, default=d.sample, help="K-means is trained on this many nodes drawn "
+                   "uniformly (all nodes if fewer); then every node is assigned to its nearest centroid")
+    p.add_argument("--elbow-sample", type=int, default=d.elbow_sample, help="nodes drawn for the inertia curve of --k auto")
+    p.add_argument("--ratio", type=float, default=d.ratio, help="injected nodes per part = round(ratio x part size), "
+                   "0 < ratio < 1")
+    p.add_argument("--corruptions", type=int, default=d.corruptions, help="independent corrupt subgraphs per part")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of every random choice (same seed, same store)")
+    p.add_argument("--niter", type=int, default=d.niter, help="K-means (Lloyd) iterations per run")
+    p.add_argument("--gpu", choices=["auto", "yes", "no"], default=d.gpu, help="FAISS on GPU: auto = when FAISS "
+                   "sees one")
+    p.add_argument("--threads", type=int, default=d.threads, help="FAISS OpenMP threads (0 = all usable cores)")
+    p.add_argument("--chunk-mib", type=float, default=d.chunk_mib, help="target uncompressed chunk size of the "
+                   "store arrays in MiB")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out (only once the new "
+                   "one is complete)")
+    p.add_argument("--no-plot", action="store_true", help="do not write <out>.elbow.png for --k auto")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON after the summary")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> BuildConfig:
+    k = args.k if not isinstance(args.k, str) else _parse_k(args.k)
+    grid = args.k_grid if isinstance(args.k_grid, tuple) else _parse_grid(args.k_grid)
+    return BuildConfig(
+        graph=args.graph, out=args.out, k=k, k_grid=grid, sample=args.sample, elbow_sample=args.elbow_sample,
+        ratio=args.ratio, corruptions=args.corruptions, seed=args.seed, niter=args.niter, gpu=args.gpu,
+        threads=args.threads, chunk_mib=args.chunk_mib, overwrite=args.overwrite, plot=not args.no_plot,
+        progress=not args.no_progress,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gcad_dist.cli import setup_logging
+
+    args = make_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # its CPU-feature probing is noise
+    cfg = config_from_args(args)
+    result = build(cfg)
+    result.manifest["path"] = cfg.out
+    print(summary_table(result))
+    if result.plot_path:
+        print(f"elbow plot      {result.plot_path}")
+    if args.json:
+        print(json.dumps(result.manifest, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    # Idle OpenMP threads sleep instead of spinning (much faster on a busy, shared machine). Must be
+    # set before FAISS loads its OpenMP runtime.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from gcad_dist.cli import run_cli
+
+    run_cli(main, sys.argv[1:])

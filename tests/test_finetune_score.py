@@ -1,0 +1,223 @@
+"""Fine-tuning from a pre-training checkpoint and per-node scoring (gcad_dist.finetune, gcad_dist.score)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gcad_dist.checkpoint import load_model_file, save_model
+from gcad_dist.cli import run_cli
+from gcad_dist.finetune import main as finetune_main
+from gcad_dist.finetune import subsample_labels
+from gcad_dist.model import GCCAD, GCCADConfig
+from gcad_dist.score import main as score_main
+from gcad_dist.score import load_checkpoint_model, prepare_data, score_data, score_graph
+
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+@pytest.fixture(scope="module")
+def small_graph(tmp_path_factory: pytest.TempPathFactory):
+    """A 300-node synthetic graph with planted anomalies, saved as .npz."""
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    g = generate(SyntheticConfig(nodes=300, avg_degree=6, features=8, anomaly_fraction=0.1, clique_size=5,
+                                 contextual_candidates=10, seed=3))
+    path = tmp_path_factory.mktemp("graph") / "g.npz"
+    save_npz(g, path)
+    return g, path
+
+
+@pytest.fixture(scope="module")
+def pre_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 'pre-training' checkpoint made directly (no Ray): random GCCAD weights, in_dim 8."""
+    torch.manual_seed(0)
+    cfg = GCCADConfig(in_dim=8, hidden=16)
+    d = tmp_path_factory.mktemp("pre") / "final"
+    save_model(d, GCCAD(cfg), cfg, extra={"stage": "pretrain"})
+    return d
+
+
+def _run(main, argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as e:
+        run_cli(main, argv)
+    out, err = capsys.readouterr()
+    return int(e.value.code or 0), out, err
+
+
+# ---------------------------------------------------------------------------------------------
+# label subsampling
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(20, 400), pos=st.floats(0.02, 0.5), frac=st.floats(0.01, 1.0), seed=st.integers(0, 10))
+def test_subsample_is_stratified_subset_with_each_class(n: int, pos: float, frac: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < pos).astype(np.int64)
+    y[:2] = [0, 1]
+    train = rng.random(n) < 0.5
+    train[:2] = True
+    keep = subsample_labels(train, y, frac, seed=seed).numpy()
+    assert not (keep & ~train).any(), "kept a node outside the training split"
+    for c in (0, 1):
+        n_c = int((train & (y == c)).sum())
+        assert int((keep & (y == c)).sum()) == max(1, round(n_c * frac))
+    again = subsample_labels(torch.from_numpy(train), torch.from_numpy(y), frac, seed=seed).numpy()
+    np.testing.assert_array_equal(keep, again)
+
+
+def test_subsample_depends_on_seed_and_full_fraction_is_identity() -> None:
+    rng = np.random.default_rng(0)
+    y = (rng.random(2000) < 0.1).astype(np.int64)
+    train = rng.random(2000) < 0.6
+    a = subsample_labels(train, y, 0.2, seed=0).numpy()
+    b = subsample_labels(train, y, 0.2, seed=1).numpy()
+    assert (a != b).any()
+    np.testing.assert_array_equal(subsample_labels(train, y, 1.0).numpy(), train)
+    with pytest.raises(ValueError):
+        subsample_labels(train, y, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# finetune CLI
+
+
+def test_finetune_honours_label_fraction_and_writes_checkpoint(small_graph, pre_checkpoint, tmp_path, capsys) -> None:
+    g, path = small_graph
+    out = tmp_path / "ft"
+    code, stdout, err = _run(finetune_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(out),
+                                            "--label-fraction", "0.25", "--epochs", "6", "--eval-every", "2",
+                                            "--seed", "1", "--no-progress", "--no-plots", "--threads", "1"], capsys)
+    assert code == 0, err
+    assert "test AUROC" in stdout
+    m = json.loads((out / "metrics.json").read_text())
+    # The label budget the run reports is the stratified subsample of its own training split.
+    from gcad_dist.data.splits import make_split
+
+    data = g.to_data()
+    split = make_split(data, seed=1)
+    keep = subsample_labels(split.train, data.y, 0.25, seed=1)
+    assert m["labels"]["train_labelled"] == int(keep.sum()) < m["labels"]["train_total"] == int(split.train.sum())
+    assert m["labels"]["train_labelled_anomalies"] == int(data.y[keep].sum()) >= 1
+    for part in ("val", "test"):
+        assert 0.0 <= m[part]["auroc"] <= 1.0 and 0.0 <= m["zero_shot"][part]["auroc"] <= 1.0
+    assert m["split"]["test"] == int(split.test.sum())
+    # The written checkpoint loads, keeps the pre-training config and says where it came from.
+    ck = load_model_file(out / "final")
+    assert ck["config"] == load_model_file(pre_checkpoint)["config"]
+    assert ck["extra"]["finetuned_from"] == str(pre_checkpoint) and ck["extra"]["label_fraction"] == 0.25
+    loaded = load_checkpoint_model(out / "final")
+    assert isinstance(loaded.model, GCCAD)
+
+
+def test_zero_shot_evaluates_pretrained_weights_unchanged(small_graph, pre_checkpoint, tmp_path, capsys) -> None:
+    _, path = small_graph
+    out = tmp_path / "zs"
+    code, _, err = _run(finetune_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(out),
+                                       "--epochs", "0", "--no-progress", "--threads", "1"], capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["test"] == m["zero_shot"]["test"] and m["epochs_run"] == 0
+    a, b = load_model_file(out / "final")["state_dict"], load_model_file(pre_checkpoint)["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (out / "roc_pr_test.png").exists()
+    # zero-shot test metrics match scoring the pre-trained model directly
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.metrics import evaluate
+    from partitioning.io import load_graph
+
+    g = load_graph(path)
+    s = score_graph(pre_checkpoint, g)
+    test = make_split(g.to_data(), seed=0).test.numpy()
+    assert evaluate(g.y, s, mask=test)["auprc"] == pytest.approx(m["test"]["auprc"], abs=1e-6)
+
+
+@pytest.mark.parametrize("main_fn", [finetune_main, score_main])
+def test_in_dim_mismatch_is_a_one_line_error(main_fn, pre_checkpoint, tmp_path, capsys) -> None:
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    other = tmp_path / "wide.npz"
+    save_npz(generate(SyntheticConfig(nodes=60, avg_degree=4, features=5, clique_size=4, contextual_candidates=5)), other)
+    args = ["--checkpoint", str(pre_checkpoint), "--graph", str(other), "--out", str(tmp_path / "o.parquet")]
+    code, _, err = _run(main_fn, args, capsys)
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err
+    assert str(other) in lines[0] and "5" in lines[0] and "8" in lines[0]
+
+
+def test_missing_checkpoint_is_a_one_line_error(small_graph, tmp_path, capsys) -> None:
+    _, path = small_graph
+    code, _, err = _run(score_main, ["--checkpoint", str(tmp_path / "nope"), "--graph", str(path),
+                                     "--out", str(tmp_path / "s.parquet")], capsys)
+    assert code == 2 and err.strip().startswith("error:") and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------
+# score CLI / API
+
+
+def test_score_writes_one_row_per_node_with_correct_ids(small_graph, pre_checkpoint, tmp_path, capsys) -> None:
+    g, path = small_graph
+    out = tmp_path / "scores.parquet"
+    code, stdout, err = _run(score_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(out),
+                                          "--threads", "1"], capsys)
+    assert code == 0, err
+    assert "AUROC" in stdout
+    t = pq.read_table(out).to_pandas()
+    assert list(t.columns) == ["node_id", "score", "label"]
+    assert len(t) == g.num_nodes
+    np.testing.assert_array_equal(t["node_id"].to_numpy(), np.arange(g.num_nodes))
+    np.testing.assert_array_equal(t["label"].to_numpy(), g.y)
+    assert np.isfinite(t["score"].to_numpy()).all()
+    np.testing.assert_allclose(t["score"].to_numpy(), score_graph(pre_checkpoint, path), rtol=0, atol=1e-6)
+    assert json.loads(out.with_name(out.name + ".metrics.json").read_text())["num_nodes"] == g.num_nodes
+
+    # Ids follow the nodes: scoring a relabelled copy of the graph gives the same score per node.
+    from partitioning.graph import Graph, csr_from_edges
+
+    perm = np.random.default_rng(0).permutation(g.num_nodes)  # new node k = old node perm[k]
+    inv = np.argsort(perm)
+    ei = g.edge_index()
+    indptr, indices = csr_from_edges(inv[ei[0]], inv[ei[1]], g.num_nodes)
+    h = Graph(x=g.x[perm], indptr=indptr, indices=indices, y=g.y[perm])
+    s_perm = score_graph(pre_checkpoint, h)
+    np.testing.assert_allclose(s_perm[inv], t["score"].to_numpy(), atol=1e-4)
+
+
+def test_multi_graph_batches_are_exact(pre_checkpoint) -> None:
+    from torch_geometric.data import Data
+
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    parts = [generate(SyntheticConfig(nodes=n, avg_degree=4, features=8, clique_size=4, contextual_candidates=5, seed=n))
+             for n in (40, 55, 70)]
+    xs, eis, gids, off = [], [], [], 0
+    for i, g in enumerate(parts):
+        xs.append(torch.from_numpy(g.x))
+        eis.append(torch.from_numpy(g.edge_index()) + off)
+        gids.append(torch.full((g.num_nodes,), 10 * i + 7))  # arbitrary graph ids
+        off += g.num_nodes
+    data = Data(x=torch.cat(xs), edge_index=torch.cat(eis, 1), graph_id=torch.cat(gids))
+    loaded = load_checkpoint_model(pre_checkpoint)
+    d = prepare_data(data, loaded)
+    full = score_data(loaded.model, d, device="cpu", batch_size=0)
+    for bs in (1, 2):
+        np.testing.assert_allclose(score_data(loaded.model, d, device="cpu", batch_size=bs), full, atol=1e-5)
+    # each graph alone gives the same scores: contexts are per graph
+    first = Data(x=xs[0], edge_index=eis[0])
+    np.testing.assert_allclose(score_data(loaded.model, prepare_data(first, loaded), device="cpu"), full[:40], atol=1e-5)
+
+
+@pytest.mark.parametrize("main_fn", [finetune_main, score_main])
+def test_help_lists_options(main_fn, capsys) -> None:
+    code, out, _ = _run(main_fn, ["--help"], capsys)
+    assert code == 0 and "--checkpoint" in out and "--graph" in out and "default" in out

@@ -1,0 +1,208 @@
+"""partitioning.synthetic: determinism, sizes, labels, planted anomalies, CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from partitioning.errors import GraphInputError
+from partitioning.io import load_graph
+from partitioning.synthetic import SyntheticConfig, SyntheticGraph, generate, synthesize
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = SyntheticConfig(nodes=5000, avg_degree=12.0, features=16, anomaly_fraction=0.04, seed=3)
+
+
+def _auroc(positive: np.ndarray, score: np.ndarray) -> float:
+    """Mann-Whitney AUROC (scores are continuous, so ties do not matter here)."""
+    ranks = np.empty(score.size)
+    ranks[np.argsort(score, kind="stable")] = np.arange(1, score.size + 1)
+    n_pos = int(positive.sum())
+    n_neg = positive.size - n_pos
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def _ari(a: np.ndarray, b: np.ndarray) -> float:
+    """Adjusted Rand index from the contingency table."""
+    _, ai = np.unique(a, return_inverse=True)
+    _, bi = np.unique(b, return_inverse=True)
+    table = np.zeros((ai.max() + 1, bi.max() + 1))
+    np.add.at(table, (ai, bi), 1)
+    comb = lambda v: (v * (v - 1) / 2).sum()  # noqa: E731
+    n = comb(np.array([a.size]))
+    index, ra, rb = comb(table), comb(table.sum(1)), comb(table.sum(0))
+    expected = ra * rb / n
+    return float((index - expected) / ((ra + rb) / 2 - expected))
+
+
+@pytest.fixture(scope="module")
+def small() -> SyntheticGraph:
+    return synthesize(SMALL)
+
+
+def test_deterministic_for_a_seed(small: SyntheticGraph) -> None:
+    again = synthesize(SMALL)
+    assert again.graph.fingerprint() == small.graph.fingerprint()
+    np.testing.assert_array_equal(again.anomaly_type, small.anomaly_type)
+    np.testing.assert_array_equal(again.community, small.community)
+
+
+def test_different_seeds_differ(small: SyntheticGraph) -> None:
+    other = generate(dataclasses.replace(SMALL, seed=4))
+    assert other.fingerprint() != small.graph.fingerprint()
+    assert not np.array_equal(other.indices[:100], small.graph.indices[:100])
+    assert not np.allclose(other.x, small.graph.x)
+
+
+def test_sizes_as_asked(small: SyntheticGraph) -> None:
+    g = small.graph
+    assert g.num_nodes == SMALL.nodes
+    assert g.num_features == SMALL.features
+    target = SMALL.nodes * SMALL.avg_degree / 2
+    assert abs(g.num_edges - target) <= 0.01 * target
+    assert g.x.dtype == np.float32 and g.x.flags.c_contiguous and np.isfinite(g.x).all()
+    assert np.unique(small.community).size == SMALL.resolved_communities()
+
+
+def test_simple_undirected_csr(small: SyntheticGraph) -> None:
+    g = small.graph
+    rows = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
+    assert (rows != g.indices).all(), "self-loop"
+    # sorted strictly within rows => no duplicates; symmetric as a set of (row, col) keys
+    key = rows * g.num_nodes + g.indices
+    assert (np.diff(key) > 0).all()
+    np.testing.assert_array_equal(np.sort(g.indices * g.num_nodes + rows), key)
+
+
+def test_labels_and_anomaly_fraction(small: SyntheticGraph) -> None:
+    y, t = small.graph.y, small.anomaly_type
+    assert y.dtype == np.int8 and set(np.unique(y)) <= {0, 1}
+    np.testing.assert_array_equal(y, (t > 0).astype(np.int8))
+    assert y.sum() == round(SMALL.nodes * SMALL.anomaly_fraction)
+    counts = np.bincount(t, minlength=4)
+    assert (counts[1:] > 0).all(), counts
+    mix = np.asarray(SMALL.anomaly_mix) / sum(SMALL.anomaly_mix)
+    assert np.allclose(counts[1:] / y.sum(), mix, atol=0.1)
+
+
+def test_zero_anomalies() -> None:
+    r = synthesize(SyntheticConfig(nodes=500, avg_degree=6, features=4, anomaly_fraction=0.0))
+    assert r.graph.y.sum() == 0 and (r.anomaly_type == 0).all()
+
+
+def test_structure_power_law_and_communities(small: SyntheticGraph) -> None:
+    g = small.graph
+    deg = np.diff(g.indptr)
+    assert deg.max() > 5 * deg.mean()  # heavy tail
+    ei = g.edge_index()
+    normal = small.anomaly_type[ei[0]] + small.anomaly_type[ei[1]] == 0
+    intra = (small.community[ei[0]] == small.community[ei[1]])[normal].mean()
+    assert intra > 1 - SMALL.mixing - 0.05
+
+
+def test_structural_anomalies_are_cliques(small: SyntheticGraph) -> None:
+    g, t = small.graph, small.anomaly_type
+    members = np.flatnonzero(t == 3)
+    assert members.size % SMALL.clique_size == 0
+    ei = g.edge_index()
+    both = (t[ei[0]] == 3) & (t[ei[1]] == 3)
+    per_node = np.bincount(ei[0][both], minlength=g.num_nodes)[members]
+    assert (per_node >= SMALL.clique_size - 1).all()
+
+
+def _centroids(r: SyntheticGraph) -> np.ndarray:
+    normal = r.anomaly_type == 0
+    c = r.community
+    sums = np.zeros((c.max() + 1, r.graph.num_features))
+    np.add.at(sums, c[normal], r.graph.x[normal])
+    return sums / np.bincount(c[normal], minlength=c.max() + 1)[:, None]
+
+
+def test_feature_anomalies_leave_their_community(small: SyntheticGraph) -> None:
+    x, t, c = small.graph.x, small.anomaly_type, small.community
+    cent = _centroids(small)
+    nearest = ((x[:, None, :] - cent[None]) ** 2).sum(-1).argmin(1)
+    assert (nearest[t == 0] == c[t == 0]).mean() > 0.9  # communities are recoverable from features
+    assert (nearest[t == 1] != c[t == 1]).mean() > 0.9  # swapped nodes look like another community
+    own = np.linalg.norm(x - cent[c], axis=1)
+    assert np.median(own[t == 2]) > np.quantile(own[t == 0], 0.9)  # contextual: far from own centroid
+
+
+def test_anomalies_detectable_from_context(small: SyntheticGraph) -> None:
+    """1 - cos(x_i, mean of neighbours' x) separates community-swap and contextual anomalies."""
+    g, t = small.graph, small.anomaly_type
+    ei = g.edge_index()
+    deg = np.diff(g.indptr)
+    nbr = np.zeros_like(g.x)
+    np.add.at(nbr, ei[0], g.x[ei[1]])
+    nbr /= np.maximum(deg, 1)[:, None]
+    score = 1 - (g.x * nbr).sum(1) / (np.linalg.norm(g.x, axis=1) * np.linalg.norm(nbr, axis=1) + 1e-9)
+    for kind in (1, 2):
+        sel = (t == 0) | (t == kind)
+        assert _auroc(t[sel] == kind, score[sel]) > 0.85
+
+
+def test_kmeans_recovers_communities(small: SyntheticGraph) -> None:
+    faiss = pytest.importorskip("faiss")
+    k = SMALL.resolved_communities()
+    km = faiss.Kmeans(SMALL.features, k, niter=25, nredo=3, seed=0)
+    km.train(small.graph.x)
+    labels = km.index.search(small.graph.x, 1)[1][:, 0]
+    assert _ari(small.community, labels) > 0.6
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "option"),
+    [
+        ("nodes", -5, "--nodes"),
+        ("avg_degree", 0.0, "--avg-degree"),
+        ("avg_degree", 50.0, "--avg-degree"),
+        ("anomaly_fraction", 0.9, "--anomaly-fraction"),
+        ("anomaly_mix", (0.0, 0.0, 0.0), "--anomaly-mix"),
+        ("communities", 0, "--communities"),
+        ("features", 0, "--features"),
+        ("mixing", 1.5, "--mixing"),
+        ("power_law_exponent", 1.5, "--power-law-exponent"),
+        ("clique_size", 1, "--clique-size"),
+    ],
+)
+def test_bad_config(field: str, value, option: str) -> None:
+    cfg = SyntheticConfig(nodes=40, avg_degree=4.0)
+    setattr(cfg, field, value)
+    with pytest.raises(GraphInputError) as info:
+        synthesize(cfg)
+    assert info.value.source == option
+
+
+def test_cli_writes_loadable_npz(tmp_path: Path) -> None:
+    out = tmp_path / "syn.npz"
+    cmd = [sys.executable, "-m", "partitioning.synthetic", "--nodes", "3000", "--avg-degree", "8",
+           "--features", "8", "--seed", "1", "--out", str(out)]
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "3000 nodes" in res.stdout
+    g = load_graph(out)
+    assert g.num_nodes == 3000 and g.num_features == 8
+    with np.load(out) as f:
+        assert f["anomaly_type"].dtype == np.int8
+        np.testing.assert_array_equal((f["anomaly_type"] > 0).astype(np.int8), g.y)
+    same = synthesize(SyntheticConfig(nodes=3000, avg_degree=8, features=8, seed=1))
+    assert same.graph.fingerprint() == g.fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [(["--nodes", "-5"], "--nodes"), (["--communities", "many"], "--communities"), (["--mixing", "2"], "--mixing")],
+)
+def test_cli_bad_option_one_line(tmp_path: Path, args: list[str], option: str) -> None:
+    cmd = [sys.executable, "-m", "partitioning.synthetic", *args, "--out", str(tmp_path / "x.npz")]
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {option}: "), res.stderr
+    assert not (tmp_path / "x.npz").exists()
