@@ -64,6 +64,7 @@ class PretrainConfig:
     backend: str = "auto"
     cache_gb: float = 4.0
     prefetch: int = 2
+    max_steps_per_epoch: int = 0
     checkpoint_every: int = 0
     keep_checkpoints: int = 2
     max_failures: int = 3
@@ -114,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--backend", default=d.backend, help="neighbour-sampling backend: auto, pyg-lib, torch-sparse, builtin")
     a("--cache-gb", type=float, default=d.cache_gb, help="memory per worker for caching subgraphs read from the store")
     a("--prefetch", type=int, default=d.prefetch, help="training steps prepared ahead in a background thread")
+    a("--max-steps-per-epoch", type=int, default=d.max_steps_per_epoch,
+      help="stop each epoch after this many steps (0 = the whole store; for smoke tests and benchmarks)")
     a("--checkpoint-every", type=int, default=d.checkpoint_every,
       help="also checkpoint every N steps (0 = only at the end of each epoch)")
     a("--keep-checkpoints", type=int, default=d.keep_checkpoints, help="Ray checkpoints kept on disk")
@@ -149,6 +152,7 @@ def validate(cfg: PretrainConfig) -> dict:
         (0 <= cfg.memory_momentum < 1, "--memory-momentum", "must be in [0, 1)"),
         (cfg.cache_gb >= 0 and cfg.prefetch >= 0, "--cache-gb/--prefetch", "must be >= 0"),
         (cfg.checkpoint_every >= 0, "--checkpoint-every", "must be >= 0"),
+        (cfg.max_steps_per_epoch >= 0, "--max-steps-per-epoch", "must be >= 0"),
         (cfg.keep_checkpoints >= 1, "--keep-checkpoints", "must be >= 1"),
         (cfg.max_failures >= -1, "--max-failures", "must be >= -1"),
         (not (cfg.resume and cfg.overwrite), "--resume", "cannot be combined with --overwrite"),

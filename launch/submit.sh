@@ -35,7 +35,7 @@ ADDRESS=${GCAD_RAY_ADDRESS:-${RAY_ADDRESS:-${LOCAL_ADDRESS:-http://127.0.0.1:826
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-token}
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
   echo; echo "Options of the job (python -m ${GCAD_ENTRYPOINT:-gcad_dist.pretrain} --help):"
   exec python -m "${GCAD_ENTRYPOINT:-gcad_dist.pretrain}" --help
 fi

@@ -43,6 +43,7 @@ class BuildConfig:
     corruptions: int = 1
     seed: int = 0
     niter: int = 20
+    nredo: int = 3  # K-means restarts of the final clustering (best inertia kept); the elbow uses 1
     gpu: str = "auto"
     threads: int = 0  # 0 = every core this process may use
     chunk_mib: float = 8.0
@@ -84,7 +85,7 @@ def check_config(cfg: BuildConfig) -> None:
         raise UsageError(f"--ratio: must lie strictly between 0 and 1, got {cfg.ratio}")
     if cfg.k is not None and cfg.k < 2:
         raise UsageError(f"--k: need at least 2 parts, got {cfg.k}")
-    for name in ("corruptions", "sample", "niter"):
+    for name in ("corruptions", "sample", "niter", "nredo"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name}: must be at least 1, got {getattr(cfg, name)}")
     if cfg.threads < 0:
@@ -195,7 +196,9 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
                     f"--k: K={k} exceeds the {distinct} distinct feature vectors of the training sample "
                     f"({xs.shape[0]} rows)"
                 )
-            centroids, sample_inertia = km.train_centroids(xs, k, niter=cfg.niter, seed=cfg.seed, use_gpu=use_gpu)
+            centroids, sample_inertia = km.train_centroids(
+                xs, k, niter=cfg.niter, seed=cfg.seed, use_gpu=use_gpu, nredo=cfg.nredo
+            )
             del xs
             labels, inertia = km.assign(graph.x, centroids, use_gpu=use_gpu)
             parts, kept = _dense(labels)
@@ -210,9 +213,10 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
             "device": "gpu" if use_gpu else "cpu",
             "train_sample": int(min(cfg.sample, n)),
             "niter": cfg.niter,
+            "nredo": cfg.nredo,
             "inertia": inertia,
             "sample_inertia": sample_inertia,
-            "init": "k-means++ (seeded), then FAISS Lloyd iterations",
+            "init": "greedy k-means++ (seeded), then FAISS Lloyd iterations; best of nredo runs",
             "elbow": None
             if elbow is None
             else {
@@ -340,6 +344,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--corruptions", type=int, default=d.corruptions, help="independent corrupt subgraphs per part")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of every random choice (same seed, same store)")
     p.add_argument("--niter", type=int, default=d.niter, help="K-means (Lloyd) iterations per run")
+    p.add_argument("--nredo", type=int, default=d.nredo, help="K-means runs (own seeding each) for the final "
+                   "clustering; the lowest inertia wins")
     p.add_argument("--gpu", choices=["auto", "yes", "no"], default=d.gpu, help="FAISS on GPU: auto = when FAISS "
                    "sees one")
     p.add_argument("--threads", type=int, default=d.threads, help="FAISS OpenMP threads (0 = all usable cores)")
@@ -359,7 +365,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     grid = args.k_grid if isinstance(args.k_grid, tuple) else _parse_grid(args.k_grid)
     return BuildConfig(
         graph=args.graph, out=args.out, k=k, k_grid=grid, sample=args.sample, elbow_sample=args.elbow_sample,
-        ratio=args.ratio, corruptions=args.corruptions, seed=args.seed, niter=args.niter, gpu=args.gpu,
+        ratio=args.ratio, corruptions=args.corruptions, seed=args.seed, niter=args.niter, nredo=args.nredo, gpu=args.gpu,
         threads=args.threads, chunk_mib=args.chunk_mib, overwrite=args.overwrite, plot=not args.no_plot,
         progress=not args.no_progress,
     )

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from partitioning.errors import GraphInputError
-from partitioning.graph import Graph, csr_from_edges
+from partitioning.graph import Graph, csr_from_edges, sorted_unique
 from partitioning.validate import (
     validate_arrays,
     validate_edges,
@@ -86,7 +86,7 @@ def load_graph(path: str | os.PathLike[str]) -> Graph:
         graph.num_edges,
         graph.num_features,
         "" if graph.y is None else f", {int(graph.y.sum())} anomalies",
-        "" if graph.graph_id is None else f", {np.unique(graph.graph_id).size} graphs",
+        "" if graph.graph_id is None else f", {sorted_unique(graph.graph_id.copy()).size} graphs",
         time.perf_counter() - t0,
     )
     return graph

@@ -1,7 +1,7 @@
 """K-means on node features with FAISS, and the elbow rule that picks K automatically.
 
 * Training runs on a uniform sample of the rows (``sample`` points, drawn once with the seed), seeded
-  with k-means++ (vectorised, one pass per centroid) and refined by FAISS Lloyd iterations
+  with greedy k-means++ (vectorised, one pass per centroid) and refined by FAISS Lloyd iterations
   (``faiss.Kmeans``), on a GPU when FAISS sees one (``faiss.get_num_gpus() > 0``), else on CPU.
 * All N rows are then assigned to their nearest centroid with an exact flat L2 index, searched in
   chunks so the distance buffers stay small.
@@ -77,10 +77,12 @@ def count_distinct_rows(x: np.ndarray) -> int:
     return int(np.unique(rows).size)
 
 
-def kmeans_pp_init(x: np.ndarray, k: int, seed: int) -> np.ndarray:
-    """k-means++ seeding (D^2 sampling). One vectorised pass over ``x`` per centroid (a loop over K)."""
+def kmeans_pp_init(x: np.ndarray, k: int, seed: int, trials: int | None = None, redo: int = 0) -> np.ndarray:
+    """Greedy k-means++ seeding (D^2 sampling; as in scikit-learn, ``2 + ln k`` candidates per step, the
+    one that lowers the potential most is kept). One vectorised pass over ``x`` per centroid."""
     n = x.shape[0]
-    rng = np.random.default_rng([seed, k, 0x99])
+    rng = np.random.default_rng([seed, k, redo, 0x99])
+    trials = trials or 2 + int(np.log(k))
     xf = x.astype(np.float32, copy=False)
     sq = np.einsum("ij,ij->i", xf, xf, dtype=np.float64)
     centers = np.empty((k, x.shape[1]), dtype=np.float32)
@@ -90,40 +92,47 @@ def kmeans_pp_init(x: np.ndarray, k: int, seed: int) -> np.ndarray:
     for j in range(1, k):
         total = d2.sum()
         if total <= 0.0:  # fewer distinct points than centroids so far: pick uniformly
-            idx = int(rng.integers(n))
-        else:
-            # inverse-CDF draw: O(n), no copies of x
-            idx = int(np.searchsorted(np.cumsum(d2), rng.random() * total, side="right"))
-            idx = min(idx, n - 1)
-        centers[j] = xf[idx]
-        dj = sq - 2.0 * (xf @ centers[j]).astype(np.float64) + float(sq[idx])
-        np.minimum(d2, np.maximum(dj, 0.0), out=d2)
+            cand = rng.integers(n, size=trials)
+        else:  # inverse-CDF draws, O(n), no copies of x
+            cand = np.minimum(np.searchsorted(np.cumsum(d2), rng.random(trials) * total, side="right"), n - 1)
+        dc = sq[None, :] - 2.0 * (xf[cand] @ xf.T).astype(np.float64) + sq[cand][:, None]  # [trials, n]
+        np.minimum(np.maximum(dc, 0.0), d2[None, :], out=dc)
+        best = int(np.argmin(dc.sum(axis=1)))
+        centers[j] = xf[cand[best]]
+        d2 = dc[best]
     return centers
 
 
 def train_centroids(
-    x: np.ndarray, k: int, *, niter: int = 20, seed: int = 0, use_gpu: bool = False
+    x: np.ndarray, k: int, *, niter: int = 20, seed: int = 0, use_gpu: bool = False, nredo: int = 1
 ) -> tuple[np.ndarray, float]:
-    """Fit K-means on all rows of ``x`` (already the training sample). Returns (centroids [k,F], inertia)."""
+    """Fit K-means on all rows of ``x`` (already the training sample). Returns (centroids [k,F], inertia).
+
+    ``nredo`` independent runs (own k-means++ seeding each); the one with the lowest inertia is kept.
+    """
     faiss = _faiss()
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, d = x.shape
     if k > n:
         raise ValueError(f"K={k} is larger than the number of training points ({n})")
-    init = kmeans_pp_init(x, k, seed)
-    km = faiss.Kmeans(
-        d,
-        k,
-        niter=niter,
-        seed=seed,
-        gpu=bool(use_gpu),
-        verbose=False,
-        # train on every sampled point: no second subsampling inside FAISS, no "too few points" warning
-        max_points_per_centroid=int(np.ceil(n / k)) + 1,
-        min_points_per_centroid=1,
-    )
-    obj = km.train(x, init_centroids=init)
-    return np.ascontiguousarray(km.centroids, dtype=np.float32), float(obj)
+    best: tuple[np.ndarray, float] | None = None
+    for redo in range(max(1, nredo)):
+        init = kmeans_pp_init(x, k, seed, redo=redo)
+        km = faiss.Kmeans(
+            d,
+            k,
+            niter=niter,
+            seed=seed + redo,
+            gpu=bool(use_gpu),
+            verbose=False,
+            # train on every sampled point: no second subsampling inside FAISS, no "too few points" warning
+            max_points_per_centroid=int(np.ceil(n / k)) + 1,
+            min_points_per_centroid=1,
+        )
+        obj = float(km.train(x, init_centroids=init))
+        if best is None or obj < best[1]:
+            best = (np.ascontiguousarray(km.centroids, dtype=np.float32), obj)
+    return best
 
 
 def assign(
@@ -224,6 +233,7 @@ def kmeans(
     sample: int = 100_000,
     elbow_sample: int = 20_000,
     niter: int = 20,
+    nredo: int = 1,
     seed: int = 0,
     gpu: str = "auto",
     threads: int | None = None,
@@ -248,7 +258,7 @@ def kmeans(
         del xe
         k = elbow.k
         log.info("elbow: K=%d from grid %s", k, elbow.ks)
-    centroids, sample_obj = train_centroids(xs, k, niter=niter, seed=seed, use_gpu=use_gpu)
+    centroids, sample_obj = train_centroids(xs, k, niter=niter, seed=seed, use_gpu=use_gpu, nredo=nredo)
     labels, inertia = assign(x, centroids, use_gpu=use_gpu)
     return KMeansResult(
         labels=labels,

@@ -74,7 +74,7 @@ class SyntheticConfig:
     features: int = 64
     anomaly_fraction: float = 0.03
     anomaly_mix: tuple[float, float, float] = (0.5, 0.25, 0.25)  # swap, contextual, structural
-    mixing: float = 0.1  # fraction of edge ends drawn outside the community
+    mixing: float = 0.1  # share of edges whose second end is drawn from the whole graph
     power_law_exponent: float = 2.5
     separation: float = 6.0  # mean centroid distance in units of ``noise``
     noise: float = 1.0  # within-community feature standard deviation per dimension
@@ -109,7 +109,7 @@ class SyntheticConfig:
             raise GraphInputError("--power-law-exponent", f"must be > 2, got {self.power_law_exponent}")
         check_positive("--separation", self.separation, allow_zero=True)
         check_positive("--noise", self.noise)
-        check_int_range("--clique-size", self.clique_size, low=2, high=self.nodes)
+        check_int_range("--clique-size", self.clique_size, low=2)
         check_int_range("--contextual-candidates", self.contextual_candidates, low=1)
         check_int_range("--seed", self.seed, low=0)
         return self
@@ -256,7 +256,7 @@ def _sample_edges(
 def _farthest_candidates(
     rng: np.random.Generator, x: np.ndarray, nodes: np.ndarray, k: int, chunk: int = 4096
 ) -> np.ndarray:
-    """For each node, the features of the farthest (Euclidean) of ``k`` random other nodes."""
+    """For each node, the features of the farthest (Euclidean) of ``k`` random nodes."""
     out = np.empty((nodes.size, x.shape[1]), dtype=x.dtype)
     cand = rng.integers(0, x.shape[0], size=(nodes.size, k))
     for s in range(0, nodes.size, chunk):  # chunks bound memory at chunk * k * F floats
@@ -271,7 +271,7 @@ def _anomaly_counts(cfg: SyntheticConfig) -> tuple[int, int, int]:
     """(#community-swap nodes, #contextual nodes, #cliques) for ``anomaly_fraction`` of the nodes."""
     total = round(cfg.nodes * cfg.anomaly_fraction)
     mix = np.asarray(cfg.anomaly_mix, dtype=float) / float(sum(cfg.anomaly_mix))
-    n_cliques = round(total * mix[2] / cfg.clique_size)
+    n_cliques = min(round(total * mix[2] / cfg.clique_size), total // cfg.clique_size)
     rest = total - n_cliques * cfg.clique_size
     if mix[0] + mix[1] > 0:
         n_swap = round(rest * mix[0] / (mix[0] + mix[1]))

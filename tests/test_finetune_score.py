@@ -221,3 +221,30 @@ def test_multi_graph_batches_are_exact(pre_checkpoint) -> None:
 def test_help_lists_options(main_fn, capsys) -> None:
     code, out, _ = _run(main_fn, ["--help"], capsys)
     assert code == 0 and "--checkpoint" in out and "--graph" in out and "default" in out
+
+
+def test_finetune_uses_given_split_masks(small_graph, pre_checkpoint, tmp_path, capsys) -> None:
+    """Graphs with their own splits (like tolokers' 10): --split-index picks one; labels come from its train part."""
+    import dataclasses
+
+    from partitioning.io import save_npz
+
+    g, _ = small_graph
+    rng = np.random.default_rng(5)
+    part = rng.integers(0, 3, size=(3, g.num_nodes))  # 3 random splits: 0 train, 1 val, 2 test
+    masks = {"train": part == 0, "val": part == 1, "test": part == 2}
+    path = tmp_path / "masked.npz"
+    save_npz(dataclasses.replace(g, masks=masks), path)
+    out = tmp_path / "ft"
+    code, _, err = _run(finetune_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(out),
+                                       "--split-index", "2", "--label-fraction", "0.5", "--epochs", "2",
+                                       "--eval-every", "1", "--no-plots", "--no-progress", "--threads", "1"], capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["split"]["source"] == "given[2]"
+    assert (m["split"]["train"], m["split"]["test"]) == (int(masks["train"][2].sum()), int(masks["test"][2].sum()))
+    keep = subsample_labels(masks["train"][2], g.y, 0.5, seed=0)
+    assert m["labels"]["train_labelled"] == int(keep.sum())
+    code, _, err = _run(finetune_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(out),
+                                       "--split-index", "3", "--epochs", "0"], capsys)
+    assert code == 2 and err.startswith("error: --split-index")

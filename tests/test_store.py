@@ -48,6 +48,15 @@ def test_round_trip_is_exact(tmp_path: Path) -> None:
         np.testing.assert_array_equal(c["global_id"], s.nodes)
         np.testing.assert_array_equal(c["x"], x[s.nodes])
         np.testing.assert_array_equal(c["y"], s.y)
+        assert c["num_own"] == s.num_own and c["part"] == s.part and c["replica"] == s.replica
+
+
+def test_get_returns_pyg_data(tmp_path: Path) -> None:
+    x, subs, _ = make_input()
+    out = tmp_path / "s.zarr"
+    write(out, x, subs)
+    r = StoreReader(str(out))
+    for i, s in enumerate(subs):
         d = r.get(i)
         assert d.num_nodes == s.num_nodes and d.part == s.part and d.subgraph_id == i
         assert d.y.dtype.is_floating_point is False and int(d.y.sum()) == s.num_injected

@@ -103,6 +103,8 @@ def train_loop_per_worker(config: dict) -> None:
     dataset = StoreDataset(reader, rank, world, shard, fanouts=cfg.fanout_list(), backend=cfg.backend,
                            cache_bytes=int(cfg.cache_gb * (1 << 30)), prefetch=cfg.prefetch)
     steps_per_epoch = dataset.steps_per_epoch()
+    if cfg.max_steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
     total_steps = steps_per_epoch * cfg.epochs
 
     mcfg = model_config(cfg, reader.num_features)
@@ -181,6 +183,8 @@ def train_loop_per_worker(config: dict) -> None:
         seeds = edges = n_steps = 0
         t_epoch = time.perf_counter()
         for tb in dataset.iter_epoch(epoch, start=pos):
+            if pos >= steps_per_epoch:
+                break
             tb = tb.to(device)
             sync.set_subgraph(tb.key, shared=tb.shared)
             out = net(tb.x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,

@@ -1,0 +1,214 @@
+"""Distributed pre-training throughput on a store: workers, GCCAD vs GraphSAGE, samplers, data waits.
+
+Example (the BENCHMARKS.md figures; the store from a generated 1M-node graph):
+    python -m partitioning.build --graph /tmp/h1big.npz --out /tmp/big.zarr --k 20
+    python -m bench.train --store /tmp/big.zarr --workers 1 2 --steps 30
+
+Measures, in one run:
+
+1. ``python -m gcad_dist.pretrain`` (Ray Train) for each ``--workers`` value, ``--steps`` steps of one
+   epoch: seed nodes/s and sampled edges/s over all workers, and the share of the epoch each worker
+   spent waiting for its next batch (data loading and sampling not hidden by the prefetch thread);
+2. on the same pre-sampled minibatches of the largest subgraph (one process): the time of a GCCAD
+   training step (forward, loss, backward, Adam) against a plain GraphSAGE step (PyG ``GraphSAGE`` of
+   the same width and depth, linear head, cross-entropy on the same labels);
+3. the neighbour samplers on that subgraph's CSR (``bench/sampler.measure_sampler``): the built-in one
+   against torch-sparse (and pyg-lib) when installed.
+
+Prints a table (stdout) and writes it as JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
+
+from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
+
+log = logging.getLogger("bench.train")
+
+
+@dataclass
+class TrainBenchConfig:
+    store: str
+    workers: list[int] = field(default_factory=lambda: [1, 2])
+    steps: int = 30
+    batch_size: int = 1024
+    fanouts: str = "10,5"
+    hidden: int = 64
+    layers: int = 2
+    conv: str = "gin"
+    sample_threshold: int = 50_000
+    step_batches: int = 10
+    cpus_per_worker: int = 1
+    json: str | None = None
+    skip_ray: bool = False
+
+
+def _time_steps(step_fn, batches, repeats: int = 1) -> float:
+    """Median seconds of ``step_fn(batch)`` over the batches (after one warm-up step)."""
+    step_fn(batches[0])
+    times = []
+    for _ in range(repeats):
+        for b in batches:
+            t0 = time.perf_counter()
+            step_fn(b)
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def step_comparison(cfg: TrainBenchConfig) -> dict:
+    """GCCAD vs GraphSAGE training step on the same minibatches of the store's largest subgraph,
+    and the samplers on its CSR."""
+    from torch_geometric.nn import GraphSAGE
+
+    from bench.sampler import measure_sampler
+    from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
+    from gcad_dist.data.sampler import available_backends
+    from gcad_dist.distributed.context import AllReduceContextSync
+    from gcad_dist.model import GCCAD, GCCADConfig
+    from partitioning.store.reader import StoreReader
+
+    reader = StoreReader(cfg.store)
+    sg = int(reader.node_counts.argmax())
+    data = reader.get(sg)
+    fanouts = [int(f) for f in cfg.fanouts.split(",")]
+    loader = SubgraphNeighborLoader(data, fanouts, cfg.batch_size, shuffle=True, seed=0, prefetch=0)
+    batches = []
+    for b in loader:
+        batches.append(b)
+        if len(batches) == cfg.step_batches:
+            break
+    log.info("subgraph %d: %d nodes, %d CSR entries; %d minibatches of %d seeds, mean %.0f sampled edges",
+             sg, data.num_nodes, data.edge_index.size(1), len(batches), cfg.batch_size,
+             sum(b.edge_index.size(1) for b in batches) / len(batches))
+
+    torch.manual_seed(0)
+    gccad = GCCAD(GCCADConfig(in_dim=reader.num_features, hidden=cfg.hidden, num_layers=cfg.layers, conv=cfg.conv))
+    sync = AllReduceContextSync(momentum=0.5)  # one process: the all-reduce is the identity, memory on
+    sync.set_subgraph(sg, shared=True)
+    opt_g = torch.optim.Adam(gccad.parameters(), lr=1e-3)
+
+    def gccad_step(b) -> None:
+        mask = torch.zeros(b.num_nodes, dtype=torch.bool)
+        mask[: b.batch_size] = True
+        out = gccad(b.x, b.edge_index, context_mask=mask, sync=sync)
+        loss = gccad.loss(out, b.y, mask=mask, sync=sync)["total"]
+        opt_g.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_g.step()
+
+    sage = GraphSAGE(reader.num_features, cfg.hidden, cfg.layers, out_channels=2, dropout=0.1)
+    opt_s = torch.optim.Adam(sage.parameters(), lr=1e-3)
+
+    def sage_step(b) -> None:
+        logits = sage(b.x, b.edge_index)[: b.batch_size]
+        loss = torch.nn.functional.cross_entropy(logits, b.y[: b.batch_size])
+        opt_s.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_s.step()
+
+    gccad.train()
+    sage.train()
+    # Interleave the two so that machine load affects both alike.
+    t_g, t_s = [], []
+    for _ in range(2):
+        t_g.append(_time_steps(gccad_step, batches))
+        t_s.append(_time_steps(sage_step, batches))
+    g_ms, s_ms = 1000 * min(t_g), 1000 * min(t_s)
+
+    rowptr, col = loader.rowptr, loader.col
+    samplers = []
+    for backend in available_backends():
+        r = measure_sampler(rowptr, col, backend, fanouts, cfg.batch_size, n_batches=cfg.step_batches)
+        samplers.append({k: r[k] for k in ("backend", "seeds_per_s", "edges_per_s", "ms_per_batch",
+                                           "cpu_ms_per_batch", "mean_edges")})
+    return {"subgraph": sg, "subgraph_nodes": int(data.num_nodes), "gccad_step_ms": g_ms, "sage_step_ms": s_ms,
+            "gccad_over_sage": g_ms / s_ms, "samplers": samplers,
+            "mean_sampled_edges": sum(b.edge_index.size(1) for b in batches) / len(batches)}
+
+
+def ray_runs(cfg: TrainBenchConfig) -> list[dict]:
+    """One short pre-training epoch per worker count, through the real CLI code path."""
+    from gcad_dist.pretrain import PretrainConfig, run
+
+    rows = []
+    for w in cfg.workers:
+        with tempfile.TemporaryDirectory(prefix="bench-train-") as out:
+            pc = PretrainConfig(
+                store=cfg.store, out=out, workers=w, cpus_per_worker=cfg.cpus_per_worker, epochs=1,
+                batch_size=cfg.batch_size, fanouts=cfg.fanouts, hidden=cfg.hidden, layers=cfg.layers,
+                conv=cfg.conv, sample_threshold=cfg.sample_threshold, max_steps_per_epoch=cfg.steps,
+                max_failures=0,
+            )
+            s = run(pc)
+            hist = json.loads((Path(out) / "metrics.json").read_text())["history"][-1]
+        rows.append({"workers": w, "steps": hist["steps"], "seeds_per_s": hist["seeds_per_s"],
+                     "edges_per_s": hist["edges_per_s"], "wait_frac": hist["wait_frac"],
+                     "epoch_s": hist["time_s"], "loss": s["final_loss"]})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.train", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    d = TrainBenchConfig(store="")
+    p.add_argument("--store", required=True, help="store built by python -m partitioning.build")
+    p.add_argument("--workers", type=int, nargs="+", default=d.workers, help="worker counts to run")
+    p.add_argument("--steps", type=int, default=d.steps, help="training steps per worker count")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="seed nodes per worker per step")
+    p.add_argument("--fanouts", default=d.fanouts, help="neighbours per hop")
+    p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (GCCAD and GraphSAGE)")
+    p.add_argument("--layers", type=int, default=d.layers, help="layers (GCCAD and GraphSAGE)")
+    p.add_argument("--conv", default=d.conv, help="GCCAD node-update convolution")
+    p.add_argument("--sample-threshold", type=int, default=d.sample_threshold,
+                   help="subgraphs above this many nodes are neighbour-sampled")
+    p.add_argument("--step-batches", type=int, default=d.step_batches,
+                   help="minibatches timed for the GCCAD/GraphSAGE and sampler comparisons")
+    p.add_argument("--cpus-per-worker", type=int, default=d.cpus_per_worker, help="CPUs per Ray worker")
+    p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--skip-ray", action="store_true", help="only the single-process comparisons")
+    cfg = TrainBenchConfig(**vars(p.parse_args(argv)))
+    setup_logging()
+    from partitioning.store.reader import StoreReader
+
+    StoreReader(cfg.store)  # one-line error on a bad store
+    if any(w < 1 for w in cfg.workers) or cfg.steps < 1:
+        raise UsageError("--workers/--steps: must be >= 1")
+    comp = step_comparison(cfg)
+    rows = [] if cfg.skip_ray else ray_runs(cfg)
+
+    print(f"\nstore {cfg.store}; batch {cfg.batch_size} seeds/worker, fanouts {cfg.fanouts}, "
+          f"hidden {cfg.hidden}, {cfg.layers} layers, torch threads {torch.get_num_threads()}")
+    if rows:
+        print("\n| workers | steps | seed nodes/s | sampled edges/s | waiting for data | epoch s |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['workers']} | {r['steps']} | {r['seeds_per_s']:,.0f} | {r['edges_per_s']:,.0f} | "
+                  f"{100 * r['wait_frac']:.1f}% | {r['epoch_s']:.1f} |")
+    print(f"\nGCCAD step {comp['gccad_step_ms']:.1f} ms vs GraphSAGE step {comp['sage_step_ms']:.1f} ms "
+          f"on the same minibatches (mean {comp['mean_sampled_edges']:,.0f} sampled edges): "
+          f"ratio {comp['gccad_over_sage']:.2f}x")
+    print("\n| sampler | seed nodes/s | sampled edges/s | ms/batch | CPU ms/batch |")
+    print("|---|---|---|---|---|")
+    for s in comp["samplers"]:
+        print(f"| {s['backend']} | {s['seeds_per_s']:,.0f} | {s['edges_per_s']:,.0f} | {s['ms_per_batch']:.1f} | "
+              f"{s['cpu_ms_per_batch']:.1f} |")
+    if cfg.json:
+        Path(cfg.json).write_text(json.dumps({"config": asdict(cfg), "runs": rows, "steps": comp}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

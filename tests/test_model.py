@@ -1,0 +1,297 @@
+"""Tests of the GCCAD model (gcad_dist/model): encoder pieces, batching, ContextSync seam, training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Batch, Data
+
+from gcad_dist.model import GCCAD, GCCADConfig, GCCADOutput
+from gcad_dist.model.context import ContextSync
+from gcad_dist.model.edge_update import EdgeUpdate, LinkPredictor, straight_through_sample
+from gcad_dist.model.node_update import CONVS, make_conv
+from gcad_dist.model.readout import READOUTS, mean_context, memory_context
+
+IDENT = ContextSync()
+
+
+def _random_graph(n: int, m: int, f: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, f, generator=g)
+    src = torch.randint(0, n, (m,), generator=g)
+    dst = torch.randint(0, n, (m,), generator=g)
+    keep = src != dst
+    ei = torch.stack([src[keep], dst[keep]])
+    return x, torch.cat([ei, ei.flip(0)], 1)
+
+
+def test_config_rejects_unknown_names():
+    for bad in ({"conv": "cheb"}, {"readout": "median"}, {"loss": "mse"}, {"tau": 0.0}, {"num_layers": 0}):
+        with pytest.raises(ValueError):
+            GCCADConfig(in_dim=4, **bad)
+
+
+def test_link_predictor_equals_explicit_concatenated_mlp():
+    torch.manual_seed(0)
+    h = torch.randn(7, 5)
+    q = torch.randn(2, 5)
+    batch = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    ei = torch.tensor([[0, 1, 2, 3, 6, 5], [1, 2, 0, 4, 3, 6]])
+    for link_global in (True, False):
+        lp = LinkPredictor(5, link_global=link_global).eval()
+        hi, hj = h[ei[1]], h[ei[0]]
+        feats = [(hi - hj).abs()]
+        if link_global:
+            feats += [hi - q[batch[ei[1]]], hj - q[batch[ei[0]]]]
+        expected = lp.lin2(F.relu(lp.lin1(torch.cat(feats, -1)))).squeeze(-1)
+        torch.testing.assert_close(lp(h, q, ei, batch), expected)
+
+
+def test_straight_through_sample_is_hard_forward_and_differentiable():
+    torch.manual_seed(1)
+    logits = torch.randn(500, requires_grad=True)
+    keep = straight_through_sample(logits, 0.6)
+    assert set(keep.detach().unique().tolist()) <= {0.0, 1.0}
+    frac = keep.mean().item()
+    assert abs(frac - torch.sigmoid(logits).mean().item()) < 0.1  # samples follow p
+    (keep * torch.arange(500.0)).sum().backward()
+    assert logits.grad.abs().sum() > 0
+
+
+def test_edge_residual_formula_in_eval_mode():
+    torch.manual_seed(2)
+    eu = EdgeUpdate(6).eval()
+    with torch.no_grad():
+        eu.alpha_logit.fill_(0.7)
+    h, q = torch.randn(5, 6), torch.randn(1, 6)
+    ei = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]])
+    batch = torch.zeros(5, dtype=torch.long)
+    w_prev = torch.tensor([1.0, 0.5, 0.2, 1.0, 0.0])
+    w, p, logits = eu(h, q, ei, batch, w_prev)
+    alpha = torch.sigmoid(torch.tensor(0.7))
+    expected = (alpha * w_prev + (1 - alpha) * p) * (p > 0.5).float()
+    torch.testing.assert_close(w, expected)
+    torch.testing.assert_close(p, torch.sigmoid(logits))
+
+
+def test_gradient_reaches_link_predictor_through_the_sample():
+    torch.manual_seed(3)
+    x, ei = _random_graph(40, 120, 6, seed=3)
+    y = torch.zeros(40, dtype=torch.long)
+    y[:5] = 1
+    model = GCCAD(GCCADConfig(in_dim=6, hidden=8, link_loss_weight=0.0, dropout=0.0)).train()
+    out = model(x, ei)
+    losses = model.loss(out, y)
+    assert losses["link"].item() == 0.0
+    losses["total"].backward()
+    for eu in model.encoder.edge_updates:
+        assert eu.predictor.lin1.weight.grad is not None
+        assert eu.predictor.lin1.weight.grad.abs().sum() > 0
+
+
+def test_eval_mode_is_deterministic_and_train_mode_samples():
+    x, ei = _random_graph(30, 90, 5, seed=4)
+    torch.manual_seed(4)
+    model = GCCAD(GCCADConfig(in_dim=5, hidden=8)).eval()
+    a, b = model(x, ei), model(x, ei)
+    torch.testing.assert_close(a.h, b.h, rtol=0, atol=0)
+    torch.testing.assert_close(model.score(a), model.score(b), rtol=0, atol=0)
+    model.train()
+    w1 = model(x, ei).edge_weight
+    w2 = model(x, ei).edge_weight
+    assert not torch.equal(w1, w2)
+
+
+def test_memory_readout_equals_softmax_weighted_mean():
+    torch.manual_seed(5)
+    h = torch.randn(9, 4)
+    mem = torch.randn(3, 4)
+    batch = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2])
+    mask = torch.tensor([True, True, False, True, True, True, True, True, False])
+    q = memory_context(h, mem, batch, 3, mask, IDENT)
+    for g in range(3):
+        sel = (batch == g) & mask
+        a = torch.softmax(F.cosine_similarity(h[sel], mem[g].expand_as(h[sel]), dim=-1), dim=0)
+        torch.testing.assert_close(q[g], (a.unsqueeze(-1) * h[sel]).sum(0))
+    q0 = mean_context(h, batch, 3, mask, IDENT)
+    for g in range(3):
+        torch.testing.assert_close(q0[g], h[(batch == g) & mask].mean(0))
+
+
+@pytest.mark.parametrize("conv", sorted(CONVS))
+def test_zero_edge_weight_is_exact_removal(conv):
+    torch.manual_seed(6)
+    x, ei = _random_graph(12, 30, 8, seed=6)
+    layer = make_conv(conv, 8).eval()
+    w = (torch.rand(ei.size(1)) < 0.6).float() * torch.rand(ei.size(1))
+    kept = w > 0
+    torch.testing.assert_close(layer(x, ei, w), layer(x, ei[:, kept], w[kept]), rtol=1e-5, atol=1e-6)
+    ones = torch.ones(ei.size(1))
+    torch.testing.assert_close(layer(x, ei, ones), layer(x, ei, None), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("conv", ["gin", "gcn"])
+def test_batch_of_graphs_equals_each_graph_alone(conv):
+    torch.manual_seed(7)
+    graphs = []
+    for i, n in enumerate((7, 11, 5)):
+        x, ei = _random_graph(n, 2 * n, 6, seed=10 + i)
+        graphs.append(Data(x=x, edge_index=ei, y=(torch.arange(n) % 4 == 0).long()))
+    model = GCCAD(GCCADConfig(in_dim=6, hidden=8, conv=conv)).eval()
+    b = Batch.from_data_list(graphs)
+    out = model(b.x, b.edge_index, batch=b.batch, num_graphs=b.num_graphs)
+    assert isinstance(out, GCCADOutput) and out.q.shape == (3, 8)
+    scores = model.score(out)
+    for g, data in enumerate(graphs):
+        alone = model(data.x, data.edge_index)
+        sel = b.batch == g
+        torch.testing.assert_close(out.h[sel], alone.h, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out.q[g : g + 1], alone.q, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(scores[sel], model.score(alone), rtol=1e-5, atol=1e-5)
+        for p_b, p_a in zip(out.edge_probs, alone.edge_probs):
+            esel = sel[b.edge_index[0]]
+            torch.testing.assert_close(p_b[esel], p_a, rtol=1e-5, atol=1e-5)
+
+
+class RecordingSync(ContextSync):
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def sum(self, t):
+        self.calls.append(("sum", tuple(t.shape)))
+        return t
+
+    def memory(self, layer, q):
+        self.calls.append(("memory", layer, tuple(q.shape)))
+        return q
+
+
+@pytest.mark.parametrize("readout", READOUTS)
+def test_context_sync_call_order(readout):
+    x, ei = _random_graph(20, 50, 4, seed=8)
+    batch = (torch.arange(20) >= 12).long()
+    y = (torch.arange(20) % 5 == 0).long()
+    model = GCCAD(GCCADConfig(in_dim=4, hidden=6, num_layers=3, readout=readout)).eval()
+    rec = RecordingSync()
+    out = model(x, ei, batch=batch, num_graphs=2, sync=rec)
+    model.loss(out, y, sync=rec)
+    layer_sum = {"memory": [("sum", (2, 7))], "mean": [("sum", (2, 7))], "sum": [("sum", (2, 6))], "max": []}
+    expected = [("sum", (2, 7))]
+    for layer in range(3):
+        expected += layer_sum[readout] + [("memory", layer, (2, 6))]
+    expected += [("sum", (2, 2))]
+    assert rec.calls == expected
+    # the identity sync reproduces the default exactly
+    ref = model(x, ei, batch=batch, num_graphs=2)
+    torch.testing.assert_close(out.q, ref.q, rtol=0, atol=0)
+
+
+def test_context_sync_sum_and_memory_are_used():
+    """A sync that doubles the worker count (two identical workers) must leave means unchanged;
+    a memory override must change the next layer."""
+
+    class TwoWorkers(ContextSync):
+        def sum(self, t):
+            return 2 * t
+
+    x, ei = _random_graph(15, 40, 4, seed=9)
+    y = (torch.arange(15) % 4 == 0).long()
+    model = GCCAD(GCCADConfig(in_dim=4, hidden=6)).eval()
+    ref = model(x, ei)
+    two = model(x, ei, sync=TwoWorkers())
+    torch.testing.assert_close(two.q, ref.q)
+    torch.testing.assert_close(model.loss(two, y, sync=TwoWorkers())["con"].shape, torch.Size([]))
+    assert model.loss(two, y, sync=TwoWorkers())["con"].item() > model.loss(ref, y)["con"].item()
+
+    class ZeroMemory(ContextSync):
+        def memory(self, layer, q):
+            return torch.zeros_like(q)
+
+    assert not torch.allclose(model(x, ei, sync=ZeroMemory()).h, ref.h)
+
+
+def test_context_mask_limits_context_to_masked_nodes():
+    x, ei = _random_graph(16, 40, 4, seed=10)
+    mask = torch.arange(16) < 10
+    model = GCCAD(GCCADConfig(in_dim=4, hidden=6, readout="mean", edge_update=False, num_layers=1)).eval()
+    out = model(x, ei, context_mask=mask)
+    torch.testing.assert_close(out.q[0], out.h[mask].mean(0))
+
+
+CONFIGS = [dict(conv=c, readout=r) for c in sorted(CONVS) for r in READOUTS] + [
+    dict(loss="ce"),
+    dict(edge_update=False),
+    dict(link_global=False),
+    dict(link_loss_weight=0.0),
+    dict(score_space="projection"),
+    dict(num_layers=1),
+]
+
+
+@pytest.mark.parametrize("kwargs", CONFIGS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_variants_run_forward_and_backward(kwargs):
+    torch.manual_seed(11)
+    x, ei = _random_graph(25, 60, 5, seed=11)
+    batch = (torch.arange(25) >= 15).long()
+    y = (torch.arange(25) % 6 == 0).long()
+    model = GCCAD(GCCADConfig(in_dim=5, hidden=8, **kwargs)).train()
+    out = model(x, ei, batch=batch, num_graphs=2, edge_weight=torch.rand(ei.size(1)))
+    losses = model.loss(out, y)
+    assert set(losses) >= {"total", "con", "link"}
+    assert torch.isfinite(losses["total"])
+    losses["total"].backward()
+    grads = [p.grad for p in model.encoder.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    assert model.encoder.input_proj.weight.grad.abs().sum() > 0
+    s = model.score(out)
+    assert s.shape == (25,) and torch.isfinite(s).all()
+    assert len(out.edge_probs) == (0 if kwargs.get("edge_update") is False else model.config.num_layers)
+
+
+def _two_community_graph(seed: int = 0, n: int = 300, f: int = 16, n_anom: int = 15, deg: int = 8):
+    """Two communities; anomalies carry the *other* community's features (contextual anomalies)."""
+    rng = np.random.default_rng(seed)
+    comm = rng.integers(0, 2, n)
+    centers = rng.normal(0, 1, (2, f)) * 1.5
+    y = np.zeros(n, dtype=np.int64)
+    anom = rng.choice(n, n_anom, replace=False)
+    y[anom] = 1
+    feat_comm = comm.copy()
+    feat_comm[anom] = 1 - comm[anom]
+    x = centers[feat_comm] + rng.normal(0, 1, (n, f))
+    src = np.repeat(np.arange(n), deg // 2)
+    members = [np.flatnonzero(comm == c) for c in (0, 1)]
+    dst = np.concatenate([rng.choice(members[comm[s]], 1) for s in src])
+    keep = src != dst
+    ei = np.concatenate([np.stack([src[keep], dst[keep]]), np.stack([dst[keep], src[keep]])], 1)
+    return torch.tensor(x, dtype=torch.float32), torch.tensor(ei), torch.tensor(y)
+
+
+def test_training_separates_contextual_anomalies():
+    from sklearn.metrics import roc_auc_score
+
+    x, ei, y = _two_community_graph(n=200, n_anom=10)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        model = GCCAD(GCCADConfig(in_dim=16, hidden=16))
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        model.eval()
+        with torch.no_grad():
+            auc_before = roc_auc_score(y.numpy(), model.score(model(x, ei)).numpy())
+        for _ in range(150):
+            model.train()
+            loss = model.loss(model(x, ei), y)["total"]
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            auc = roc_auc_score(y.numpy(), model.score(model(x, ei)).numpy())
+    finally:
+        torch.set_num_threads(threads)
+    assert auc > 0.9, (auc_before, auc)
+    assert auc > auc_before + 0.2

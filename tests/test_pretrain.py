@@ -1,0 +1,129 @@
+"""gcad_dist.pretrain end to end on a tiny store: 2 workers, a killed worker, --resume, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gcad_dist.checkpoint import load_model_file
+from gcad_dist.model import GCCAD, GCCADConfig
+from gcad_dist.pretrain import PretrainConfig, _start_ray, run
+
+REPO = Path(__file__).resolve().parents[1]
+# One big subgraph (345 nodes > threshold 250: neighbour-sampled by both workers) and three small ones.
+OPTS = dict(sample_threshold=250, batch_size=64, graph_batch_nodes=200, hidden=16, fanouts="5,3")
+
+
+def _build_store(out: Path, n: int = 600, big: int = 300, seed: int = 0) -> Path:
+    from partitioning.corrupt import corrupt_subgraphs
+    from partitioning.graph import csr_from_edges
+    from partitioning.store.writer import write_store
+
+    rng = np.random.default_rng(seed)
+    parts = np.concatenate([np.zeros(big, np.int64), 1 + rng.integers(0, 3, n - big)])
+    x = (rng.normal(size=(n, 8)) + parts[:, None]).astype(np.float32)
+    src = rng.integers(0, n, 4 * n)
+    dst = rng.integers(0, n, 4 * n)
+    indptr, indices = csr_from_edges(src, dst, n)
+    subs = list(corrupt_subgraphs(indptr, indices, parts, ratio=0.15, seed=seed))
+    write_store(out, x, subs, {"source": "test"}, node_part=parts.astype(np.int32))
+    return out
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    return _build_store(tmp_path_factory.mktemp("store") / "s.zarr")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gcad_dist.pretrain", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_bad_input_is_one_line_exit_2_before_ray(tmp_path: Path, store: Path, capsys) -> None:
+    import ray
+
+    from gcad_dist.cli import run_cli
+    from gcad_dist.pretrain import main
+
+    (tmp_path / "empty").mkdir()
+    cases = [
+        (["--store", str(tmp_path / "empty")], "empty"),
+        (["--store", str(store), "--workers", "0"], "--workers"),
+        (["--store", str(store), "--fanouts", "10,x"], "--fanouts"),
+        (["--store", str(store), "--resume", "--out", str(tmp_path / "nothing")], "--resume"),
+    ]
+    for args, needle in cases:
+        with pytest.raises(SystemExit) as exc:
+            run_cli(main, args)
+        assert exc.value.code == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
+        assert not ray.is_initialized()  # rejected before starting Ray
+    # And through the real command line.
+    r = _cli("--store", str(tmp_path / "missing.zarr"))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error: ") and "missing.zarr" in r.stderr
+
+
+def test_help_explains_every_option() -> None:
+    r = _cli("--help")
+    assert r.returncode == 0
+    for opt in ("--store", "--workers", "--gpus-per-worker", "--address", "--sample-threshold", "--resume",
+                "--max-failures", "--checkpoint-every", "--fanouts"):
+        assert opt in r.stdout
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    import ray
+
+    started = _start_ray(PretrainConfig(store="", workers=2))
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.mark.slow
+def test_two_workers_survive_a_killed_worker_then_resume(store: Path, tmp_path: Path, ray_instance,
+                                                         monkeypatch) -> None:
+    out = tmp_path / "pre"
+    marker = tmp_path / "killed"
+    # 5 steps per epoch on 2 workers; checkpoints every 3 steps and at epoch ends (3, 5, 6, 9, 10).
+    monkeypatch.setenv("GCAD_FAIL_AT_STEP", "7")
+    monkeypatch.setenv("GCAD_FAIL_MARKER", str(marker))
+    cfg = PretrainConfig(store=str(store), out=str(out), workers=2, epochs=2, checkpoint_every=3, max_failures=2,
+                         **OPTS)
+    summary = run(cfg)
+    assert marker.exists()  # the worker did kill itself
+    steps = summary["steps_per_epoch"]
+    assert steps >= 4
+    assert summary["global_step"] == 2 * steps  # the step counter continued, not restarted or doubled
+    assert summary["restarts"] == 1
+    metrics = json.loads((out / "metrics.json").read_text())
+    hist = metrics["history"]
+    assert [h["epoch"] for h in hist] == [0, 1]
+    assert [h["step"] for h in hist] == [steps, 2 * steps]
+    assert hist[0]["restarts"] == 0 and hist[1]["restarts"] == 1
+    assert all(np.isfinite(h["loss"]) for h in hist)
+
+    # The final checkpoint loads into a fresh model (the format finetune and score read).
+    ck = load_model_file(out / "final")
+    model = GCCAD(GCCADConfig(**ck["config"]))
+    model.load_state_dict(ck["state_dict"])
+    assert ck["config"]["in_dim"] == 8 and ck["config"]["hidden"] == 16
+
+    # --resume with one more epoch continues from the last checkpoint.
+    monkeypatch.delenv("GCAD_FAIL_AT_STEP")
+    cfg2 = PretrainConfig(store=str(store), out=str(out), workers=2, epochs=3, resume=True, **OPTS)
+    summary2 = run(cfg2)
+    assert summary2["global_step"] == 3 * steps
+    hist2 = json.loads((out / "metrics.json").read_text())["history"]
+    assert [h["epoch"] for h in hist2] == [0, 1, 2]
+    assert hist2[:2] == hist  # earlier epochs kept, not retrained
+    assert summary2["restarts"] == 2
