@@ -48,7 +48,7 @@ class TrainBenchConfig:
     hidden: int = 64
     layers: int = 2
     conv: str = "gin"
-    sample_threshold: int = 50_000
+    sample_threshold: int = 10_000  # below the store's subgraph sizes: every step neighbour-sampled
     step_batches: int = 10
     cpus_per_worker: int = 1
     json: str | None = None

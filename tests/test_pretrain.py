@@ -40,6 +40,34 @@ def store(tmp_path_factory) -> Path:
     return _build_store(tmp_path_factory.mktemp("store") / "s.zarr")
 
 
+def test_lr_schedule_warmup_then_linear_decay_to_a_tenth() -> None:
+    from gcad_dist.distributed.train_loop import lr_lambda
+
+    f = lr_lambda(100)
+    vals = np.array([f(s) for s in range(100)])
+    assert vals[0] == pytest.approx(0.1) and vals[9] == pytest.approx(1.0)  # 10 warm-up steps
+    assert np.all(np.diff(vals[:10]) > 0) and np.all(np.diff(vals[10:]) < 0)
+    assert f(100) == pytest.approx(0.1)  # lr/10 at the end
+
+
+def test_train_state_roundtrip_restores_rng(tmp_path: Path) -> None:
+    import random
+
+    import torch
+
+    from gcad_dist.checkpoint import load_train_state, rng_state, save_train_state, set_rng_state
+
+    assert load_train_state(tmp_path) is None
+    torch.manual_seed(3)
+    save_train_state(tmp_path, {"rng": rng_state(), "global_step": 7})
+    expect = (torch.rand(3), np.random.rand(), random.random())
+    state = load_train_state(tmp_path)
+    assert state["global_step"] == 7
+    set_rng_state(state["rng"])
+    got = (torch.rand(3), np.random.rand(), random.random())
+    assert torch.equal(expect[0], got[0]) and expect[1:] == got[1:]
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gcad_dist.pretrain", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=120)

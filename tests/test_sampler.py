@@ -8,7 +8,7 @@ import torch
 from torch_geometric.data import Data
 
 from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader, csr_by_target
-from gcad_dist.data.sampler import SampledSubgraph, available_backends, sample_neighbors
+from gcad_dist.data.sampler import SampledSubgraph, _hop_counts, available_backends, sample_neighbors
 from partitioning.graph import csr_from_edges
 
 BACKENDS = available_backends()
@@ -79,6 +79,11 @@ def test_sample_is_valid(backend: str, fanouts: list[int]) -> None:
     g = torch.Generator().manual_seed(1)
     sub = sample_neighbors(rowptr, col, seeds, fanouts, backend=backend, generator=g)
     _check_valid(rowptr, col, seeds, fanouts, sub)
+    # per-hop counts are reported, and agree with the hop structure of the edge list
+    assert len(sub.num_sampled_nodes) == len(fanouts) + 1 and sum(sub.num_sampled_nodes) == sub.num_nodes
+    assert sum(sub.num_sampled_edges) == sub.edge_index.shape[1]
+    counts = _hop_counts(sub.edge_index[0], sub.edge_index[1], seeds.numel(), len(fanouts))
+    assert counts == (sub.num_sampled_nodes, sub.num_sampled_edges)
     if sub.e_id is not None:  # e_id points at the sampled neighbour inside the target's row
         src, dst = sub.edge_index
         assert torch.equal(col[sub.e_id], sub.n_id[src])
@@ -184,7 +189,14 @@ def test_take_all_matches_bfs() -> None:
     assert _global_edges(sub) == want
 
 
-def test_builtin_rejects_duplicate_seeds_and_bad_fanouts() -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rejects_duplicate_seeds(backend: str) -> None:
+    rowptr, col = _graph()
+    with pytest.raises(ValueError, match="unique"):
+        sample_neighbors(rowptr, col, torch.tensor([1, 2, 1]), [2], backend)
+
+
+def test_builtin_rejects_bad_input_and_recovers() -> None:
     rowptr, col = _graph()
     with pytest.raises(ValueError, match="unique"):
         sample_neighbors(rowptr, col, torch.tensor([1, 2, 1]), [2], "builtin")
@@ -263,7 +275,7 @@ def _as_sub(batch: Data) -> SampledSubgraph:
 def test_loader_seed_subset_shuffle_and_reproducibility() -> None:
     data = _data()
     mask = torch.arange(300) % 3 == 0
-    loader = SubgraphNeighborLoader(data, [3], batch_size=16, seeds=mask, seed=7, backend="builtin")
+    loader = SubgraphNeighborLoader(data, [3], batch_size=16, seeds=mask, seed=7, backend="builtin", prefetch=2)
     assert len(loader) == 7  # ceil(100 / 16)
     epoch0 = [b.n_id[: b.batch_size] for b in loader]
     epoch1 = [b.n_id[: b.batch_size] for b in loader]

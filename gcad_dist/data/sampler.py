@@ -272,7 +272,21 @@ def _sample_torch_sparse(
         # (colptr, row, input_node, num_neighbors, replace, directed) -> (node, row, col, edge);
         # row = sampled neighbour (local), col = node it was sampled for (local).
         node, row, colo, edge = op(rp, c, s, fanouts, False, True)
-    return _from_cpp(node, row, colo, edge, s.numel(), device, None, None)
+    nn, ne = _hop_counts(row, colo, s.numel(), len(fanouts))
+    return _from_cpp(node, row, colo, edge, s.numel(), device, nn, ne)
+
+
+def _hop_counts(row: Tensor, col: Tensor, b: int, hops: int) -> tuple[list[int], list[int]]:
+    """Per-hop node and edge counts of a sample whose edges come grouped by hop with targets non-decreasing."""
+    n_nodes, n_edges = [b], []
+    end, e0 = b, 0
+    for _ in range(hops):
+        e1 = int(torch.searchsorted(col, torch.tensor(end, dtype=col.dtype)))
+        new_end = max(end, int(row[e0:e1].max()) + 1) if e1 > e0 else end
+        n_nodes.append(new_end - end)
+        n_edges.append(e1 - e0)
+        end, e0 = new_end, e1
+    return n_nodes, n_edges
 
 
 def _sample_pyg_lib(
@@ -341,4 +355,6 @@ def sample_neighbors(
     if rowptr.dim() != 1 or col.dim() != 1:
         raise ValueError("rowptr and col must be 1-D")
     seeds = seeds.reshape(-1).to(device=rowptr.device, dtype=torch.long)
+    if name != "builtin" and torch.unique(seeds).numel() != seeds.numel():  # builtin checks on its own
+        raise ValueError("seeds must be unique")
     return _IMPL[name](rowptr.long(), col.long(), seeds, ks, generator)

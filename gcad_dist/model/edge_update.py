@@ -36,12 +36,18 @@ class LinkPredictor(nn.Module):
         src, dst = edge_index[0], edge_index[1]
         k = self.hidden
         w = self.lin1.weight  # [h, 3h] or [h, h]
-        diff = (h[dst] - h[src]).abs()
-        z = F.linear(diff, w[:, :k], self.lin1.bias)
         if self.link_global:
-            rel = h - q[batch]  # [N, h]: distance of each node to its graph's context
+            # per node: [h | W2 (h - q)] for the target side, [h | W3 (h - q)] for the source side,
+            # so each side is one [E, 2h] gather (index_select: cheap scatter-add backward)
+            rel = h - q.index_select(0, batch)  # [N, h]: distance of each node to its graph's context
             u = F.linear(rel, torch.cat([w[:, k : 2 * k], w[:, 2 * k :]], dim=0))  # [N, 2h]
-            z = z + u[dst, :k] + u[src, k:]
+            node_dst = torch.cat([h, u[:, :k]], dim=-1).index_select(0, dst)
+            node_src = torch.cat([h, u[:, k:]], dim=-1).index_select(0, src)
+            diff = (node_dst[:, :k] - node_src[:, :k]).abs()
+            z = torch.addmm(node_dst[:, k:] + node_src[:, k:] + self.lin1.bias, diff, w[:, :k].t())
+        else:
+            diff = (h.index_select(0, dst) - h.index_select(0, src)).abs()
+            z = F.linear(diff, w, self.lin1.bias)
         z = self.dropout(F.relu(z))
         return self.lin2(z).squeeze(-1)
 

@@ -36,7 +36,7 @@ def contrastive_loss(
     scale exp(-1/tau) keeps every summand <= 1 for any tau). Computed in fp32 as
     ``softplus(log A_g - l_i)``, which is stable for any tau.
     """
-    logit = (z.float() * c.float()[batch]).sum(-1) / tau
+    logit = (z.float() * c.float().index_select(0, batch)).sum(-1) / tau
     shifted = logit - 1.0 / tau  # <= 0 since |z . c| <= 1
     abnormal = (y == 1) & mask
     normal = (y == 0) & mask
@@ -44,7 +44,7 @@ def contrastive_loss(
     t = sync.sum(graph_sum(torch.stack([torch.exp(shifted) * abn_f, abn_f], dim=-1), batch, num_graphs))
     a_sum, a_count = t[:, 0], t[:, 1]
     log_a = torch.log(a_sum.clamp_min(torch.finfo(a_sum.dtype).tiny))
-    term = F.softplus(log_a[batch] - shifted)  # = -log(exp(l_i) / (exp(l_i) + A_g))
+    term = F.softplus(log_a.index_select(0, batch) - shifted)  # = -log(exp(l_i) / (exp(l_i) + A_g))
     use = (normal & (a_count > 0)[batch]).to(term.dtype)
     return (term * use).sum() / use.sum().clamp_min(1.0)
 

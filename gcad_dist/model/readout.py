@@ -54,7 +54,7 @@ def memory_context(
     Computed as (sum exp(s_i) h_i) / (sum exp(s_i)); s_i is a cosine, so exp(s_i) lies in
     [1/e, e] and needs no max-shift (and the sums can be all-reduced as they are).
     """
-    s = F.cosine_similarity(h, memory[batch], dim=-1)
+    s = F.cosine_similarity(h, memory.index_select(0, batch), dim=-1)
     e = torch.exp(s) * _mask_weight(h, context_mask)
     t = sync.sum(graph_sum(torch.cat([h * e.unsqueeze(-1), e.unsqueeze(-1)], dim=-1), batch, num_graphs))
     return t[:, :-1] / t[:, -1:].clamp_min(1e-12)
