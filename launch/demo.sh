@@ -5,7 +5,7 @@
 # Environment: NODES (default 20000), WORKERS (1), EPOCHS (3), OUT (runs/demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-GCAD_SKIP_TORCH_SPARSE=${GCAD_SKIP_TORCH_SPARSE:-1} bash launch/setup.sh
+bash launch/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
 NODES=${NODES:-20000}; WORKERS=${WORKERS:-1}; EPOCHS=${EPOCHS:-3}; OUT=${OUT:-runs/demo}

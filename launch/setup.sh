@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install gcad-dist with its test tools. Idempotent: a second run only checks.
-#   GCAD_SKIP_TORCH_SPARSE=1  skip building torch-sparse (the built-in sampler is used instead)
+#   GCAD_WITH_TORCH_SPARSE=1  also build torch-scatter + torch-sparse from source (~11 min on 2 cores);
+#                             without it the built-in sampler (and pyg-lib if installed) is used
 #   PYTHON=python3.11         interpreter for the venv
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ echo "[setup] installing gcad-dist and its dependencies"
 pip install -q -e ".[cpu,dev]" 2>&1 | grep -v "is ignored: it is neither" || true
 python -c "import gcad_dist, partitioning, torch_geometric, ray, zarr, faiss" \
   || { echo "[setup] install failed" >&2; exit 1; }
-if [ "${GCAD_SKIP_TORCH_SPARSE:-0}" != 1 ] && ! python -c "import torch_sparse" 2>/dev/null; then
+if [ "${GCAD_WITH_TORCH_SPARSE:-0}" = 1 ] && ! python -c "import torch_sparse" 2>/dev/null; then
   echo "[setup] building torch-scatter + torch-sparse from source (about 11 min on 2 cores; cached by pip afterwards)"
   MAX_JOBS=${MAX_JOBS:-2} pip install -q --no-build-isolation torch-scatter torch-sparse 2>&1 \
     | grep -v "is ignored: it is neither" || true

@@ -4,8 +4,6 @@ GCCAD actually finds planted anomalies."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +26,18 @@ def _generate(path: Path, nodes: int = 600, seed: int = 0, **kw) -> Path:
     return path
 
 
-def _cli(args: list[str], timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+def _cli(args: list[str], capsys) -> tuple[int, str]:
+    """Run ``python -m <module> <args>`` in-process (run_cli: exit status, one-line errors); returns
+    (exit status, captured stderr). In-process keeps the test fast on a busy machine."""
+    import importlib
+
+    from gcad_dist.cli import run_cli
+
+    module = importlib.import_module(args[0])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        run_cli(module.main, args[1:])
+    return int(exc.value.code or 0), capsys.readouterr().err
 
 
 def test_lr_schedule_warmup_then_decay_to_tenth():
@@ -40,12 +48,12 @@ def test_lr_schedule_warmup_then_decay_to_tenth():
     assert f(99) == pytest.approx(0.1)
 
 
-def test_train_cli_end_to_end(tmp_path):
+def test_train_cli_end_to_end(tmp_path, capsys):
     g = _generate(tmp_path / "g.npz")
     out = tmp_path / "run"
     r = _cli(["gcad_dist.train", "--graph", str(g), "--out", str(out), "--epochs", "6", "--eval-every", "2",
-              "--hidden", "16", "--threads", "1", "--no-progress"])
-    assert r.returncode == 0, r.stderr
+              "--hidden", "16", "--threads", "1", "--no-progress"], capsys)
+    assert r[0] == 0, r[1]
     for f in ("model.pt", "metrics.json", "training_curves.png", "roc_pr_test.png"):
         assert (out / f).stat().st_size > 0, f
     m = json.loads((out / "metrics.json").read_text())
@@ -70,13 +78,13 @@ def test_train_cli_end_to_end(tmp_path):
     assert evaluate(data.y, s, mask=split.val)["auprc"] == pytest.approx(m["val"]["auprc"], abs=1e-6)
 
 
-def test_train_cli_baseline_and_ablation(tmp_path):
+def test_train_cli_baseline_and_ablation(tmp_path, capsys):
     g = _generate(tmp_path / "g.npz", nodes=300)
     for extra in (["--model", "gcn"], ["--ablation", "ce", "--conv", "gcn"]):
         out = tmp_path / "_".join(extra)
         r = _cli(["gcad_dist.train", "--graph", str(g), "--out", str(out), "--epochs", "3", "--hidden", "8",
-                  "--threads", "1", "--no-progress", "--no-plots", *extra])
-        assert r.returncode == 0, r.stderr
+                  "--threads", "1", "--no-progress", "--no-plots", *extra], capsys)
+        assert r[0] == 0, r[1]
         assert (out / "metrics.json").exists() and not (out / "roc_pr_test.png").exists()
     assert load_model_file(tmp_path / "--model_gcn")["extra"]["model"] == "gcn"
     assert load_model_file(tmp_path / "--ablation_ce_--conv_gcn")["config"]["loss"] == "ce"
@@ -90,25 +98,25 @@ def test_train_cli_baseline_and_ablation(tmp_path):
         (["--split-index", "7"], "--split-index"),
     ],
 )
-def test_train_cli_bad_input_one_line_error(tmp_path, args, needle):
+def test_train_cli_bad_input_one_line_error(tmp_path, capsys, args, needle):
     g = _generate(tmp_path / "g.npz", nodes=200)
     base = {"--graph": str(g), "--out": str(tmp_path / "o")}
     full = []
     for k, v in base.items():
         if k not in args:
             full += [k, v]
-    r = _cli(["gcad_dist.train", *full, *args, "--no-progress"])
-    assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
-    assert lines[-1].startswith("error:") and needle in lines[-1]
-    assert "Traceback" not in r.stderr
+    code, err = _cli(["gcad_dist.train", *full, *args, "--no-progress", "--threads", "1"], capsys)
+    assert code == 2
+    lines = [ln for ln in err.strip().splitlines() if not ln[:2].isdigit()]  # drop log lines (HH:MM:SS ...)
+    assert lines == [lines[0]] and lines[0].startswith("error:") and needle in lines[0]
+    assert "Traceback" not in err
 
 
-def test_unlabelled_graph_rejected(tmp_path):
+def test_unlabelled_graph_rejected(tmp_path, capsys):
     p = tmp_path / "nolabel.npz"
     np.savez(p, x=np.zeros((4, 2), np.float32), edge_index=np.array([[0, 1], [1, 2]], np.int64))
-    r = _cli(["gcad_dist.train", "--graph", str(p), "--out", str(tmp_path / "o")])
-    assert r.returncode == 2 and "labels" in r.stderr and "Traceback" not in r.stderr
+    code, err = _cli(["gcad_dist.train", "--graph", str(p), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "labels" in err and "Traceback" not in err
 
 
 def test_fit_selects_on_validation_and_baseline_learns():
@@ -149,18 +157,19 @@ def test_gccad_finds_planted_anomalies(tmp_path):
     assert o.fit.test["auroc"] > 0.9, o.fit.test
 
 
-def test_quality_cli_writes_table_and_resumes(tmp_path):
+def test_quality_cli_writes_table_and_resumes(tmp_path, capsys, caplog):
     g = _generate(tmp_path / "tiny.npz", nodes=200)
     out = tmp_path / "q"
     args = ["gcad_dist.quality", "--datasets", str(g), "--seeds", "2", "--models", "mlp", "gccad-ce",
             "--epochs", "2", "--hidden", "8", "--out", str(out), "--threads", "1"]
-    r = _cli(args)
-    assert r.returncode == 0, r.stderr
+    r = _cli(args, capsys)
+    assert r[0] == 0, r[1]
     runs = sorted((out / "runs" / "tiny").rglob("seed*.json"))
     assert len(runs) == 4
     md = (out / "quality.md").read_text()
     assert "| mlp |" in md and "| gccad-ce |" in md and "±" in md
     stamp = runs[0].stat().st_mtime_ns
-    r = _cli(args)
-    assert r.returncode == 0 and "0 runs to do" in r.stderr
+    caplog.set_level("INFO", logger="gcad_dist.quality")
+    r = _cli(args, capsys)
+    assert r[0] == 0 and "0 runs to do" in caplog.text
     assert runs[0].stat().st_mtime_ns == stamp

@@ -125,6 +125,8 @@ def make_split(
         S = 1 if tm.dim() == 1 else tm.shape[0]
         idx = seed % S if split_index is None else split_index
         return split_from_masks(data.train_mask, data.val_mask, data.test_mask, idx)
+    if split_index is not None:
+        raise ValueError(f"split index {split_index} given but the graph has no train/val/test split masks")
     if data.y is None:
         raise ValueError("graph has no labels (y): cannot make a supervised split")
     return stratified_split(data.y, seed=seed, train=train, val=val, graph_id=getattr(data, "graph_id", None))
