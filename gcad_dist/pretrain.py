@@ -31,6 +31,9 @@ from pathlib import Path
 from gcad_dist.cli import UsageError, run_cli, setup_logging
 
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+# On a busy machine the dashboard (which serves the state API Ray Train V2 polls) can take over
+# Ray's default 60 s to come up; wait longer rather than fail before training starts.
+os.environ.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "600")
 
 log = logging.getLogger("gcad_dist.pretrain")
 
