@@ -93,7 +93,7 @@ def test_submit_pretrain_job_to_local_cluster(tmp_path: Path) -> None:
         env.pop(var, None)
     try:
         r = subprocess.run(["bash", "launch/local_cluster.sh", "start"], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=90)
+                           capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "127.0.0.1:" in r.stdout and "launch/submit.sh" in r.stdout
         token = ray_dir / "auth_token"
@@ -108,7 +108,7 @@ def test_submit_pretrain_job_to_local_cluster(tmp_path: Path) -> None:
         job = subprocess.run(
             ["bash", "launch/submit.sh", "--store", str(store), "--out", str(out), "--workers", "1",
              "--epochs", "1", "--hidden", "8", "--graph-batch-nodes", "2000", "--cpus-per-worker", "1"],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         log = job.stdout[-3000:] + job.stderr[-3000:]
         assert job.returncode == 0, log
         assert "succeeded" in log
@@ -125,7 +125,7 @@ def test_submit_pretrain_job_to_local_cluster(tmp_path: Path) -> None:
         assert model["config"]["in_dim"] == 8 and model["config"]["hidden"] == 8
     finally:
         stop = subprocess.run(["bash", "launch/local_cluster.sh", "stop"], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=90)
+                              capture_output=True, text=True, timeout=120)
         status = subprocess.run(["bash", "launch/local_cluster.sh", "status"], cwd=REPO, env=env,
                                 capture_output=True, text=True, timeout=30)
         shutil.rmtree(ray_dir, ignore_errors=True)
