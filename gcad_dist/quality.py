@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gcad_dist.cli import UsageError, run_cli, setup_logging
-from gcad_dist.train import CONVS, TrainConfig, load_labelled, train_one, write_json
+from gcad_dist.train import CONVS, SCORE_SPACES, TrainConfig, load_labelled, train_one, write_json
 
 log = logging.getLogger("gcad_dist.quality")
 
@@ -48,6 +48,7 @@ class QualityConfig:
     data_dir: str = "../shared/data"
     out: str = "runs/quality"
     conv: str = "gin"
+    score_space: str = "encoder"
     hidden: int = 64
     layers: int = 2
     epochs: int = 200
@@ -133,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=d.data_dir, help="folder of the <name>.npz datasets")
     p.add_argument("--out", default=d.out, help="output folder: runs/<dataset>/<model>/seed<s>.json and quality.md")
     p.add_argument("--conv", default=d.conv, choices=CONVS, help="GCCAD node-update convolution")
+    p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
+                   help="GCCAD score on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (all models)")
     p.add_argument("--layers", type=int, default=d.layers, help="message-passing layers (all models)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum epochs per run")
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             if name not in cache:  # the datasets are small (< 15k nodes): keep them all
                 cache[name] = load_labelled(str(path))
             tcfg = TrainConfig(
-                graph=str(path), out="", model=model, conv=cfg.conv, hidden=cfg.hidden, layers=cfg.layers,
+                graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, hidden=cfg.hidden, layers=cfg.layers,
                 epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience, seed=seed,
                 device=cfg.device, progress=False, plots=False,
             )
@@ -187,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                      o.fit.val["auprc"], o.fit.best_epoch, summary["wall_seconds"])
     results = collect(out, names, cfg.models)
     header = (f"Test metrics, mean ± std over seeds (model selected on validation AUPRC). "
-              f"hidden={cfg.hidden}, layers={cfg.layers}, GCCAD conv={cfg.conv}, epochs<={cfg.epochs}, "
+              f"hidden={cfg.hidden}, layers={cfg.layers}, GCCAD conv={cfg.conv}, score space {cfg.score_space}, epochs<={cfg.epochs}, "
               f"lr={cfg.lr}, eval every {cfg.eval_every}, patience {cfg.patience}.\n\n")
     md = header + markdown_tables(results, names, cfg.models)
     out.mkdir(parents=True, exist_ok=True)

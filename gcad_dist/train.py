@@ -32,6 +32,7 @@ log = logging.getLogger("gcad_dist.train")
 MODELS = ("gccad", "mlp", "gcn", "gin", "sage", "gat")
 CONVS = ("gin", "gcn", "sage", "gat")
 ABLATIONS = ("none", "ce", "no-link-loss", "no-global", "no-edge-update")
+SCORE_SPACES = ("encoder", "projection")
 
 
 @dataclass
@@ -43,6 +44,7 @@ class TrainConfig:
     model: str = "gccad"
     conv: str = "gin"
     ablation: str = "none"
+    score_space: str = "encoder"
     hidden: int = 64
     layers: int = 2
     dropout: float = 0.1
@@ -76,7 +78,7 @@ def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
 
 
 def build_model(kind: str, in_dim: int, hidden: int = 64, layers: int = 2, dropout: float = 0.1,
-                conv: str = "gin", ablation: str = "none") -> tuple[torch.nn.Module, Any]:
+                conv: str = "gin", ablation: str = "none", score_space: str = "encoder") -> tuple[torch.nn.Module, Any]:
     """Construct a model and its config dataclass.
 
     ``kind`` is ``gccad`` (with ``conv`` and ``ablation``), ``gccad-ce`` (= gccad + ablation ce)
@@ -87,7 +89,10 @@ def build_model(kind: str, in_dim: int, hidden: int = 64, layers: int = 2, dropo
     if kind == "gccad":
         from gcad_dist.model import GCCAD, GCCADConfig
 
-        cfg = GCCADConfig(in_dim=in_dim, hidden=hidden, num_layers=layers, conv=conv, dropout=dropout)
+        if score_space not in SCORE_SPACES:
+            raise UsageError(f"--score-space: unknown value {score_space!r} (choose from {', '.join(SCORE_SPACES)})")
+        cfg = GCCADConfig(in_dim=in_dim, hidden=hidden, num_layers=layers, conv=conv, dropout=dropout,
+                          score_space=score_space)
         if ablation == "ce":
             cfg.loss = "ce"
         elif ablation == "no-link-loss":
@@ -177,7 +182,8 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
         raise UsageError(f"--split-index: {e}") from e
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
-    model, model_cfg = build_model(cfg.model, data.num_features, cfg.hidden, cfg.layers, cfg.dropout, cfg.conv, cfg.ablation)
+    model, model_cfg = build_model(cfg.model, data.num_features, cfg.hidden, cfg.layers, cfg.dropout, cfg.conv, cfg.ablation,
+                                   cfg.score_space)
     scfg = SupervisedConfig(
         epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
         patience=cfg.patience, class_weight=cfg.class_weight, seed=cfg.seed, device=cfg.device,
@@ -232,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory (model.pt, metrics.json, PNG plots)")
     p.add_argument("--model", default=d.model, choices=MODELS + ("gccad-ce",), help="gccad, or a cross-entropy baseline; gccad-ce = gccad --ablation ce")
     p.add_argument("--conv", default=d.conv, choices=CONVS, help="GCCAD node-update convolution")
+    p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
+                   help="GCCAD score 1 - cos(h, q) on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--ablation", default=d.ablation, choices=ABLATIONS,
                    help="GCCAD ablation: ce = cross-entropy head instead of the contrastive loss; no-link-loss = link-loss weight 0; "
                         "no-global = link predictor without the h - q terms; no-edge-update = no link predictor / remover")

@@ -26,6 +26,8 @@ from torch import Tensor, nn
 from torch_geometric.nn import GCNConv, MessagePassing
 from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
 
+from .aggregate import weighted_sum
+
 
 class WeightedGINConv(MessagePassing):
     """GIN with scalar edge weights: ``nn((1 + eps) x_i + sum_{j -> i} w_ij x_j)``."""
@@ -39,7 +41,7 @@ class WeightedGINConv(MessagePassing):
             self.register_buffer("eps", torch.tensor(float(eps)))
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        out = self.propagate(edge_index, x=x, edge_weight=edge_weight)
+        out = weighted_sum(x, edge_index, edge_weight)  # = self.propagate(...), without [E, d] messages
         return self.nn(out + (1 + self.eps) * x)
 
     def message(self, x_j: Tensor, edge_weight: Tensor | None) -> Tensor:
@@ -55,7 +57,7 @@ class WeightedSAGEConv(MessagePassing):
         self.lin_r = nn.Linear(in_channels, out_channels, bias=False)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        agg = self.propagate(edge_index, x=x, edge_weight=edge_weight)
+        agg = weighted_sum(x, edge_index, edge_weight)  # = self.propagate(...), without [E, d] messages
         kept = torch.ones(edge_index.size(1), device=x.device, dtype=x.dtype)
         if edge_weight is not None:
             kept = (edge_weight > 0).to(x.dtype)
@@ -99,7 +101,7 @@ class WeightedGATConv(MessagePassing):
         num = edge_weight * torch.exp(e - e_max[dst])
         den = scatter(num, dst, dim=0, dim_size=n, reduce="sum")
         coef = num / den.clamp_min(1e-16)[dst]
-        return self.propagate(edge_index, x=xw, coef=coef) + self.bias
+        return weighted_sum(xw, edge_index, coef) + self.bias  # = self.propagate(edge_index, x=xw, coef=coef)
 
     def message(self, x_j: Tensor, coef: Tensor) -> Tensor:
         return x_j * coef.unsqueeze(-1)
