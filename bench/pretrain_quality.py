@@ -10,6 +10,8 @@ build its store (``python -m partitioning.build``) unless ``--store`` exists; ru
 of the score against the generator's planted labels, which training never saw:
 
 * ``per part``: each K-means part of the store is one graph (its own context q), as in pre-training;
+* ``link parts``: each node is scored in the part most of its neighbours belong to
+  (:func:`gcad_dist.score.link_majority_parts`): the context its links tie it to;
 * ``whole graph``: one context over the whole graph (:func:`gcad_dist.score.score_graph`), only for
   graphs up to ``--whole-graph-max`` nodes (full-batch memory);
 * ``corrupt``: AUROC of injected-node detection on the store's own corrupt subgraphs (the training task).
@@ -57,6 +59,17 @@ class QualityConfig:
     whole_graph_max: int = 200_000
 
 
+ANOMALY_NAMES = {1: "community swap", 2: "contextual", 3: "structural (cliques)"}  # partitioning.synthetic codes
+
+
+def _anomaly_types(path: Path) -> np.ndarray | None:
+    """The generator's ``anomaly_type`` array when the graph file has one (``.npz`` from partitioning.synthetic)."""
+    if path.suffix != ".npz":
+        return None
+    with np.load(path) as z:
+        return np.asarray(z["anomaly_type"]) if "anomaly_type" in z.files else None
+
+
 def _auc(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     from sklearn.metrics import average_precision_score, roc_auc_score
 
@@ -97,10 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     if not graph_path.exists():
         if cfg.graph:
             raise UsageError(f"--graph: {cfg.graph} does not exist")
-        from partitioning.synthetic import SyntheticConfig, generate
+        from partitioning.synthetic import SyntheticConfig
 
         log.info("generating a %d-node graph", cfg.nodes)
-        save_npz(generate(SyntheticConfig(nodes=cfg.nodes, avg_degree=cfg.avg_degree, seed=cfg.seed)), graph_path)
+        from partitioning.synthetic import synthesize
+
+        sg = synthesize(SyntheticConfig(nodes=cfg.nodes, avg_degree=cfg.avg_degree, seed=cfg.seed))
+        save_npz(sg.graph, graph_path, extra=sg.extra_arrays())
     store = Path(cfg.store) if cfg.store else out / "store.zarr"
     if not store.exists():
         log.info("building the store %s", store)
@@ -127,12 +143,20 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"config": asdict(cfg), "pretrain": summary, "anomalies": int(y.sum()), "nodes": int(y.size)}
     torch.set_num_threads(max(1, torch.get_num_threads()))
 
+    kinds = _anomaly_types(graph_path)
     node_part = reader.node_part()
     if node_part is not None:
+        from gcad_dist.score import link_majority_parts
+
         data = prepare_data(graph, loaded)
-        data.graph_id = torch.from_numpy(node_part.astype(np.int64))
-        s = score_data(loaded.model, data, device="cpu", batch_size=1)
-        results["per_part_auroc"], results["per_part_auprc"] = _auc(y, s)
+        for key, parts in (("per_part", node_part), ("link_part", link_majority_parts(data.edge_index, node_part))):
+            data.graph_id = torch.from_numpy(parts.astype(np.int64))
+            s = score_data(loaded.model, data, device="cpu", batch_size=1)
+            results[f"{key}_auroc"], results[f"{key}_auprc"] = _auc(y, s)
+            if kinds is not None:  # AUROC of each planted kind against the normal nodes
+                results[f"{key}_auroc_by_kind"] = {
+                    name: _auc((kinds == code)[(kinds == code) | (kinds == 0)], s[(kinds == code) | (kinds == 0)])[0]
+                    for code, name in ANOMALY_NAMES.items() if (kinds == code).any()}
     if graph.num_nodes <= cfg.whole_graph_max:
         data = prepare_data(graph, loaded)
         s = score_data(loaded.model, data, device="cpu")
@@ -150,10 +174,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{cfg.epochs} epoch(s), {summary['global_step']} steps on {cfg.workers} worker(s)")
     print("\n| evaluation | AUROC | AUPRC |\n|---|---|---|")
     for key, name in (("per_part", "planted anomalies, context per K-means part"),
+                      ("link_part", "planted anomalies, context = the part of the node's neighbours"),
                       ("whole", "planted anomalies, one context for the whole graph"),
                       ("corrupt", "injected nodes of the corrupt subgraphs (training task)")):
         if f"{key}_auroc" in results:
             print(f"| {name} | {results[f'{key}_auroc']:.3f} | {results[f'{key}_auprc']:.3f} |")
+    for key in ("per_part", "link_part"):
+        if f"{key}_auroc_by_kind" in results:
+            kinds_txt = ", ".join(f"{k} {v:.3f}" for k, v in results[f"{key}_auroc_by_kind"].items())
+            print(f"\nAUROC by planted kind ({key.replace('_', ' ')}): {kinds_txt}")
     return 0
 
 

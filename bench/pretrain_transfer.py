@@ -61,7 +61,10 @@ class TransferConfig:
     workers: int = 1
     pretrain_seed: int = 0
     ft_epochs: int = 100
-    sup_epochs: int = 200
+    sup_epochs: int = 100
+    lr: float = 5e-3
+    patience: int = 30
+    sup_score_space: str = "projection"
     sup_normalize: str = "standard"
     threads: int = 1
     retries: int = 3
@@ -104,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pretrain-seed", type=int, default=d.pretrain_seed, help="seed of the store build and of pre-training")
     p.add_argument("--ft-epochs", type=int, default=d.ft_epochs, help="maximum fine-tuning epochs")
     p.add_argument("--sup-epochs", type=int, default=d.sup_epochs, help="maximum supervised training epochs")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate of pre-training, fine-tuning and supervised training")
+    p.add_argument("--patience", type=int, default=d.patience, help="early-stopping patience (epochs) of fine-tuning and supervised training")
+    p.add_argument("--sup-score-space", default=d.sup_score_space, choices=("encoder", "projection"),
+                   help="score space of the supervised GCCAD (the quality benchmark's choice on validation)")
     p.add_argument("--sup-normalize", default=d.sup_normalize, choices=("standard", "none"),
                    help="feature normalisation of supervised training (fine-tuning uses the checkpoint's: none, as the store holds raw features)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch / FAISS threads of every step (also OMP_NUM_THREADS)")
@@ -194,7 +201,7 @@ def run_dataset(cfg: TransferConfig, name: str, graph: Path, run: Runner) -> lis
                store / "zarr.json"):
         return []
     if not run(f"{name}-pretrain", ["gcad_dist.pretrain", "--store", str(store), "--out", str(pre), "--workers", str(cfg.workers),
-                                    "--epochs", str(cfg.epochs), "--seed", str(cfg.pretrain_seed),
+                                    "--epochs", str(cfg.epochs), "--seed", str(cfg.pretrain_seed), "--lr", str(cfg.lr),
                                     "--cpus-per-worker", str(cfg.threads), "--overwrite"],
                pre / "final" / "model.pt", tries=max(1, cfg.retries)):
         return []
@@ -204,10 +211,12 @@ def run_dataset(cfg: TransferConfig, name: str, graph: Path, run: Runner) -> lis
         methods: list[tuple[str, str, list[str]]] = [
             ("zero-shot", f"zs-s{seed}", ["gcad_dist.finetune", "--checkpoint", ckpt, "--epochs", "0"]),
             *[(f"fine-tune {f:g} labels", f"ft{f:g}-s{seed}",
-               ["gcad_dist.finetune", "--checkpoint", ckpt, "--label-fraction", str(f), "--epochs", str(cfg.ft_epochs)])
+               ["gcad_dist.finetune", "--checkpoint", ckpt, "--label-fraction", str(f), "--epochs", str(cfg.ft_epochs),
+                "--lr", str(cfg.lr), "--patience", str(cfg.patience)])
               for f in cfg.label_fractions],
             ("supervised GCCAD", f"sup-s{seed}",
-             ["gcad_dist.train", "--model", "gccad", "--epochs", str(cfg.sup_epochs), "--normalize", cfg.sup_normalize]),
+             ["gcad_dist.train", "--model", "gccad", "--epochs", str(cfg.sup_epochs), "--normalize", cfg.sup_normalize,
+              "--lr", str(cfg.lr), "--patience", str(cfg.patience), "--score-space", cfg.sup_score_space]),
         ]
         for method, tag, args in methods:
             rdir = out / tag

@@ -248,3 +248,20 @@ def test_finetune_uses_given_split_masks(small_graph, pre_checkpoint, tmp_path, 
     code, _, err = _run(finetune_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(out),
                                        "--split-index", "3", "--epochs", "0"], capsys)
     assert code == 2 and err.startswith("error: --split-index")
+
+
+def test_link_majority_parts_moves_a_node_to_the_part_of_its_links():
+    import numpy as np
+    import torch
+
+    from gcad_dist.score import link_majority_parts
+
+    # nodes 0-3 in part 0, node 4 in part 1 but linked only to 0, 1, 2; node 5 (part 2) isolated;
+    # node 6 (part 1) has one neighbour in part 0 and one in part 1: tie -> lowest part id (0)
+    und = [(0, 1), (1, 2), (2, 3), (4, 0), (4, 1), (4, 2), (6, 3), (6, 4)]
+    src = [a for a, b in und] + [b for a, b in und]
+    dst = [b for a, b in und] + [a for a, b in und]
+    part = np.array([0, 0, 0, 0, 1, 2, 1])
+    out = link_majority_parts(torch.tensor([src, dst]), part)
+    assert out.tolist() == [0, 0, 0, 0, 0, 2, 0]
+    assert out.dtype == np.int32

@@ -152,9 +152,13 @@ class GCCAD(torch.nn.Module):
             assert out.logits is not None, "CE ablation needs the classifier logits"
             con = ce_loss(out.logits, y, mask)
         else:
-            z = F.normalize(self.head(out.h), dim=-1)
+            # only the labelled nodes enter the loss: project just those (a neighbour-sampled
+            # minibatch labels its ~1k seeds out of ~20k sampled nodes)
+            idx = mask.nonzero().squeeze(1)
+            z = F.normalize(self.head(out.h.index_select(0, idx)), dim=-1)
             c = F.normalize(self.head(out.q), dim=-1)
-            con = contrastive_loss(z, c, y, out.batch, out.num_graphs, mask, cfg.tau, sync)
+            con = contrastive_loss(z, c, y.index_select(0, idx), out.batch.index_select(0, idx), out.num_graphs,
+                                   torch.ones_like(idx, dtype=torch.bool), cfg.tau, sync)
         if cfg.link_loss_weight > 0 and out.edge_logits:
             link = link_loss(out.edge_logits, out.edge_index, y, mask)
         else:
