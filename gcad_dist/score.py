@@ -49,6 +49,8 @@ class ScoreConfig:
     graph: str
     out: str
     batch_size: int = 0  # multi-graph data: graphs per forward pass (0 = all at once)
+    parts: str | None = None  # store whose K-means parts give each node its context (large graphs)
+    context: str = "links"  # with --parts: "links" (part of the node's neighbours) or "own" (its K-means part)
     device: str = "auto"
     normalize: str = "auto"
     threads: int = 0
@@ -230,6 +232,26 @@ def score_data(model: torch.nn.Module, data: Any, device: str = "auto", batch_si
     return scores
 
 
+def _context_parts(store: str, data: Any, context: str) -> np.ndarray:
+    """The part each node is scored in (``--parts`` / ``--context``); UsageError when the store does not
+    belong to the graph."""
+    from partitioning.store.format import StoreError
+    from partitioning.store.reader import StoreReader
+
+    try:
+        node_part = StoreReader(store).node_part()
+    except StoreError as e:
+        raise UsageError(f"--parts: {e}") from e
+    if node_part is None:
+        raise UsageError(f"--parts: {store} holds no node_part array (built from many small graphs?)")
+    if node_part.size != data.num_nodes:
+        raise UsageError(f"--parts: {store} was built from a graph of {node_part.size} nodes, "
+                         f"this graph has {data.num_nodes}")
+    if context == "own":
+        return node_part
+    return link_majority_parts(data.edge_index, node_part)
+
+
 def score_graph(checkpoint_dir: str | Path, graph: Any, device: str = "auto", normalize: str = "auto",
                 batch_size: int = 0) -> np.ndarray:
     """Per-node anomaly scores (float32 [N], node order of ``graph``) under the checkpoint.
@@ -277,6 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=d.batch_size,
                    help="multi-graph data: whole graphs per forward pass (0 = all at once). A single graph is "
                         "always scored full-batch (exact context); see the module doc for its memory need")
+    p.add_argument("--parts", default=None, metavar="STORE",
+                   help="store built from this graph (python -m partitioning.build): score part by part, each node "
+                        "against the context of a part instead of one context for the whole graph (less memory; "
+                        "what pre-training saw)")
+    p.add_argument("--context", default=d.context, choices=("links", "own"),
+                   help="with --parts: 'links' scores each node in the part most of its neighbours belong to, "
+                        "'own' in its own K-means part (see README, 'Scoring a large graph')")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize'], "
@@ -302,7 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_data(cfg.graph, loaded, cfg.normalize)
     log.info("scoring %s (%d nodes, %d directed edges) with %s model from %s",
              cfg.graph, data.num_nodes, data.edge_index.shape[1], loaded.kind, cfg.checkpoint)
-    scores = score_data(loaded.model, data, device=cfg.device, batch_size=cfg.batch_size)
+    batch_size = cfg.batch_size
+    if cfg.parts:
+        data.graph_id = torch.from_numpy(_context_parts(cfg.parts, data, cfg.context).astype(np.int64))
+        batch_size = batch_size or 1
+    scores = score_data(loaded.model, data, device=cfg.device, batch_size=batch_size)
     y = None if getattr(data, "y", None) is None else data.y.numpy()
     gid = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()
     write_scores(out, scores, y, gid)

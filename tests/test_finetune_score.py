@@ -265,3 +265,47 @@ def test_link_majority_parts_moves_a_node_to_the_part_of_its_links():
     out = link_majority_parts(torch.tensor([src, dst]), part)
     assert out.tolist() == [0, 0, 0, 0, 0, 2, 0]
     assert out.dtype == np.int32
+
+
+def test_score_per_part_of_a_store(small_graph, pre_checkpoint, tmp_path, capsys) -> None:
+    """--parts: every node is scored in its part (own K-means part, or the part of its links), exactly
+    as scoring that part's induced subgraph alone; a store of another graph is refused in one line."""
+    from partitioning.build import main as build_main
+    from partitioning.store.reader import StoreReader
+
+    g, path = small_graph
+    store = tmp_path / "s.zarr"
+    assert build_main(["--graph", str(path), "--out", str(store), "--k", "3", "--no-plot", "--no-progress",
+                       "--threads", "1"]) == 0
+    part = StoreReader(str(store)).node_part()
+    for context in ("own", "links"):
+        out = tmp_path / f"{context}.parquet"
+        code, _, err = _run(score_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(out),
+                                         "--parts", str(store), "--context", context, "--threads", "1"], capsys)
+        assert code == 0, err
+        t = pq.read_table(out).to_pandas()
+        gid = t["graph_id"].to_numpy()
+        if context == "own":
+            np.testing.assert_array_equal(gid, part)
+        # one part scored alone gives the same scores
+        from torch_geometric.utils import subgraph
+
+        from gcad_dist.score import load_checkpoint_model, prepare_data, score_data
+
+        loaded = load_checkpoint_model(pre_checkpoint)
+        data = prepare_data(str(path), loaded)
+        nodes = torch.from_numpy(np.flatnonzero(gid == gid[0]))
+        ei, _ = subgraph(nodes, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes)
+        from torch_geometric.data import Data
+
+        alone = score_data(loaded.model, Data(x=data.x[nodes], edge_index=ei), device="cpu")
+        np.testing.assert_allclose(t["score"].to_numpy()[nodes.numpy()], alone, atol=1e-5)
+
+    other = tmp_path / "other.npz"
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    save_npz(generate(SyntheticConfig(nodes=200, avg_degree=6, features=8, seed=1)), other)
+    code, _, err = _run(score_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(other),
+                                     "--out", str(tmp_path / "x.parquet"), "--parts", str(store)], capsys)
+    assert code == 2 and "--parts" in err and "300 nodes" in err
