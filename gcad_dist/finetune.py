@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.cli import UsageError, add_runtime_options, run_cli, setup_logging
 from partitioning.errors import GraphInputError
 
 log = logging.getLogger("gcad_dist.finetune")
@@ -237,11 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--val-frac", type=float, default=d.val_frac, help="random split: validation fraction (the rest is test)")
     p.add_argument("--normalize", default=d.normalize, choices=("auto", "standard", "none"),
                    help="feature normalisation: auto = what the checkpoint was trained with (none if unrecorded)")
-    p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch default)")
-    p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write the PNG plots")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_runtime_options(p, d)
     return p
 
 

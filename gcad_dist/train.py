@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.cli import UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
 
 log = logging.getLogger("gcad_dist.train")
@@ -259,11 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-index", type=int, default=None, help="use this given split (0..S-1) instead of seed %% S")
     p.add_argument("--train-frac", type=float, default=d.train_frac, help="random split: train fraction (when the graph has no split masks)")
     p.add_argument("--val-frac", type=float, default=d.val_frac, help="random split: validation fraction (the rest is test)")
-    p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch default)")
-    p.add_argument("--no-plots", dest="plots", action="store_false", help="do not write the PNG plots")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bar")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_runtime_options(p, d)
     return p
 
 

@@ -25,6 +25,17 @@ log = logging.getLogger(__name__)
 _DONE = object()
 
 
+def timed(gen: Iterator, owner: object) -> Iterator:
+    """Yield from ``gen``, adding the seconds spent waiting for each item to ``owner.wait_time``."""
+    while True:
+        t0 = time.perf_counter()
+        item = next(gen, _DONE)
+        owner.wait_time += time.perf_counter() - t0
+        if item is _DONE:
+            return
+        yield item
+
+
 def csr_by_target(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
     """CSR whose row ``i`` lists the sources of the edges into ``i`` (PyG's CSC ``colptr``/``row``).
 
@@ -167,13 +178,7 @@ class SubgraphNeighborLoader:
         return _PrefetchIterator(self._batches(), self.prefetch, self)
 
     def _timed(self, gen: Iterator[Data]) -> Iterator[Data]:
-        while True:
-            t0 = time.perf_counter()
-            item = next(gen, _DONE)
-            self.wait_time += time.perf_counter() - t0
-            if item is _DONE:
-                return
-            yield item
+        return timed(gen, self)
 
 
 class _PrefetchIterator:

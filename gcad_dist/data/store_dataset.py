@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
-from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
+from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader, timed
 from gcad_dist.data.sampler import resolve_backend
 from gcad_dist.data.sharding import EpochPlan, ShardConfig, Step, epoch_plan, seed_share
 
@@ -205,13 +205,8 @@ class StoreDataset:
         self.wait_time = 0.0
         gen = self._produce(epoch, start)
         if self.prefetch <= 0:
-            while True:
-                t0 = time.perf_counter()
-                item = next(gen, _DONE)
-                self.wait_time += time.perf_counter() - t0
-                if item is _DONE:
-                    return
-                yield item
+            yield from timed(gen, self)
+            return
         q: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
 
