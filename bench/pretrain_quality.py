@@ -57,6 +57,7 @@ class QualityConfig:
     conv: str = "gin"
     lr: float = 1e-3
     whole_graph_max: int = 200_000
+    reuse_pretrain: bool = False
 
 
 ANOMALY_NAMES = {1: "community swap", 2: "contextual", 3: "structural (cliques)"}  # partitioning.synthetic codes
@@ -99,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
     p.add_argument("--whole-graph-max", type=int, default=d.whole_graph_max,
                    help="also score the whole graph as one context when it has at most this many nodes")
+    p.add_argument("--reuse-pretrain", action="store_true",
+                   help="evaluate the model already in <out>/pre/final instead of pre-training again")
     cfg = QualityConfig(**vars(p.parse_args(argv)))
     setup_logging()
     out = Path(cfg.out)
@@ -125,11 +128,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from gcad_dist.pretrain import PretrainConfig, run
 
-    summary = run(PretrainConfig(
-        store=str(store), out=str(out / "pre"), workers=cfg.workers, epochs=cfg.epochs, batch_size=cfg.batch_size,
-        fanouts=cfg.fanouts, sample_threshold=cfg.sample_threshold, max_steps_per_epoch=cfg.max_steps_per_epoch,
-        hidden=cfg.hidden, conv=cfg.conv, lr=cfg.lr, seed=cfg.seed, overwrite=True, max_failures=0,
-    ))
+    final = out / "pre" / "final"
+    if cfg.reuse_pretrain and (final / "model.pt").exists():
+        m = json.loads((out / "pre" / "metrics.json").read_text())
+        summary = {"global_step": m["history"][-1]["step"], "reused": True}
+        log.info("reusing the pre-trained model in %s", final)
+    else:
+        summary = run(PretrainConfig(
+            store=str(store), out=str(out / "pre"), workers=cfg.workers, epochs=cfg.epochs, batch_size=cfg.batch_size,
+            fanouts=cfg.fanouts, sample_threshold=cfg.sample_threshold, max_steps_per_epoch=cfg.max_steps_per_epoch,
+            hidden=cfg.hidden, conv=cfg.conv, lr=cfg.lr, seed=cfg.seed, overwrite=True, max_failures=0,
+        ))
 
     from gcad_dist.score import load_checkpoint_model, prepare_data, score_data
     from partitioning.store.reader import StoreReader
@@ -171,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print(f"\nGCCAD-pre, no labels: {graph_path} ({y.size:,} nodes, {int(y.sum()):,} planted anomalies), "
-          f"{cfg.epochs} epoch(s), {summary['global_step']} steps on {cfg.workers} worker(s)")
+          f"{cfg.epochs} epoch(s), {summary.get('global_step', '?')} steps on {cfg.workers} worker(s)")
     print("\n| evaluation | AUROC | AUPRC |\n|---|---|---|")
     for key, name in (("per_part", "planted anomalies, context per K-means part"),
                       ("link_part", "planted anomalies, context = the part of the node's neighbours"),

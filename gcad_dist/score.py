@@ -50,7 +50,7 @@ class ScoreConfig:
     out: str
     batch_size: int = 0  # multi-graph data: graphs per forward pass (0 = all at once)
     parts: str | None = None  # store whose K-means parts give each node its context (large graphs)
-    context: str = "links"  # with --parts: "links" (part of the node's neighbours) or "own" (its K-means part)
+    context: str = "own"  # with --parts: "own" (its K-means part, as in pre-training) or "links" (its neighbours' part)
     device: str = "auto"
     normalize: str = "auto"
     threads: int = 0
@@ -303,9 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="store built from this graph (python -m partitioning.build): score part by part, each node "
                         "against the context of a part instead of one context for the whole graph (less memory; "
                         "what pre-training saw)")
-    p.add_argument("--context", default=d.context, choices=("links", "own"),
-                   help="with --parts: 'links' scores each node in the part most of its neighbours belong to, "
-                        "'own' in its own K-means part (see README, 'Scoring a large graph')")
+    p.add_argument("--context", default=d.context, choices=("own", "links"),
+                   help="with --parts: 'own' scores each node in its own K-means part (as pre-training saw it), "
+                        "'links' in the part most of its neighbours belong to; which is better depends on the graph "
+                        "(README, 'Scoring a large graph'; BENCHMARKS.md)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize'], "
