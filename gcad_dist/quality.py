@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                  len(names) * cfg.seeds * len(cfg.models) - len(todo))
         cache: dict[str, Any] = {}
         for name, path, model, seed in tqdm(todo, desc="quality", unit="run"):
+            if run_path(out, name, model, seed).exists():  # done meanwhile by another process on the same --out
+                continue
             if name not in cache:  # the datasets are small (< 15k nodes): keep them all
                 cache[name] = load_labelled(str(path))
             tcfg = TrainConfig(
