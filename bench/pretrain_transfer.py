@@ -237,7 +237,7 @@ def run_dataset(cfg: TransferConfig, name: str, graph: Path, run: Runner) -> lis
 
 def table(records: list[dict[str, Any]]) -> str:
     """Markdown table: one row per (dataset, method), mean ± std of the test metrics over seeds."""
-    lines = ["| dataset | method | train labels | test AUROC | test AUPRC | test Rec@K | seeds | wall s/run |",
+    lines = ["| dataset | method | train labels | test AUROC | test AUPRC | test Rec@K | seed(s) | wall s/run |",
              "|---|---|---|---|---|---|---|---|"]
     seen: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
