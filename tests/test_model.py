@@ -345,3 +345,37 @@ def test_training_separates_contextual_anomalies():
         torch.set_num_threads(threads)
     assert auc > 0.9, (auc_before, auc)
     assert auc > auc_before + 0.2
+
+
+@pytest.mark.parametrize("conv", ["gin", "gcn", "sage", "gat"])
+def test_hop_trimming_leaves_seed_outputs_and_loss_unchanged(conv):
+    """On a neighbour-sampled minibatch whose context and loss masks are the seeds, running layer l on
+    the hops that can still reach the seeds only (PyG's trim_to_layer) gives the same seed
+    embeddings, context, scores and loss (eval mode: deterministic edge decisions)."""
+    from torch_geometric.data import Data
+
+    from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
+
+    torch.manual_seed(0)
+    n = 400
+    ei = torch.randint(0, n, (2, 3000))
+    data = Data(x=torch.randn(n, 6), edge_index=torch.cat([ei, ei.flip(0)], 1), y=(torch.rand(n) < 0.2).long())
+    b = next(iter(SubgraphNeighborLoader(data, [5, 3], batch_size=32, seed=1, prefetch=0, backend="builtin")))
+    assert b.num_nodes > 2 * b.batch_size  # the later hops are really there
+    seeds = torch.zeros(b.num_nodes, dtype=torch.bool)
+    seeds[: b.batch_size] = True
+    model = GCCAD(GCCADConfig(in_dim=6, hidden=8, conv=conv)).eval()
+    full = model(b.x, b.edge_index, context_mask=seeds)
+    trim = model(b.x, b.edge_index, context_mask=seeds, num_sampled_nodes=b.num_sampled_nodes,
+                 num_sampled_edges=b.num_sampled_edges)
+    s = b.batch_size
+    if conv == "gcn":  # not trimmed: its normalisation needs the source nodes' full degrees
+        assert trim.h.size(0) == full.h.size(0)
+    else:
+        assert trim.h.size(0) < full.h.size(0) and trim.edge_logits[1].numel() < full.edge_logits[1].numel()
+    torch.testing.assert_close(trim.h[:s], full.h[:s])
+    torch.testing.assert_close(trim.q, full.q)
+    torch.testing.assert_close(model.score(trim)[:s], model.score(full)[:s])
+    lf, lt = model.loss(full, b.y, mask=seeds), model.loss(trim, b.y, mask=seeds)
+    for k in ("total", "con", "link"):
+        torch.testing.assert_close(lt[k], lf[k])

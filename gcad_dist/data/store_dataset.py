@@ -55,13 +55,15 @@ class TrainBatch:
     num_seeds: int  # nodes whose loss is used (seed nodes, or all nodes of the batched graphs)
     num_edges: int  # edges in the step's computation graph (sampled edges for "seeds" steps)
     step: Step
+    num_sampled_nodes: list[int] | None = None  # per hop, for trimming the later layers (seed steps)
+    num_sampled_edges: list[int] | None = None
 
     def to(self, device: torch.device) -> TrainBatch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
         return TrainBatch(
             move(self.x), move(self.edge_index), move(self.y), move(self.batch), self.num_graphs,
             move(self.context_mask), move(self.loss_mask), self.key, self.shared, self.num_seeds,
-            self.num_edges, self.step,
+            self.num_edges, self.step, self.num_sampled_nodes, self.num_sampled_edges,
         )
 
 
@@ -170,7 +172,7 @@ class StoreDataset:
         seeds[: int(d.batch_size)] = True
         sg = int(step.subgraphs[0])
         return TrainBatch(d.x, d.edge_index, d.y, None, 1, seeds, seeds, sg, True, int(d.batch_size),
-                          int(d.edge_index.size(1)), step)
+                          int(d.edge_index.size(1)), step, list(d.num_sampled_nodes), list(d.num_sampled_edges))
 
     def _produce(self, epoch: int, start: int) -> Iterator[TrainBatch]:
         steps = self.plan(epoch).steps

@@ -188,7 +188,8 @@ def train_loop_per_worker(config: dict) -> None:
             tb = tb.to(device)
             sync.set_subgraph(tb.key, shared=tb.shared)
             out = net(tb.x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,
-                      context_mask=tb.context_mask, sync=sync)
+                      context_mask=tb.context_mask, sync=sync, num_sampled_nodes=tb.num_sampled_nodes,
+                      num_sampled_edges=tb.num_sampled_edges)
             losses = model.loss(out, tb.y, mask=tb.loss_mask, sync=sync)
             optimizer.zero_grad(set_to_none=True)
             losses["total"].backward()

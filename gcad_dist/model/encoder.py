@@ -51,16 +51,37 @@ class GCCADEncoder(nn.Module):
         edge_weight: Tensor | None,
         context_mask: Tensor | None,
         sync: ContextSync,
+        num_sampled_nodes: list[int] | None = None,
+        num_sampled_edges: list[int] | None = None,
     ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor], Tensor | None]:
-        """Return (h^(L) [N, hidden], q^(L) [G, hidden], per-layer p [E], per-layer logits [E], w^(L))."""
+        """Return (h^(L) [N', hidden], q^(L) [G, hidden], per-layer p [E_l], per-layer logits [E_l], w^(L)).
+
+        With ``num_sampled_nodes`` / ``num_sampled_edges`` of a neighbour-sampled minibatch (nodes and
+        edges ordered by hop, as the loaders yield them) and as many hops as layers, layer ``l`` runs
+        only on the edges of hops ``< L - l`` and the nodes of hops ``<= L - l`` (PyG's
+        ``trim_to_layer``): the seeds' outputs are unchanged, the later layers touch a fraction of
+        the edges. The context and loss masks must then cover seeds only; N' and E_l shrink per layer
+        (edge tensors stay prefixes of ``edge_index``). Not applied with conv ``gcn``, whose
+        normalisation depends on the source nodes' degrees.
+        """
         h = self.input_proj(x)
         q = mean_context(h, batch, num_graphs, context_mask, sync)
         w = edge_weight
         if self.config.edge_update and w is None:
             w = torch.ones(edge_index.size(1), dtype=h.dtype, device=h.device)
+        # GCN's symmetric normalisation uses the in-degree of the *source* nodes too, which trimming
+        # changes: no trimming for it (gin, sage, gat only look at the target's in-edges)
+        trim = (num_sampled_nodes is not None and num_sampled_edges is not None and self.config.conv != "gcn"
+                and len(num_sampled_edges) == self.config.num_layers and len(num_sampled_nodes) == len(num_sampled_edges) + 1)
         probs: list[Tensor] = []
         logits: list[Tensor] = []
         for layer in range(self.config.num_layers):
+            if trim and layer > 0:
+                keep = self.config.num_layers - layer  # hops still needed
+                n_keep, e_keep = sum(num_sampled_nodes[: keep + 1]), sum(num_sampled_edges[:keep])
+                h, batch, edge_index = h[:n_keep], batch[:n_keep], edge_index[:, :e_keep]
+                context_mask = None if context_mask is None else context_mask[:n_keep]
+                w = None if w is None else w[:e_keep]
             if self.config.edge_update:
                 w, p, lg = self.edge_updates[layer](h, q, edge_index, batch, w)
                 probs.append(p)

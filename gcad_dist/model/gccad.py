@@ -111,13 +111,18 @@ class GCCAD(torch.nn.Module):
         edge_weight: Tensor | None = None,
         context_mask: Tensor | None = None,
         sync: ContextSync | None = None,
+        num_sampled_nodes: list[int] | None = None,
+        num_sampled_edges: list[int] | None = None,
     ) -> GCCADOutput:
         """Encode a graph or a PyG batch of graphs.
 
         batch: graph id per node (``Batch.batch``) or None for one graph; pass ``num_graphs`` to
         avoid a device sync. context_mask: bool [N], the nodes whose embeddings enter the
         per-graph context sums (default: all). sync: how per-graph sums are combined (default:
-        identity; see :mod:`gcad_dist.model.context`).
+        identity; see :mod:`gcad_dist.model.context`). num_sampled_nodes / num_sampled_edges: per-hop
+        counts of a neighbour-sampled minibatch whose context and loss masks are its seeds: later
+        layers then skip what cannot reach the seeds (:class:`GCCADEncoder`); ``out.h`` and
+        ``out.batch`` then cover the first nodes only (the seeds among them).
         """
         sync = IDENTITY if sync is None else sync
         n = x.size(0)
@@ -127,11 +132,12 @@ class GCCAD(torch.nn.Module):
         elif num_graphs is None:
             num_graphs = int(batch.max().item()) + 1 if n > 0 else 1
         h, q, probs, logits, w = self.encoder(
-            x, edge_index, batch, num_graphs, edge_weight=edge_weight, context_mask=context_mask, sync=sync
+            x, edge_index, batch, num_graphs, edge_weight=edge_weight, context_mask=context_mask, sync=sync,
+            num_sampled_nodes=num_sampled_nodes, num_sampled_edges=num_sampled_edges,
         )
         cls = self.classifier(h) if self.classifier is not None else None
         return GCCADOutput(
-            h=h, q=q, batch=batch, edge_index=edge_index, edge_probs=probs, logits=cls,
+            h=h, q=q, batch=batch[: h.size(0)], edge_index=edge_index, edge_probs=probs, logits=cls,
             edge_logits=logits, edge_weight=w, num_graphs=num_graphs,
         )
 
@@ -148,6 +154,10 @@ class GCCAD(torch.nn.Module):
         y = y.long()
         if mask is None:
             mask = torch.ones_like(y, dtype=torch.bool)
+        y_all, mask_all = y, mask  # the link loss sees every edge's endpoints
+        n_out = out.h.size(0)
+        if n_out < y.numel():  # trimmed minibatch: only the first nodes have outputs (the seeds among them)
+            y, mask = y[:n_out], mask[:n_out]
         if cfg.loss == "ce":
             assert out.logits is not None, "CE ablation needs the classifier logits"
             con = ce_loss(out.logits, y, mask)
@@ -160,7 +170,7 @@ class GCCAD(torch.nn.Module):
             con = contrastive_loss(z, c, y.index_select(0, idx), out.batch.index_select(0, idx), out.num_graphs,
                                    torch.ones_like(idx, dtype=torch.bool), cfg.tau, sync)
         if cfg.link_loss_weight > 0 and out.edge_logits:
-            link = link_loss(out.edge_logits, out.edge_index, y, mask)
+            link = link_loss(out.edge_logits, out.edge_index, y_all, mask_all)
         else:
             link = con.new_zeros(())
         result = {"total": con + cfg.link_loss_weight * link, "con": con, "link": link}

@@ -62,16 +62,20 @@ def link_targets(edge_index: Tensor, y: Tensor, mask: Tensor) -> tuple[Tensor, T
 def link_loss(edge_logits: list[Tensor], edge_index: Tensor, y: Tensor, mask: Tensor) -> Tensor:
     """Binary cross-entropy of every layer's link probabilities against :func:`link_targets`.
 
-    Averaged over all used edges of all layers (each layer has the same edge set, so this is the
-    mean of the per-layer means). 0 when no edge is used.
+    Averaged over all used edges of all layers. Each layer's logits cover a prefix of ``edge_index``
+    (all of it, or fewer edges in a trimmed minibatch, where every used edge, seed to seed, is in
+    every prefix). 0 when no edge is used.
     """
     target, used = link_targets(edge_index, y, mask)
     used_f = used.float()
     total = edge_logits[0].new_zeros((), dtype=torch.float32)
-    for logits in edge_logits:
-        bce = F.binary_cross_entropy_with_logits(logits.float(), target, reduction="none")
-        total = total + (bce * used_f).sum()
-    return total / (used_f.sum() * len(edge_logits)).clamp_min(1.0)
+    count = used_f.new_zeros(())
+    for logits in edge_logits:  # a trimmed layer's edges are a prefix of edge_index
+        e = logits.numel()
+        bce = F.binary_cross_entropy_with_logits(logits.float(), target[:e], reduction="none")
+        total = total + (bce * used_f[:e]).sum()
+        count = count + used_f[:e].sum()
+    return total / count.clamp_min(1.0)
 
 
 def ce_loss(logits: Tensor, y: Tensor, mask: Tensor) -> Tensor:
