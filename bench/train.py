@@ -11,7 +11,8 @@ Measures, in one run:
    spent waiting for its next batch (data loading and sampling not hidden by the prefetch thread);
 2. on the same pre-sampled minibatches of the largest subgraph (one process): the time of a GCCAD
    training step (forward, loss, backward, Adam) against a plain GraphSAGE step (PyG ``GraphSAGE`` of
-   the same width and depth, linear head, cross-entropy on the same labels);
+   the same width and depth, linear head, cross-entropy on the same labels), each with every layer on
+   all sampled hops and hop-trimmed (PyG ``trim_to_layer``), interleaved;
 3. the neighbour samplers on that subgraph's CSR (``bench/sampler.measure_sampler``): the built-in one
    against torch-sparse (and pyg-lib) when installed.
 
@@ -53,7 +54,6 @@ class TrainBenchConfig:
     cpus_per_worker: int = 1
     json: str | None = None
     skip_ray: bool = False
-    trim: bool = True  # both models skip, per layer, the hops that cannot reach the seeds (PyG trim_to_layer)
 
 
 def _time_steps(step_fn, batches, repeats: int = 1) -> float:
@@ -101,13 +101,11 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
     sync.set_subgraph(sg, shared=True)
     opt_g = torch.optim.Adam(gccad.parameters(), lr=1e-3)
 
-    def trim_kw(b) -> dict:
-        return {"num_sampled_nodes": b.num_sampled_nodes, "num_sampled_edges": b.num_sampled_edges} if cfg.trim else {}
-
-    def gccad_step(b) -> None:
+    def gccad_step(b, trim: bool) -> None:
         mask = torch.zeros(b.num_nodes, dtype=torch.bool)
         mask[: b.batch_size] = True
-        out = gccad(b.x, b.edge_index, context_mask=mask, sync=sync, **trim_kw(b))
+        kw = {"num_sampled_nodes": b.num_sampled_nodes, "num_sampled_edges": b.num_sampled_edges} if trim else {}
+        out = gccad(b.x, b.edge_index, context_mask=mask, sync=sync, **kw)
         loss = gccad.loss(out, b.y, mask=mask, sync=sync)["total"]
         opt_g.zero_grad(set_to_none=True)
         loss.backward()
@@ -116,9 +114,8 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
     sage = GraphSAGE(reader.num_features, cfg.hidden, cfg.layers, out_channels=2, dropout=0.1)
     opt_s = torch.optim.Adam(sage.parameters(), lr=1e-3)
 
-    def sage_step(b) -> None:
-        kw = {} if not cfg.trim else {"num_sampled_nodes_per_hop": b.num_sampled_nodes,
-                                       "num_sampled_edges_per_hop": b.num_sampled_edges}
+    def sage_step(b, trim: bool) -> None:
+        kw = {"num_sampled_nodes_per_hop": b.num_sampled_nodes, "num_sampled_edges_per_hop": b.num_sampled_edges} if trim else {}
         logits = sage(b.x, b.edge_index, **kw)[: b.batch_size]
         loss = torch.nn.functional.cross_entropy(logits, b.y[: b.batch_size])
         opt_s.zero_grad(set_to_none=True)
@@ -127,12 +124,16 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
 
     gccad.train()
     sage.train()
-    # Interleave the two so that machine load affects both alike.
-    t_g, t_s = [], []
+    # Both models, untrimmed and hop-trimmed, interleaved so that machine load affects all alike.
+    times: dict[tuple[str, bool], list[float]] = {}
     for _ in range(2):
-        t_g.append(_time_steps(gccad_step, batches))
-        t_s.append(_time_steps(sage_step, batches))
-    g_ms, s_ms = 1000 * min(t_g), 1000 * min(t_s)
+        for trim in (False, True):
+            for name, fn in (("gccad", gccad_step), ("sage", sage_step)):
+                times.setdefault((name, trim), []).append(_time_steps(lambda b: fn(b, trim), batches))
+    steps = [{"layers": "hop-trimmed" if trim else "untrimmed", "gccad_step_ms": 1000 * min(times[("gccad", trim)]),
+              "sage_step_ms": 1000 * min(times[("sage", trim)])} for trim in (False, True)]
+    for r in steps:
+        r["gccad_over_sage"] = r["gccad_step_ms"] / r["sage_step_ms"]
 
     rowptr, col = loader.rowptr, loader.col
     samplers = []
@@ -140,8 +141,7 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
         r = measure_sampler(rowptr, col, backend, fanouts, cfg.batch_size, n_batches=cfg.step_batches)
         samplers.append({k: r[k] for k in ("backend", "seeds_per_s", "edges_per_s", "ms_per_batch",
                                            "cpu_ms_per_batch", "mean_edges")})
-    return {"subgraph": sg, "subgraph_nodes": int(data.num_nodes), "gccad_step_ms": g_ms, "sage_step_ms": s_ms,
-            "gccad_over_sage": g_ms / s_ms, "samplers": samplers,
+    return {"subgraph": sg, "subgraph_nodes": int(data.num_nodes), "steps": steps, "samplers": samplers,
             "mean_sampled_edges": sum(b.edge_index.size(1) for b in batches) / len(batches)}
 
 
@@ -185,8 +185,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpus-per-worker", type=int, default=d.cpus_per_worker, help="CPUs per Ray worker")
     p.add_argument("--json", default=None, help="also write the results here")
     p.add_argument("--skip-ray", action="store_true", help="only the single-process comparisons")
-    p.add_argument("--no-trim", dest="trim", action="store_false", default=argparse.SUPPRESS,
-                   help="run every layer on the whole sampled subgraph in the GCCAD/GraphSAGE comparison")
     cfg = TrainBenchConfig(**vars(p.parse_args(argv)))
     setup_logging()
     from partitioning.store.reader import StoreReader
@@ -205,10 +203,13 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             print(f"| {r['workers']} | {r['steps']} | {r['seeds_per_s']:,.0f} | {r['edges_per_s']:,.0f} | "
                   f"{100 * r['wait_frac']:.1f}% | {r['epoch_s']:.1f} |")
-    print(f"\nGCCAD step {comp['gccad_step_ms']:.1f} ms vs GraphSAGE step {comp['sage_step_ms']:.1f} ms "
-          f"on the same minibatches (mean {comp['mean_sampled_edges']:,.0f} sampled edges, "
-          f"{'hop-trimmed' if cfg.trim else 'untrimmed'} layers): "
-          f"ratio {comp['gccad_over_sage']:.2f}x")
+    print(f"\nTraining step on the same minibatches (mean {comp['mean_sampled_edges']:,.0f} sampled edges):")
+    print("\n| layers | GCCAD ms/step | GraphSAGE ms/step | GCCAD / GraphSAGE |\n|---|---|---|---|")
+    for r in comp["steps"]:
+        print(f"| {r['layers']} | {r['gccad_step_ms']:.1f} | {r['sage_step_ms']:.1f} | {r['gccad_over_sage']:.2f}x |")
+    u, t = comp["steps"]
+    print(f"hop trimming: GCCAD {u['gccad_step_ms'] / t['gccad_step_ms']:.2f}x, "
+          f"GraphSAGE {u['sage_step_ms'] / t['sage_step_ms']:.2f}x faster")
     print("\n| sampler | seed nodes/s | sampled edges/s | ms/batch | CPU ms/batch |")
     print("|---|---|---|---|---|")
     for s in comp["samplers"]:
