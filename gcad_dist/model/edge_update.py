@@ -56,8 +56,8 @@ class _LinkMLP(torch.autograd.Function):
         diff = h.index_select(0, d).sub_(h.index_select(0, s))
         a = diff.abs()
         r = torch.mm(a, w1.t())
-        if ud is not None:
-            r.add_(ud.index_select(0, d))
+        if ud is not None:  # [N, h] per target node, or one [h] vector (the bias) for every edge
+            r.add_(ud.index_select(0, d) if ud.dim() == 2 else ud)
         if us is not None:
             r.add_(us.index_select(0, s))
         torch.relu_(r)
@@ -99,7 +99,10 @@ class _LinkMLP(torch.autograd.Function):
                 g_w2.addmv_(r.t(), g, alpha=scale)
             g_z = torch.outer(g, w2s).mul_(torch.sign(r))
             if g_ud is not None:
-                g_ud.index_add_(0, d, g_z)
+                if ud.dim() == 2:
+                    g_ud.index_add_(0, d, g_z)
+                else:
+                    g_ud.add_(g_z.sum(0))
             if g_us is not None:
                 g_us.index_add_(0, s, g_z)
             if g_w1 is not None:
@@ -144,7 +147,7 @@ class LinkPredictor(nn.Module):
             u = F.linear(rel, torch.cat([w[:, k : 2 * k], w[:, 2 * k :]], dim=0))  # [N, 2h]
             ud, us = u[:, :k] + self.lin1.bias, u[:, k:]
         else:
-            ud = self.lin1.bias.expand(h.size(0), k)
+            ud = self.lin1.bias  # one vector for every edge
         w1 = w[:, :k]
         if self.fused:
             drop = self.dropout.p if self.training else 0.0
@@ -152,8 +155,10 @@ class LinkPredictor(nn.Module):
             logits = _LinkMLP.apply(h, ud, us, w1, self.lin2.weight[0], src, dst, drop, seed, EDGE_CHUNK)
             return logits + self.lin2.bias
         diff = (h.index_select(0, dst) - h.index_select(0, src)).abs()
-        base = ud.index_select(0, dst) if us is None else ud.index_select(0, dst) + us.index_select(0, src)
-        z = torch.addmm(base, diff, w1.t())
+        if us is None:
+            z = F.linear(diff, w1, ud)
+        else:
+            z = torch.addmm(ud.index_select(0, dst) + us.index_select(0, src), diff, w1.t())
         z = self.dropout(F.relu(z))
         return self.lin2(z).squeeze(-1)
 

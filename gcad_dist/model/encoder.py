@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from .context import ContextSync
 from .edge_update import EdgeUpdate
-from .node_update import NodeUpdate
+from .node_update import TRIMMABLE, NodeUpdate
 from .readout import Readout, mean_context
 
 if TYPE_CHECKING:
@@ -69,9 +69,7 @@ class GCCADEncoder(nn.Module):
         w = edge_weight
         if self.config.edge_update and w is None:
             w = torch.ones(edge_index.size(1), dtype=h.dtype, device=h.device)
-        # GCN's symmetric normalisation uses the in-degree of the *source* nodes too, which trimming
-        # changes: no trimming for it (gin, sage, gat only look at the target's in-edges)
-        trim = (num_sampled_nodes is not None and num_sampled_edges is not None and self.config.conv != "gcn"
+        trim = (num_sampled_nodes is not None and num_sampled_edges is not None and self.config.conv in TRIMMABLE
                 and len(num_sampled_edges) == self.config.num_layers and len(num_sampled_nodes) == len(num_sampled_edges) + 1)
         probs: list[Tensor] = []
         logits: list[Tensor] = []

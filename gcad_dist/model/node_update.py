@@ -119,6 +119,12 @@ CONVS = {
 }
 
 
+#: convs whose output at a node depends only on that node's in-edges, so later layers of a
+#: neighbour-sampled minibatch may drop the hops that cannot reach the seeds (GCN's symmetric
+#: normalisation also uses the source nodes' degrees, which trimming would change)
+TRIMMABLE = frozenset({"gin", "sage", "gat"})
+
+
 def make_conv(name: str, hidden: int) -> nn.Module:
     """Build the weighted conv called ``name`` (one of :data:`CONVS`) mapping hidden -> hidden."""
     if name not in CONVS:
