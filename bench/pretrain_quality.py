@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     ys, ss = [], []
     for i in range(min(len(reader), 5)):
         sub = reader.get(i)
-        ss.append(score_data(loaded.model, prepare_data(sub, loaded, source=f"subgraph {i}"), device="cpu"))
+        # store features are already in the checkpoint's space (normalised at build): no second z-score
+        ss.append(score_data(loaded.model, prepare_data(sub, loaded, normalize="none", source=f"subgraph {i}"),
+                             device="cpu"))
         ys.append(sub.y.numpy())
     results["corrupt_auroc"], results["corrupt_auprc"] = _auc(np.concatenate(ys), np.concatenate(ss))
 

@@ -236,7 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-frac", type=float, default=d.train_frac, help="random split: train fraction (graphs without split masks)")
     p.add_argument("--val-frac", type=float, default=d.val_frac, help="random split: validation fraction (the rest is test)")
     p.add_argument("--normalize", default=d.normalize, choices=("auto", "standard", "none"),
-                   help="feature normalisation: auto = what the checkpoint was trained with (none if unrecorded)")
+                   help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
+                        "pre-training records its store's, standard by default; none if unrecorded, e.g. older "
+                        "checkpoints); standard = z-score over all nodes of this graph; none = raw")
     add_runtime_options(p, d)
     return p
 

@@ -14,7 +14,10 @@ same storage path and name: ``--resume`` does that (``<out>/ray_train``), and a 
 within ``--max-failures`` restarts the group from the latest checkpoint automatically.
 
 Outputs in ``--out``: ``final/model.pt`` (the :mod:`gcad_dist.checkpoint` format that finetune and score
-load), ``metrics.json`` (per-epoch history and a summary) and ``ray_train/`` (Ray's checkpoints).
+load; ``extra["normalize"]`` records the store's feature normalisation, ``standard`` for a store built
+with the default ``partitioning.build --normalize``, which their ``--normalize auto`` then applies to
+the target graph with its own statistics), ``metrics.json`` (per-epoch history and a summary) and
+``ray_train/`` (Ray's checkpoints).
 """
 
 from __future__ import annotations
@@ -191,7 +194,8 @@ def validate(cfg: PretrainConfig) -> dict:
     if run_dir.exists() and not (cfg.resume or cfg.overwrite):
         raise UsageError(f"--out: {cfg.out} already holds a run; pass --resume to continue it or --overwrite")
     return {"subgraphs": len(reader), "nodes": int(reader.node_counts.sum()),
-            "edges": int(reader.edge_counts.sum()) // 2, "features": reader.num_features}
+            "edges": int(reader.edge_counts.sum()) // 2, "features": reader.num_features,
+            "normalize": reader.feature_normalization()}
 
 
 def _free_port() -> int:
@@ -250,7 +254,11 @@ def run(cfg: PretrainConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     cfg.out = str(out)
     cfg.store = cfg.store if "://" in cfg.store else str(Path(cfg.store).resolve())
-    log.info("store %s: %d subgraphs, %d nodes, %d edges", cfg.store, info["subgraphs"], info["nodes"], info["edges"])
+    log.info("store %s: %d subgraphs, %d nodes, %d edges, features %s", cfg.store, info["subgraphs"], info["nodes"],
+             info["edges"], "raw" if info["normalize"] == "none" else f"z-scored ({info['normalize']})")
+    if info["normalize"] == "none":
+        log.warning("the store holds raw features (built with --normalize none, or before stores were normalised); "
+                    "the checkpoint records normalize=none, so finetune/score --normalize auto use raw features too")
 
     import ray
     import ray.train
@@ -297,7 +305,8 @@ def run(cfg: PretrainConfig) -> dict:
     history = state.get("history", [])
     last = history[-1] if history else {}
     summary = {
-        "store": cfg.store, "workers": cfg.workers, "epochs": cfg.epochs, "global_step": state.get("global_step"),
+        "store": cfg.store, "normalize": info["normalize"], "workers": cfg.workers, "epochs": cfg.epochs,
+        "global_step": state.get("global_step"),
         "steps_per_epoch": state.get("steps_per_epoch"), "restarts": state.get("restarts", 0),
         "final_loss": last.get("loss"), "seeds_per_s": last.get("seeds_per_s"),
         "edges_per_s": last.get("edges_per_s"), "wait_frac": last.get("wait_frac"),

@@ -2,11 +2,13 @@
 
 Reads any gcad-dist checkpoint (pre-training ``runs/pre/final``, fine-tuning ``runs/ft/final``,
 supervised ``gcad_dist.train`` output), applies the feature normalisation the model was trained
-with (``extra["normalize"]`` in the checkpoint; ``none`` when absent, i.e. raw features as in the
-store) and writes one Parquet row per node: ``node_id`` (the node's index in the input graph),
-``score`` (higher = more anomalous; GCCAD: 1 - cos(h_i, q_g)), ``label`` when the graph has labels
-and ``graph_id`` for multi-graph data. With labels, AUROC / AUPRC / Recall@K over all nodes are
-printed (and written beside the Parquet file as ``<out>.metrics.json``).
+with (``extra["normalize"]`` in the checkpoint: pre-training records the store's, ``standard`` for a
+store built with the default ``partitioning.build --normalize``; ``none`` when absent, i.e. raw
+features), z-scoring the graph with its own statistics for ``standard``, and writes one Parquet row
+per node: ``node_id`` (the node's index in the input graph), ``score`` (higher = more anomalous;
+GCCAD: 1 - cos(h_i, q_g)), ``label`` when the graph has labels and ``graph_id`` for multi-graph data.
+With labels, AUROC / AUPRC / Recall@K over all nodes are printed (and written beside the Parquet file
+as ``<out>.metrics.json``).
 
 Memory: scoring is exact and full-batch per graph (the context q_g needs every node of the graph).
 Peak memory is dominated by the link predictor, about ``E x 3 x hidden x 4`` bytes per layer for E
@@ -309,8 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(README, 'Scoring a large graph'; BENCHMARKS.md)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
-                   help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize'], "
-                        "none if unrecorded); standard = z-score over all nodes; none = raw")
+                   help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
+                        "pre-training records its store's, standard by default; none if unrecorded, e.g. older "
+                        "checkpoints); standard = z-score over all nodes of this graph; none = raw")
     p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch default)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p

@@ -1,6 +1,8 @@
 """Build the corrupt-subgraph store: ``python -m partitioning.build --graph G --out S.zarr``.
 
-Stages: load the graph -> (``--k auto``: inertia curve over a K grid on a sample, elbow) -> FAISS
+Stages: load the graph -> fingerprint (of the raw input) -> ``--normalize standard`` (default: z-score
+every feature over all nodes, label-free; K-means and the stored ``x`` see the normalised features)
+-> (``--k auto``: inertia curve over a K grid on a sample, elbow) -> FAISS
 K-means on the node features (train on a sample, assign all nodes) -> corrupt subgraphs (METHOD.md
 section 4) -> atomic Zarr store (``partitioning/STORE_FORMAT.md``). Multi-graph input (``graph_id``
 set): each graph is a part and no clustering is done.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -22,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from partitioning.features import NORMALIZE_CHOICES
 from partitioning.graph import Graph
 
 log = logging.getLogger("partitioning.build")
@@ -44,6 +48,7 @@ class BuildConfig:
     seed: int = 0
     niter: int = 20
     nredo: int = 3  # K-means restarts of the final clustering (best inertia kept); the elbow uses 1
+    normalize: str = "standard"  # z-score every feature over all nodes before K-means and storing; "none" = raw
     gpu: str = "auto"
     threads: int = 0  # 0 = every core this process may use
     chunk_mib: float = 8.0
@@ -92,6 +97,8 @@ def check_config(cfg: BuildConfig) -> None:
         raise UsageError(f"--threads: must be >= 0, got {cfg.threads}")
     if cfg.chunk_mib <= 0:
         raise UsageError(f"--chunk-mib: must be > 0, got {cfg.chunk_mib}")
+    if cfg.normalize not in NORMALIZE_CHOICES:
+        raise UsageError(f"--normalize: expected {' or '.join(NORMALIZE_CHOICES)}, got {cfg.normalize!r}")
     if cfg.gpu not in ("auto", "yes", "no"):
         raise UsageError(f"--gpu: expected auto, yes or no, got {cfg.gpu!r}")
     if cfg.k is None:
@@ -131,6 +138,7 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
     from gcad_dist.cli import UsageError
     from partitioning import kmeans as km
     from partitioning.corrupt import corrupt_subgraphs, num_injected
+    from partitioning.features import normalize_store_features
     from partitioning.io import load_graph
     from partitioning.store.writer import check_destination, store_size_bytes, write_store
 
@@ -149,7 +157,16 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
             graph = load_graph(cfg.graph)
     n = graph.num_nodes
     with stages("fingerprint"):
-        fingerprint = graph.fingerprint()
+        fingerprint = graph.fingerprint()  # of the raw input graph (score --parts compares stores to it)
+    if cfg.normalize != "none":
+        with stages("normalize"):
+            # A new graph object with a new x: the caller's graph (maybe a read-only memmap) is untouched.
+            x, features = normalize_store_features(graph.x, cfg.normalize)
+            graph = dataclasses.replace(graph, x=x)
+            del x
+        log.info("features z-scored (%s) over all %d nodes", cfg.normalize, n)
+    else:
+        features = {"normalize": "none"}
 
     partition: dict[str, Any]
     centroids = None
@@ -254,6 +271,7 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
         },
         "params": {**asdict(cfg), "k": cfg.k if cfg.k is not None else "auto", "k_grid": list(cfg.k_grid), "threads": threads},
         "partition": partition,
+        "features": features,
         "labels": "y = 0 own node, 1 injected node (anomaly)",
     }
     with stages("write"):
@@ -288,6 +306,7 @@ def summary_table(result: BuildResult) -> str:
         f"subgraphs       {c['subgraphs']:,} ({m['params']['corruptions']} per part)",
         f"nodes           {c['nodes']:,} = own {c['own_nodes']:,} + injected {c['injected_nodes']:,}",
         f"edges           {c['edge_entries'] // 2:,} undirected ({c['edge_entries']:,} CSR entries)",
+        f"features        {_features_text(m)}",
         f"store size      {result.store_bytes / 2**20:,.1f} MiB",
         "stage           seconds",
     ]
@@ -295,6 +314,11 @@ def summary_table(result: BuildResult) -> str:
         lines.append(f"  {name:<13} {sec:8.2f}")
     lines.append(f"  {'total':<13} {sum(result.seconds.values()):8.2f}")
     return "\n".join(lines)
+
+
+def _features_text(manifest: dict[str, Any]) -> str:
+    how = (manifest.get("features") or {}).get("normalize", "none")
+    return "raw" if how == "none" else f"z-scored ({how})"
 
 
 def _parse_k(text: str) -> int | None:
@@ -346,6 +370,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--niter", type=int, default=d.niter, help="K-means (Lloyd) iterations per run")
     p.add_argument("--nredo", type=int, default=d.nredo, help="K-means runs (own seeding each) for the final "
                    "clustering; the lowest inertia wins")
+    p.add_argument("--normalize", choices=list(NORMALIZE_CHOICES), default=d.normalize,
+                   help="label-free z-score of every feature over all nodes of the input graph (unbiased std; "
+                   "constant features divided by 1), applied before K-means and stored, with its mean and std "
+                   "recorded in the manifest; none keeps the raw features")
     p.add_argument("--gpu", choices=["auto", "yes", "no"], default=d.gpu, help="FAISS on GPU: auto = when FAISS "
                    "sees one")
     p.add_argument("--threads", type=int, default=d.threads, help="FAISS OpenMP threads (0 = all usable cores)")
@@ -365,7 +393,8 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     grid = args.k_grid if isinstance(args.k_grid, tuple) else _parse_grid(args.k_grid)
     return BuildConfig(
         graph=args.graph, out=args.out, k=k, k_grid=grid, sample=args.sample, elbow_sample=args.elbow_sample,
-        ratio=args.ratio, corruptions=args.corruptions, seed=args.seed, niter=args.niter, nredo=args.nredo, gpu=args.gpu,
+        ratio=args.ratio, corruptions=args.corruptions, seed=args.seed, niter=args.niter, nredo=args.nredo,
+        normalize=args.normalize, gpu=args.gpu,
         threads=args.threads, chunk_mib=args.chunk_mib, overwrite=args.overwrite, plot=not args.no_plot,
         progress=not args.no_progress,
     )

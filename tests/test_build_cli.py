@@ -132,6 +132,7 @@ def dup_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--k-grid", "2,3,x"], "--k-grid"),
         (["--corruptions", "0"], "--corruptions"),
         (["--gpu", "maybe"], "--gpu"),
+        (["--normalize", "zscore"], "--normalize"),
     ],
 )
 def test_bad_options(dup_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture, extra: list, needle: str) -> None:
@@ -141,6 +142,88 @@ def test_bad_options(dup_file: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     assert last.startswith("error: ") and needle in last
     assert "Traceback" not in err
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_default_build_stores_z_scored_features(graph_file: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    """Default --normalize standard: stored x = (raw - mean) / std (unbiased, over all source nodes), the
+    same transform as training's normalize_features; the fingerprint stays the raw graph's."""
+    import torch
+
+    from gcad_dist.train import normalize_features
+
+    out = tmp_path / "z.zarr"
+    code, stdout, _ = run(["--graph", str(graph_file), "--out", str(out), "--k", "3"], capsys)
+    assert code == 0 and "z-scored (standard)" in stdout
+    graph = load_graph(graph_file)
+    raw = graph.x.astype(np.float64)
+    r = StoreReader(str(out))
+    assert r.feature_normalization() == "standard"
+    f = r.manifest["features"]
+    assert f["normalize"] == "standard" and r.manifest["params"]["normalize"] == "standard"
+    mean, std = raw.mean(axis=0), raw.std(axis=0, ddof=1)
+    np.testing.assert_allclose(f["mean"], mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(f["std"], std, rtol=1e-10)
+    assert r.manifest["source"]["fingerprint"] == graph.fingerprint()
+    expect = ((raw - mean) / std).astype(np.float32)
+    torch_expect = normalize_features(torch.from_numpy(graph.x), "standard").numpy()
+    seen = 0
+    for i in range(len(r)):
+        c = r.get_csr(i)
+        own = c["y"] == 0
+        gid = c["global_id"][own]
+        np.testing.assert_allclose(c["x"][own], expect[gid], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(c["x"][own], torch_expect[gid], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(c["x"][~own], expect[c["global_id"][~own]], rtol=0, atol=1e-6)
+        seen += int(own.sum())
+    assert seen == graph.num_nodes
+
+
+def test_normalize_none_stores_raw_features(graph_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "raw.zarr"
+    code, stdout, _ = run(["--graph", str(graph_file), "--out", str(out), "--k", "3", "--normalize", "none"], capsys)
+    assert code == 0 and "features        raw" in stdout
+    raw = load_graph(graph_file).x
+    r = StoreReader(str(out))
+    assert r.manifest["features"] == {"normalize": "none"} and r.feature_normalization() == "none"
+    for i in range(len(r)):
+        c = r.get_csr(i)
+        np.testing.assert_array_equal(c["x"], raw[c["global_id"]])
+
+
+def test_build_leaves_the_callers_graph_untouched(tmp_path: Path) -> None:
+    """The input may be a read-only memmap or shared: build normalises a copy, and fingerprints the original."""
+    from gcad_dist.cli import UsageError
+
+    g = generate(SyntheticConfig(nodes=400, avg_degree=6, communities=3, features=5, seed=2))
+    x0 = g.x.copy()
+    g.x.flags.writeable = False
+    fp = g.fingerprint()
+    cfg = build_mod.BuildConfig(graph="mem", out=str(tmp_path / "s.zarr"), k=3, threads=1, plot=False, progress=False)
+    res = build_mod.build(cfg, graph=g)
+    np.testing.assert_array_equal(g.x, x0)
+    assert res.manifest["source"]["fingerprint"] == fp and res.manifest["features"]["normalize"] == "standard"
+    with pytest.raises(UsageError, match="^--normalize"):
+        build_mod.check_config(build_mod.BuildConfig(graph="g", out="o", normalize="minmax"))
+
+
+def test_feature_stats_blocked_match_numpy() -> None:
+    from partitioning.features import feature_stats, normalize_store_features
+
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(1001, 4)) * [1e-3, 1.0, 50.0, 0.0] + [5.0, -2.0, 1e4, 3.0]).astype(np.float32)
+    ref_mean, ref_std = x.astype(np.float64).mean(0), x.astype(np.float64).std(0, ddof=1)
+    for block in (1, 7, 1000, 5000):
+        mean, std = feature_stats(x, block_rows=block)
+        np.testing.assert_allclose(mean, ref_mean, rtol=1e-12)
+        np.testing.assert_allclose(std, ref_std, rtol=1e-9, atol=1e-12)
+    z, entry = normalize_store_features(x, "standard", block_rows=64)
+    assert z.dtype == np.float32 and z.flags.c_contiguous and entry["std"][3] == 1.0  # constant feature: / 1
+    np.testing.assert_allclose(z[:, :3].std(0, ddof=1), 1.0, rtol=1e-4)
+    np.testing.assert_allclose(z.mean(0), 0.0, atol=1e-4)
+    np.testing.assert_array_equal(z[:, 3], 0.0)
+    same, none = normalize_store_features(x, "none")
+    assert same is x and none == {"normalize": "none"}
 
 
 def test_bad_inputs(dup_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

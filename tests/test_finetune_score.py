@@ -309,3 +309,47 @@ def test_score_per_part_of_a_store(small_graph, pre_checkpoint, tmp_path, capsys
     code, _, err = _run(score_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(other),
                                      "--out", str(tmp_path / "x.parquet"), "--parts", str(store)], capsys)
     assert code == 2 and "--parts" in err and "300 nodes" in err
+
+
+def test_auto_normalize_follows_a_pretrain_checkpoint_of_a_normalised_store(small_graph, tmp_path, capsys) -> None:
+    """A pre-training checkpoint of a default (z-scored) store says extra["normalize"] = "standard": with
+    --normalize auto, score (also per part, --parts) and finetune z-score the target graph with its own
+    statistics; older checkpoints without the key keep raw features."""
+    from gcad_dist.train import normalize_features
+    from partitioning.build import main as build_main
+    from partitioning.store.reader import StoreReader
+
+    g, path = small_graph
+    torch.manual_seed(1)
+    cfg = GCCADConfig(in_dim=8, hidden=16)
+    ck = tmp_path / "pre"
+    save_model(ck, GCCAD(cfg), cfg, extra={"normalize": "standard", "global_step": 3})
+    loaded = load_checkpoint_model(ck)
+    assert loaded.normalize == "standard"
+    raw = torch.from_numpy(g.x)
+    torch.testing.assert_close(prepare_data(str(path), loaded).x, normalize_features(raw, "standard"))
+    torch.testing.assert_close(prepare_data(str(path), loaded, "none").x, raw)
+    loaded.extra.pop("normalize")
+    assert loaded.normalize == "none"
+    torch.testing.assert_close(prepare_data(str(path), loaded).x, raw)
+
+    store = tmp_path / "s.zarr"
+    assert build_main(["--graph", str(path), "--out", str(store), "--k", "3", "--no-plot", "--no-progress",
+                       "--threads", "1"]) == 0
+    part = StoreReader(str(store)).node_part()
+    out = tmp_path / "parts.parquet"
+    code, _, err = _run(score_main, ["--checkpoint", str(ck), "--graph", str(path), "--out", str(out),
+                                     "--parts", str(store), "--threads", "1"], capsys)
+    assert code == 0, err
+    loaded = load_checkpoint_model(ck)
+    data = prepare_data(str(path), loaded, "standard")
+    data.graph_id = torch.from_numpy(part.astype(np.int64))
+    expect = score_data(loaded.model, data, device="cpu", batch_size=1)
+    np.testing.assert_allclose(pq.read_table(out).to_pandas()["score"].to_numpy(), expect, atol=1e-5)
+
+    ft = tmp_path / "ft"
+    code, _, err = _run(finetune_main, ["--checkpoint", str(ck), "--graph", str(path), "--out", str(ft),
+                                       "--epochs", "0", "--no-plots", "--no-progress", "--threads", "1"], capsys)
+    assert code == 0, err
+    assert json.loads((ft / "metrics.json").read_text())["normalize"] == "standard"
+    assert load_model_file(ft / "final")["extra"]["normalize"] == "standard"

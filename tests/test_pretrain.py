@@ -21,6 +21,7 @@ OPTS = dict(sample_threshold=250, batch_size=64, graph_batch_nodes=200, hidden=1
 
 def _build_store(out: Path, n: int = 600, big: int = 300, seed: int = 0) -> Path:
     from partitioning.corrupt import corrupt_subgraphs
+    from partitioning.features import normalize_store_features
     from partitioning.graph import csr_from_edges
     from partitioning.store.writer import write_store
 
@@ -31,7 +32,8 @@ def _build_store(out: Path, n: int = 600, big: int = 300, seed: int = 0) -> Path
     dst = rng.integers(0, n, 4 * n)
     indptr, indices = csr_from_edges(src, dst, n)
     subs = list(corrupt_subgraphs(indptr, indices, parts, ratio=0.15, seed=seed))
-    write_store(out, x, subs, {"source": "test"}, node_part=parts.astype(np.int32))
+    x, features = normalize_store_features(x, "standard")  # as partitioning.build does by default
+    write_store(out, x, subs, {"source": "test", "features": features}, node_part=parts.astype(np.int32))
     return out
 
 
@@ -145,6 +147,11 @@ def test_two_workers_survive_a_killed_worker_then_resume(store: Path, tmp_path: 
     model = GCCAD(GCCADConfig(**ck["config"]))
     model.load_state_dict(ck["state_dict"])
     assert ck["config"]["in_dim"] == 8 and ck["config"]["hidden"] == 16
+    # It records the store's feature normalisation, which finetune/score --normalize auto then apply.
+    from gcad_dist.score import load_checkpoint_model
+
+    assert ck["extra"]["normalize"] == "standard" and summary["normalize"] == "standard"
+    assert load_checkpoint_model(out / "final").normalize == "standard"
 
     # --resume with one more epoch continues from the last checkpoint.
     monkeypatch.delenv("GCAD_FAIL_AT_STEP")
@@ -155,3 +162,4 @@ def test_two_workers_survive_a_killed_worker_then_resume(store: Path, tmp_path: 
     assert [h["epoch"] for h in hist2] == [0, 1, 2]
     assert hist2[:2] == hist  # earlier epochs kept, not retrained
     assert summary2["restarts"] == 2
+    assert load_model_file(out / "final")["extra"]["normalize"] == "standard"

@@ -51,6 +51,17 @@ def test_round_trip_is_exact(tmp_path: Path) -> None:
         assert c["num_own"] == s.num_own and c["part"] == s.part and c["replica"] == s.replica
 
 
+def test_feature_normalization_missing_key_reads_as_none(tmp_path: Path) -> None:
+    """Stores written before manifest["features"] existed hold raw features: they read as "none"."""
+    x, subs, _ = make_input()
+    write(tmp_path / "old.zarr", x, subs)
+    r = StoreReader(str(tmp_path / "old.zarr"))
+    assert "features" not in r.manifest and r.feature_normalization() == "none"
+    features = {"normalize": "standard", "mean": [0.0] * 6, "std": [1.0] * 6}
+    write_store(tmp_path / "z.zarr", x, subs, {"features": features})
+    assert StoreReader(str(tmp_path / "z.zarr")).feature_normalization() == "standard"
+
+
 def test_get_returns_pyg_data(tmp_path: Path) -> None:
     x, subs, _ = make_input()
     out = tmp_path / "s.zarr"

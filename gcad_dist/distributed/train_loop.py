@@ -7,7 +7,9 @@ lr/10. Context sums of large subgraphs are all-reduced through :class:`AllReduce
 dedicated process group (never interleaving with DDP's gradient buckets).
 
 Checkpoints (``ray.train.report(..., checkpoint=...)`` from rank 0, every ``checkpoint_every`` steps
-and at every epoch end) hold the model (:func:`gcad_dist.checkpoint.save_model` format) and the
+and at every epoch end) hold the model (:func:`gcad_dist.checkpoint.save_model` format, with
+``extra["normalize"]`` = the store's feature normalisation, so that finetune and score ``--normalize
+auto`` z-score their graph the same way) and the
 training state: optimizer, scheduler, memory buffers, epoch, position in the epoch, global step,
 every rank's RNG states and the metric history. A restarted worker group (``FailureConfig``) or a
 ``--resume`` run continues from the latest one, the step counter continuing.
@@ -96,6 +98,7 @@ def train_loop_per_worker(config: dict) -> None:
     torch.manual_seed(cfg.seed + rank)
 
     reader = StoreReader(cfg.store)
+    normalize = reader.feature_normalization()  # recorded in every checkpoint's extra
     shard = ShardConfig(
         sample_threshold=cfg.sample_threshold, batch_cost=cfg.graph_batch_nodes, batch_size=cfg.batch_size,
         seed=cfg.seed,
@@ -162,7 +165,8 @@ def train_loop_per_worker(config: dict) -> None:
             return
         tmp = tempfile.mkdtemp(prefix="gcad-ckpt-")
         try:
-            save_model(tmp, model, mcfg, extra={"pretrain": asdict(cfg), "global_step": global_step})
+            save_model(tmp, model, mcfg,
+                       extra={"pretrain": asdict(cfg), "global_step": global_step, "normalize": normalize})
             save_train_state(tmp, {
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "memory": sync.state_dict(), "epoch": epoch, "position": pos, "global_step": global_step,

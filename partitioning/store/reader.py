@@ -190,6 +190,12 @@ class StoreReader:
         except KeyError:
             return None
 
+    def feature_normalization(self) -> str:
+        """How the stored ``x`` was normalised at build time: ``standard`` (z-scored per feature over all
+        source nodes, ``manifest["features"]``) or ``none`` (raw; also stores written before the key existed)."""
+        features = self.manifest.get("features")
+        return str(features.get("normalize", "none")) if isinstance(features, dict) else "none"
+
     def __repr__(self) -> str:
         c = self.manifest["counts"]
         return f"StoreReader({self.path!r}, subgraphs={c['subgraphs']}, nodes={c['nodes']}, features={c['num_features']})"
