@@ -12,6 +12,8 @@ of the score against the generator's planted labels, which training never saw:
 * ``per part``: each K-means part of the store is one graph (its own context q), as in pre-training;
 * ``link parts``: each node is scored in the part most of its neighbours belong to
   (:func:`gcad_dist.score.link_majority_parts`): the context its links tie it to;
+* ``halo parts``: each node in its own part, with the part's 1-hop halo (the nodes of other parts its
+  nodes link to) as message-passing inputs (:func:`gcad_dist.score.score_parts_halo`);
 * ``whole graph``: one context over the whole graph (:func:`gcad_dist.score.score_graph`), only for
   graphs up to ``--whole-graph-max`` nodes (full-batch memory);
 * ``corrupt``: AUROC of injected-node detection on the store's own corrupt subgraphs (the training task).
@@ -155,12 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     kinds = _anomaly_types(graph_path)
     node_part = reader.node_part()
     if node_part is not None:
-        from gcad_dist.score import link_majority_parts
+        from gcad_dist.score import link_majority_parts, score_parts_halo
 
         data = prepare_data(graph, loaded)
-        for key, parts in (("per_part", node_part), ("link_part", link_majority_parts(data.edge_index, node_part))):
-            data.graph_id = torch.from_numpy(parts.astype(np.int64))
-            s = score_data(loaded.model, data, device="cpu", batch_size=1)
+        for key, parts in (("per_part", node_part), ("link_part", link_majority_parts(data.edge_index, node_part)),
+                           ("halo_part", node_part)):
+            if key == "halo_part":
+                s = score_parts_halo(loaded.model, data, node_part, device="cpu")
+            else:
+                data.graph_id = torch.from_numpy(parts.astype(np.int64))
+                s = score_data(loaded.model, data, device="cpu", batch_size=1)
             results[f"{key}_auroc"], results[f"{key}_auprc"] = _auc(y, s)
             if kinds is not None:  # AUROC of each planted kind against the normal nodes
                 results[f"{key}_auroc_by_kind"] = {
@@ -186,11 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| evaluation | AUROC | AUPRC |\n|---|---|---|")
     for key, name in (("per_part", "planted anomalies, context per K-means part"),
                       ("link_part", "planted anomalies, context = the part of the node's neighbours"),
+                      ("halo_part", "planted anomalies, context per K-means part, links into other parts kept"),
                       ("whole", "planted anomalies, one context for the whole graph"),
                       ("corrupt", "injected nodes of the corrupt subgraphs (training task)")):
         if f"{key}_auroc" in results:
             print(f"| {name} | {results[f'{key}_auroc']:.3f} | {results[f'{key}_auprc']:.3f} |")
-    for key in ("per_part", "link_part"):
+    for key in ("per_part", "link_part", "halo_part"):
         if f"{key}_auroc_by_kind" in results:
             kinds_txt = ", ".join(f"{k} {v:.3f}" for k, v in results[f"{key}_auroc_by_kind"].items())
             print(f"\nAUROC by planted kind ({key.replace('_', ' ')}): {kinds_txt}")

@@ -38,9 +38,13 @@ from partitioning.errors import GraphInputError
 
 log = logging.getLogger("gcad_dist.score")
 
-__all__ = ["ScoreConfig", "LoadedModel", "load_checkpoint_model", "prepare_data", "score_data", "score_graph", "main"]
+__all__ = ["ScoreConfig", "LoadedModel", "load_checkpoint_model", "prepare_data", "score_data", "score_graph",
+           "score_parts_halo", "link_majority_parts", "main"]
 
 NORMALIZE_CHOICES = ("auto", "standard", "none")
+# --parts --context: own = the node's K-means part (as pre-training saw it); links = the part most of its
+# neighbours are in (link_majority_parts); halo = its own part plus the part's 1-hop halo (score_parts_halo)
+CONTEXTS = ("own", "links", "halo")
 
 
 @dataclass
@@ -52,7 +56,7 @@ class ScoreConfig:
     out: str
     batch_size: int = 0  # multi-graph data: graphs per forward pass (0 = all at once)
     parts: str | None = None  # store whose K-means parts give each node its context (large graphs)
-    context: str = "own"  # with --parts: "own" (its K-means part, as in pre-training) or "links" (its neighbours' part)
+    context: str = "own"  # with --parts: "own", "links" or "halo" (see CONTEXTS)
     device: str = "auto"
     normalize: str = "auto"
     threads: int = 0
@@ -198,6 +202,54 @@ def link_majority_parts(edge_index: torch.Tensor, node_part: np.ndarray) -> np.n
     return out.astype(np.int32)
 
 
+def score_parts_halo(model: torch.nn.Module, data: Any, node_part: np.ndarray, device: str = "auto") -> np.ndarray:
+    """Score every node in its own part *with the part's 1-hop halo*: the subgraph induced by the part's
+    nodes and every node of another part they link to; the context covers the part's own nodes only.
+
+    With ``own`` parts, a node's links into other parts are cut, so its embedding ignores part of its
+    neighbourhood (structural anomalies such as cliques of random nodes consist mostly of such links).
+    The halo restores the full 1-hop neighbourhood of every scored node, as in pre-training's corrupt
+    subgraphs, where own nodes keep their links to the injected nodes of other parts. Halo nodes are
+    message-passing inputs only: they are neither in the context sums nor scored here. One forward pass
+    per part (a loop over parts; everything inside is vectorised).
+    """
+    from torch_geometric.utils import subgraph
+
+    from gcad_dist.model import GCCAD
+
+    dev = _resolve_device(device)
+    model = model.to(dev).eval()
+    part = torch.as_tensor(np.asarray(node_part), dtype=torch.long)
+    n = data.num_nodes
+    src, dst = data.edge_index[0], data.edge_index[1]
+    ew = getattr(data, "edge_weight", None)
+    scores = np.empty(n, dtype=np.float32)
+    order = torch.argsort(part, stable=True)
+    counts = torch.bincount(part, minlength=int(part.max()) + 1 if n else 0).tolist()
+    start = 0
+    for k, c in enumerate(counts):
+        own = order[start : start + c]
+        start += c
+        if c == 0:
+            continue
+        crossing = (part.index_select(0, src) == k) & (part.index_select(0, dst) != k)
+        halo = torch.unique(dst[crossing])
+        nodes = torch.cat([own, halo])
+        ei, sub_w = subgraph(nodes, data.edge_index, edge_attr=ew, relabel_nodes=True, num_nodes=n)
+        kwargs: dict[str, Any] = {}
+        if sub_w is not None:
+            kwargs["edge_weight"] = sub_w.to(dev)
+        if isinstance(model, GCCAD):
+            mask = torch.zeros(nodes.numel(), dtype=torch.bool)
+            mask[:c] = True
+            kwargs["context_mask"] = mask.to(dev)
+        with torch.no_grad():
+            out = model(data.x.index_select(0, nodes).to(dev), ei.to(dev), **kwargs)
+            s = model.score(out).float()
+        scores[own.numpy()] = s[:c].cpu().numpy()
+    return scores
+
+
 def score_data(model: torch.nn.Module, data: Any, device: str = "auto", batch_size: int = 0) -> np.ndarray:
     """Anomaly score of every node of ``data`` (eval mode; deterministic edge decisions).
 
@@ -249,7 +301,7 @@ def _context_parts(store: str, data: Any, context: str) -> np.ndarray:
     if node_part.size != data.num_nodes:
         raise UsageError(f"--parts: {store} was built from a graph of {node_part.size} nodes, "
                          f"this graph has {data.num_nodes}")
-    if context == "own":
+    if context in ("own", "halo"):
         return node_part
     return link_majority_parts(data.edge_index, node_part)
 
@@ -305,10 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="store built from this graph (python -m partitioning.build): score part by part, each node "
                         "against the context of a part instead of one context for the whole graph (less memory; "
                         "what pre-training saw)")
-    p.add_argument("--context", default=d.context, choices=("own", "links"),
+    p.add_argument("--context", default=d.context, choices=CONTEXTS,
                    help="with --parts: 'own' scores each node in its own K-means part (as pre-training saw it), "
-                        "'links' in the part most of its neighbours belong to; which is better depends on the graph "
-                        "(README, 'Scoring a large graph'; BENCHMARKS.md)")
+                        "'links' in the part most of its neighbours belong to, 'halo' in its own part's context "
+                        "but with its links into other parts kept (the part plus the nodes of other parts it links "
+                        "to); which is best depends on the graph (README, 'Scoring a large graph'; BENCHMARKS.md)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
@@ -339,7 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.parts:
         data.graph_id = torch.from_numpy(_context_parts(cfg.parts, data, cfg.context).astype(np.int64))
         batch_size = batch_size or 1
-    scores = score_data(loaded.model, data, device=cfg.device, batch_size=batch_size)
+    if cfg.parts and cfg.context == "halo":
+        scores = score_parts_halo(loaded.model, data, data.graph_id.numpy(), device=cfg.device)
+    else:
+        scores = score_data(loaded.model, data, device=cfg.device, batch_size=batch_size)
     y = None if getattr(data, "y", None) is None else data.y.numpy()
     gid = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()
     write_scores(out, scores, y, gid)

@@ -353,3 +353,63 @@ def test_auto_normalize_follows_a_pretrain_checkpoint_of_a_normalised_store(smal
     assert code == 0, err
     assert json.loads((ft / "metrics.json").read_text())["normalize"] == "standard"
     assert load_model_file(ft / "final")["extra"]["normalize"] == "standard"
+
+
+def test_halo_scores_each_part_with_its_one_hop_halo(small_graph, pre_checkpoint, tmp_path, capsys) -> None:
+    """--context halo: a part's nodes are scored in the subgraph of the part plus the nodes of other parts
+    they link to, with the context over the part's own nodes only (checked against a direct computation);
+    with no link across parts it equals --context own; and the halo does change the scores otherwise."""
+    from torch_geometric.data import Data
+    from torch_geometric.utils import subgraph
+
+    from gcad_dist.score import score_parts_halo
+
+    g, path = small_graph
+    loaded = load_checkpoint_model(pre_checkpoint)
+    model = loaded.model.eval()
+    data = prepare_data(str(path), loaded)
+    n = data.num_nodes
+    part = np.arange(n) % 3  # parts cut many links
+    halo_scores = score_parts_halo(model, data, part, device="cpu")
+
+    src, dst = data.edge_index.numpy()
+    for k in range(3):
+        own = np.flatnonzero(part == k)
+        halo = np.setdiff1d(np.unique(dst[np.isin(src, own)]), own)
+        assert halo.size > 0
+        nodes = torch.from_numpy(np.concatenate([own, halo]))
+        ei, _ = subgraph(nodes, data.edge_index, relabel_nodes=True, num_nodes=n)
+        mask = torch.arange(nodes.numel()) < own.size
+        with torch.no_grad():
+            out = model(data.x[nodes], ei, context_mask=mask)
+            ref = model.score(out)[: own.size].numpy()
+        np.testing.assert_allclose(halo_scores[own], ref, atol=1e-5)
+
+    data.graph_id = torch.from_numpy(part.astype(np.int64))
+    own_scores = score_data(model, data, device="cpu", batch_size=1)
+    assert np.abs(own_scores - halo_scores).max() > 1e-3
+
+    # two parts with no link between them: the halo is empty and both contexts agree
+    half = n // 2
+    keep = (data.edge_index < half).all(0) | (data.edge_index >= half).all(0)
+    cut = Data(x=data.x, edge_index=data.edge_index[:, keep])
+    two = (np.arange(n) >= half).astype(np.int64)
+    cut_halo = score_parts_halo(model, cut, two, device="cpu")
+    cut.graph_id = torch.from_numpy(two)
+    np.testing.assert_allclose(cut_halo, score_data(model, cut, device="cpu", batch_size=1), atol=1e-5)
+
+    # the command line
+    from partitioning.build import main as build_main
+
+    store = tmp_path / "s.zarr"
+    assert build_main(["--graph", str(path), "--out", str(store), "--k", "3", "--no-plot", "--no-progress",
+                       "--threads", "1"]) == 0
+    out = tmp_path / "halo.parquet"
+    code, stdout, err = _run(score_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(out),
+                                          "--parts", str(store), "--context", "halo", "--threads", "1"], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pandas()
+    from partitioning.store.reader import StoreReader
+
+    np.testing.assert_array_equal(t["graph_id"].to_numpy(), StoreReader(str(store)).node_part())
+    assert np.isfinite(t["score"].to_numpy()).all() and "AUROC" in stdout
