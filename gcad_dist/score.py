@@ -42,9 +42,9 @@ __all__ = ["ScoreConfig", "LoadedModel", "load_checkpoint_model", "prepare_data"
            "score_parts_halo", "link_majority_parts", "main"]
 
 NORMALIZE_CHOICES = ("auto", "standard", "none")
-# --parts --context: own = the node's K-means part (as pre-training saw it); links = the part most of its
-# neighbours are in (link_majority_parts); halo = its own part plus the part's 1-hop halo (score_parts_halo)
-CONTEXTS = ("own", "links", "halo")
+# --parts --context: halo (default) = its own part plus the part's 1-hop halo (score_parts_halo); own = the
+# node's K-means part alone; links = the part most of its neighbours are in (link_majority_parts)
+CONTEXTS = ("halo", "own", "links")
 
 
 @dataclass
@@ -56,7 +56,7 @@ class ScoreConfig:
     out: str
     batch_size: int = 0  # multi-graph data: graphs per forward pass (0 = all at once)
     parts: str | None = None  # store whose K-means parts give each node its context (large graphs)
-    context: str = "own"  # with --parts: "own", "links" or "halo" (see CONTEXTS)
+    context: str = "halo"  # with --parts: "halo", "own" or "links" (see CONTEXTS)
     device: str = "auto"
     normalize: str = "auto"
     threads: int = 0
@@ -358,10 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "against the context of a part instead of one context for the whole graph (less memory; "
                         "what pre-training saw)")
     p.add_argument("--context", default=d.context, choices=CONTEXTS,
-                   help="with --parts: 'own' scores each node in its own K-means part (as pre-training saw it), "
-                        "'links' in the part most of its neighbours belong to, 'halo' in its own part's context "
-                        "but with its links into other parts kept (the part plus the nodes of other parts it links "
-                        "to); which is best depends on the graph (README, 'Scoring a large graph'; BENCHMARKS.md)")
+                   help="with --parts: 'halo' scores each node against the context of its own K-means part, with "
+                        "its links into other parts kept (the part plus the nodes of other parts it links to, as "
+                        "pre-training's corrupt subgraphs keep the links to injected nodes); 'own' in its part alone "
+                        "(links across parts cut); 'links' in the part most of its neighbours belong to. halo beat "
+                        "own on every graph measured and, unlike links, never fell to chance (README, 'Scoring a "
+                        "large graph'; BENCHMARKS.md)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "

@@ -14,5 +14,5 @@ set -x
 python -m partitioning.synthetic --nodes "$NODES" --avg-degree 10 --seed 0 --out "$OUT/graph.npz"
 python -m partitioning.build --graph "$OUT/graph.npz" --out "$OUT/graph.zarr" --k auto --overwrite
 python -m gcad_dist.pretrain --store "$OUT/graph.zarr" --workers "$WORKERS" --epochs "$EPOCHS" --out "$OUT/pre" --overwrite
-# each node scored against the context of its K-means part, as in pre-training
+# each node scored against the context of its K-means part, its links into other parts kept (--context halo)
 python -m gcad_dist.score --checkpoint "$OUT/pre/final" --graph "$OUT/graph.npz" --parts "$OUT/graph.zarr" --out "$OUT/scores.parquet"

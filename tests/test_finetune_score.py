@@ -343,8 +343,9 @@ def test_auto_normalize_follows_a_pretrain_checkpoint_of_a_normalised_store(smal
     assert code == 0, err
     loaded = load_checkpoint_model(ck)
     data = prepare_data(str(path), loaded, "standard")
-    data.graph_id = torch.from_numpy(part.astype(np.int64))
-    expect = score_data(loaded.model, data, device="cpu", batch_size=1)
+    from gcad_dist.score import score_parts_halo
+
+    expect = score_parts_halo(loaded.model, data, part, device="cpu")  # the default --context
     np.testing.assert_allclose(pq.read_table(out).to_pandas()["score"].to_numpy(), expect, atol=1e-5)
 
     ft = tmp_path / "ft"
