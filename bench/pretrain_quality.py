@@ -176,15 +176,32 @@ def main(argv: list[str] | None = None) -> int:
         data = prepare_data(graph, loaded)
         s = score_data(loaded.model, data, device="cpu")
         results["whole_auroc"], results["whole_auprc"] = _auc(y, s)
-    # The training task itself, on a few corrupt subgraphs (injected nodes = 1).
+    # The training task itself, on a few corrupt subgraphs (injected nodes = 1), and what the link
+    # remover does there at evaluation (keep iff p > 0.5), per layer, for edges between two own nodes
+    # and for edges between an own and an injected node.
     ys, ss = [], []
+    kept = np.zeros((2, loaded.model.config.num_layers))
+    edges = np.zeros(2)
+    model = loaded.model.eval()
     for i in range(min(len(reader), 5)):
         sub = reader.get(i)
         # store features are already in the checkpoint's space (normalised at build): no second z-score
-        ss.append(score_data(loaded.model, prepare_data(sub, loaded, normalize="none", source=f"subgraph {i}"),
-                             device="cpu"))
-        ys.append(sub.y.numpy())
+        d = prepare_data(sub, loaded, normalize="none", source=f"subgraph {i}")
+        with torch.no_grad():
+            o = model(d.x, d.edge_index)
+            ss.append(model.score(o).float().numpy())
+        yi = sub.y.numpy().astype(bool)
+        mixed = torch.from_numpy(yi[d.edge_index[0].numpy()] != yi[d.edge_index[1].numpy()])
+        both_own = torch.from_numpy(~yi[d.edge_index[0].numpy()] & ~yi[d.edge_index[1].numpy()])
+        for row, sel in enumerate((both_own, mixed)):
+            edges[row] += int(sel.sum())
+            for layer, p in enumerate(o.edge_probs):
+                kept[row, layer] += int(((p > 0.5) & sel).sum())
+        ys.append(yi.astype(np.int64))
     results["corrupt_auroc"], results["corrupt_auprc"] = _auc(np.concatenate(ys), np.concatenate(ss))
+    if o.edge_probs:
+        results["edge_keep_share"] = {"own-own": (kept[0] / max(edges[0], 1)).tolist(),
+                                      "own-injected": (kept[1] / max(edges[1], 1)).tolist()}
 
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print(f"\nGCCAD-pre, no labels: {graph_path} ({y.size:,} nodes, {int(y.sum()):,} planted anomalies), "
@@ -197,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
                       ("corrupt", "injected nodes of the corrupt subgraphs (training task)")):
         if f"{key}_auroc" in results:
             print(f"| {name} | {results[f'{key}_auroc']:.3f} | {results[f'{key}_auprc']:.3f} |")
+    if "edge_keep_share" in results:
+        k = results["edge_keep_share"]
+        print("\nshare of corrupt-subgraph edges the link remover keeps at evaluation, per layer: own-own "
+              + ", ".join(f"{v:.3f}" for v in k["own-own"]) + "; own-injected " + ", ".join(f"{v:.3f}" for v in k["own-injected"]))
     for key in ("per_part", "link_part", "halo_part"):
         if f"{key}_auroc_by_kind" in results:
             kinds_txt = ", ".join(f"{k} {v:.3f}" for k, v in results[f"{key}_auroc_by_kind"].items())
