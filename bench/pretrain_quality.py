@@ -115,11 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     if not graph_path.exists():
         if cfg.graph:
             raise UsageError(f"--graph: {cfg.graph} does not exist")
-        from partitioning.synthetic import SyntheticConfig
+        from partitioning.synthetic import SyntheticConfig, synthesize
 
         log.info("generating a %d-node graph", cfg.nodes)
-        from partitioning.synthetic import synthesize
-
         sg = synthesize(SyntheticConfig(nodes=cfg.nodes, avg_degree=cfg.avg_degree, seed=cfg.seed))
         save_npz(sg.graph, graph_path, extra=sg.extra_arrays())
     store = Path(cfg.store) if cfg.store else out / "store.zarr"
@@ -160,13 +158,16 @@ def main(argv: list[str] | None = None) -> int:
         from gcad_dist.score import link_majority_parts, score_parts_halo
 
         data = prepare_data(graph, loaded)
-        for key, parts in (("per_part", node_part), ("link_part", link_majority_parts(data.edge_index, node_part)),
-                           ("halo_part", node_part)):
-            if key == "halo_part":
-                s = score_parts_halo(loaded.model, data, node_part, device="cpu")
-            else:
-                data.graph_id = torch.from_numpy(parts.astype(np.int64))
-                s = score_data(loaded.model, data, device="cpu", batch_size=1)
+
+        def in_parts(parts: np.ndarray) -> np.ndarray:
+            data.graph_id = torch.from_numpy(parts.astype(np.int64))
+            return score_data(loaded.model, data, device="cpu", batch_size=1)
+
+        scorers = {"per_part": lambda: in_parts(node_part),
+                   "link_part": lambda: in_parts(link_majority_parts(data.edge_index, node_part)),
+                   "halo_part": lambda: score_parts_halo(loaded.model, data, node_part, device="cpu")}
+        for key, scorer in scorers.items():
+            s = scorer()
             results[f"{key}_auroc"], results[f"{key}_auprc"] = _auc(y, s)
             if kinds is not None:  # AUROC of each planted kind against the normal nodes
                 results[f"{key}_auroc_by_kind"] = {
@@ -191,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             o = model(d.x, d.edge_index)
             ss.append(model.score(o).float().numpy())
         yi = sub.y.numpy().astype(bool)
-        mixed = torch.from_numpy(yi[d.edge_index[0].numpy()] != yi[d.edge_index[1].numpy()])
-        both_own = torch.from_numpy(~yi[d.edge_index[0].numpy()] & ~yi[d.edge_index[1].numpy()])
+        y_src, y_dst = yi[d.edge_index[0].numpy()], yi[d.edge_index[1].numpy()]
+        mixed, both_own = torch.from_numpy(y_src != y_dst), torch.from_numpy(~y_src & ~y_dst)
         for row, sel in enumerate((both_own, mixed)):
             edges[row] += int(sel.sum())
             for layer, p in enumerate(o.edge_probs):

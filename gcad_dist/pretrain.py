@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from gcad_dist.cli import UsageError, run_cli, setup_logging
+from partitioning.features import describe_normalization
 
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 # On a busy machine the dashboard (which serves the state API Ray Train V2 polls) can take over
@@ -255,7 +256,7 @@ def run(cfg: PretrainConfig) -> dict:
     cfg.out = str(out)
     cfg.store = cfg.store if "://" in cfg.store else str(Path(cfg.store).resolve())
     log.info("store %s: %d subgraphs, %d nodes, %d edges, features %s", cfg.store, info["subgraphs"], info["nodes"],
-             info["edges"], "raw" if info["normalize"] == "none" else f"z-scored ({info['normalize']})")
+             info["edges"], describe_normalization(info["normalize"]))
     if info["normalize"] == "none":
         log.warning("the store holds raw features (built with --normalize none, or before stores were normalised); "
                     "the checkpoint records normalize=none, so finetune/score --normalize auto use raw features too")

@@ -226,14 +226,15 @@ def score_parts_halo(model: torch.nn.Module, data: Any, node_part: np.ndarray, d
     scores = np.empty(n, dtype=np.float32)
     order = torch.argsort(part, stable=True)
     counts = torch.bincount(part, minlength=int(part.max()) + 1 if n else 0).tolist()
+    part_src = part.index_select(0, src)
+    crossing = part_src != part.index_select(0, dst)  # edges leaving their source's part, gathered once
     start = 0
     for k, c in enumerate(counts):
         own = order[start : start + c]
         start += c
         if c == 0:
             continue
-        crossing = (part.index_select(0, src) == k) & (part.index_select(0, dst) != k)
-        halo = torch.unique(dst[crossing])
+        halo = torch.unique(dst[crossing & (part_src == k)])
         nodes = torch.cat([own, halo])
         ei, sub_w = subgraph(nodes, data.edge_index, edge_attr=ew, relabel_nodes=True, num_nodes=n)
         kwargs: dict[str, Any] = {}

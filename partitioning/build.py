@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from partitioning.features import NORMALIZE_CHOICES
+from partitioning.features import NORMALIZE_CHOICES, describe_normalization, manifest_normalization
 from partitioning.graph import Graph
 
 log = logging.getLogger("partitioning.build")
@@ -306,7 +306,7 @@ def summary_table(result: BuildResult) -> str:
         f"subgraphs       {c['subgraphs']:,} ({m['params']['corruptions']} per part)",
         f"nodes           {c['nodes']:,} = own {c['own_nodes']:,} + injected {c['injected_nodes']:,}",
         f"edges           {c['edge_entries'] // 2:,} undirected ({c['edge_entries']:,} CSR entries)",
-        f"features        {_features_text(m)}",
+        f"features        {describe_normalization(manifest_normalization(m))}",
         f"store size      {result.store_bytes / 2**20:,.1f} MiB",
         "stage           seconds",
     ]
@@ -314,11 +314,6 @@ def summary_table(result: BuildResult) -> str:
         lines.append(f"  {name:<13} {sec:8.2f}")
     lines.append(f"  {'total':<13} {sum(result.seconds.values()):8.2f}")
     return "\n".join(lines)
-
-
-def _features_text(manifest: dict[str, Any]) -> str:
-    how = (manifest.get("features") or {}).get("normalize", "none")
-    return "raw" if how == "none" else f"z-scored ({how})"
 
 
 def _parse_k(text: str) -> int | None:

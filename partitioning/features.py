@@ -18,6 +18,17 @@ NORMALIZE_CHOICES: tuple[str, ...] = ("standard", "none")
 BLOCK_BYTES = 32 << 20  # float64 bytes of one row block
 
 
+def manifest_normalization(manifest: dict[str, Any]) -> str:
+    """``manifest["features"]["normalize"]`` of a store; ``none`` for stores written before the key existed."""
+    features = manifest.get("features")
+    return str(features.get("normalize", "none")) if isinstance(features, dict) else "none"
+
+
+def describe_normalization(how: str) -> str:
+    """One word for logs and summaries: ``raw`` or ``z-scored (standard)``."""
+    return "raw" if how == "none" else f"z-scored ({how})"
+
+
 def _block_rows(num_features: int, block_rows: int | None) -> int:
     if block_rows is not None:
         return max(1, int(block_rows))

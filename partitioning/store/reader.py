@@ -193,8 +193,9 @@ class StoreReader:
     def feature_normalization(self) -> str:
         """How the stored ``x`` was normalised at build time: ``standard`` (z-scored per feature over all
         source nodes, ``manifest["features"]``) or ``none`` (raw; also stores written before the key existed)."""
-        features = self.manifest.get("features")
-        return str(features.get("normalize", "none")) if isinstance(features, dict) else "none"
+        from partitioning.features import manifest_normalization
+
+        return manifest_normalization(self.manifest)
 
     def __repr__(self) -> str:
         c = self.manifest["counts"]
