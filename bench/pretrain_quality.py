@@ -146,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     graph = load_graph(graph_path)
     if graph.y is None:
         raise UsageError(f"--graph: {graph_path} has no labels to evaluate against")
+    if (graph.y < 0).any():
+        raise UsageError(f"--graph: {graph_path} is partly labelled; this benchmark needs every node's label "
+                         "(use gcad_dist.score, which evaluates on the labelled nodes)")
     y = graph.y.astype(np.int64)
     loaded = load_checkpoint_model(out / "pre" / "final")
     reader = StoreReader(str(store))

@@ -7,7 +7,9 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
 2. Split the graph: its own split masks (``--split-index``, default ``seed % S``) or a seeded
    stratified random split (``--train-frac`` / ``--val-frac``).
 3. Keep ``--label-fraction`` of the labelled *training* nodes: a seeded stratified sample, at least
-   one node of each class present. Validation and test splits are untouched.
+   one node of each class present. Validation and test splits are untouched. On a partly labelled
+   graph (``y = -1`` / ``label_mask``) every split holds labelled nodes only, so the fraction applies
+   to the labelled training nodes and all metrics are over labelled nodes.
 4. Evaluate the pre-trained model as is (zero-shot, reported as ``zero_shot`` in the metrics), then
    fine-tune full-batch with :func:`gcad_dist.supervised.fit_supervised`, selecting the epoch on
    validation AUPRC. ``--epochs 0`` stops after the zero-shot evaluation.
@@ -71,8 +73,8 @@ def subsample_labels(train_mask: Any, y: Any, fraction: float, seed: int = 0) ->
     absent from the training split stay absent). ``fraction == 1`` returns the mask unchanged.
 
     Args:
-        train_mask: bool [N] training nodes.
-        y: labels [N] (1 = anomaly).
+        train_mask: bool [N] training nodes (nodes with an unknown label are dropped).
+        y: labels [N] (1 = anomaly, -1 = unknown).
         fraction: in (0, 1].
         seed: the same seed gives the same subsample.
 
@@ -81,10 +83,10 @@ def subsample_labels(train_mask: Any, y: Any, fraction: float, seed: int = 0) ->
     """
     if not (0 < fraction <= 1) or math.isnan(fraction):
         raise ValueError(f"label fraction must be in (0, 1], got {fraction}")
-    mask = torch.as_tensor(train_mask).bool().cpu().numpy()
+    labels = torch.as_tensor(y).cpu().numpy().astype(np.int64)
+    mask = torch.as_tensor(train_mask).bool().cpu().numpy() & (labels >= 0)  # unknown labels (-1) never count
     if fraction == 1:
         return torch.from_numpy(mask.copy())
-    labels = torch.as_tensor(y).cpu().numpy().astype(np.int64)
     idx = np.flatnonzero(mask)
     cls = labels[idx]
     rng = np.random.default_rng(seed)
@@ -125,7 +127,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
     from gcad_dist.supervised import SupervisedConfig, fit_supervised, predict
-    from gcad_dist.train import write_json
+    from gcad_dist.train import check_labels, warn_split_classes, write_json
+    from partitioning.graph import describe_labels
 
     _validate(cfg)
     _resolve_device(cfg.device)
@@ -137,25 +140,24 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         raise GraphInputError(cfg.checkpoint, f"holds a {loaded.kind!r} baseline, not a GCCAD model; fine-tuning needs GCCAD")
     normalize = _resolve_normalize(cfg.normalize, loaded)
     data = prepare_data(cfg.graph, loaded, normalize)
-    if getattr(data, "y", None) is None:
-        raise GraphInputError(cfg.graph, "the graph has no labels (y); fine-tuning and evaluation need them")
+    counts = check_labels(cfg.graph, getattr(data, "y", None), "fine-tuning and evaluation")
     y = data.y.long()
-    if int(y.min()) == int(y.max()):
-        raise GraphInputError(cfg.graph, "all labels are the same class; need anomalies (1) and normal nodes (0)")
     try:
         split = make_split(data, seed=cfg.seed, split_index=cfg.split_index, train=cfg.train_frac, val=cfg.val_frac)
     except ValueError as e:
         raise UsageError(f"--split-index: {e}") from e
+    warn_split_classes(split, y)
     train_sub = subsample_labels(split.train, y, cfg.label_fraction, seed=cfg.seed)
     n_tr, n_sub = int(split.train.sum()), int(train_sub.sum())
     label_counts = {
+        **counts,
         "train_labelled": n_sub,
         "train_labelled_anomalies": int(y[train_sub].sum()),
         "train_total": n_tr,
         "train_total_anomalies": int(y[split.train].sum()),
     }
-    log.info("%s: %d nodes, split %s %s; fine-tuning on %d of %d training labels (%d anomalies), normalize=%s",
-             cfg.graph, data.num_nodes, split.source, split.sizes(), n_sub, n_tr,
+    log.info("%s: %d nodes, %s; split %s %s; fine-tuning on %d of %d training labels (%d anomalies), normalize=%s",
+             cfg.graph, data.num_nodes, describe_labels(y), split.source, split.sizes(), n_sub, n_tr,
              label_counts["train_labelled_anomalies"], normalize)
 
     # Zero-shot: the pre-trained model as it is, on the same splits.
@@ -204,7 +206,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         title = f"{Path(cfg.graph).name} fine-tune {cfg.label_fraction:g} labels"
         if history is not None:
             plot_training_curves(history, out / "training_curves.png", title=title, best_epoch=best_epoch)
-        test = split.test.numpy()
+        test = split.test.numpy() & (y_np >= 0)
         plot_roc_pr(y_np[test], scores[test], out / "roc_pr_test.png", title=f"test, {title}")
     return metrics
 
@@ -224,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=d.out, help="output directory (final/model.pt, metrics.json, PNG plots)")
     p.add_argument("--label-fraction", type=float, default=d.label_fraction,
                    help="fraction of the training split's labels to use, in (0, 1]; stratified by class, seeded, "
-                        "at least one node of each class")
+                        "at least one node of each class (partly labelled graph: of its labelled training nodes)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch fine-tuning epochs; 0 = zero-shot evaluation only")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="Adam weight decay")
@@ -249,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     m = finetune(cfg)
     zs, te = m["zero_shot"]["test"], m["test"]
     label = "zero-shot only" if cfg.epochs == 0 else f"best epoch {m['best_epoch']}/{m['epochs_run']}"
-    print(f"fine-tune ({m['labels']['train_labelled']} labels, {label}) | zero-shot test AUROC {zs['auroc']:.4f} "
+    lab = m["labels"]
+    graph_labels = ("all labelled" if lab["labelled"] == lab["nodes"]
+                    else f"{lab['labelled']:,} of {lab['nodes']:,} nodes labelled")
+    print(f"fine-tune ({lab['train_labelled']} training labels, {graph_labels}, {label}) | test on {te['num_nodes']} "
+          f"labelled nodes | zero-shot test AUROC {zs['auroc']:.4f} "
           f"AUPRC {zs['auprc']:.4f} | test AUROC {te['auroc']:.4f} AUPRC {te['auprc']:.4f} "
           f"Rec@K {te['recall_at_k']:.4f} -> {cfg.out}")
     return 0

@@ -8,7 +8,11 @@ Ties in the score are handled like scikit-learn: AUROC counts a tied positive/ne
 1/2 (average ranks); AUPRC evaluates precision/recall once per distinct threshold
 (``sklearn.metrics.average_precision_score``). Recall@K breaks ties by the original node order.
 A graph whose evaluated nodes are all one class has no AUROC/AUPRC/Recall@K: it is skipped in the
-per-graph mean and counted in ``graphs_skipped``.
+per-graph mean and counted in ``graphs_skipped``; the mean therefore covers only ``graphs_used`` graphs
+and must be reported with that count (:func:`group_mean_phrase`).
+
+Partly labelled graphs: :func:`evaluate` leaves out every node whose label is unknown (``y < 0``);
+the lower-level functions take 0/1 labels only.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["auroc", "auprc", "recall_at_k", "per_graph_metrics", "evaluate"]
+__all__ = ["auroc", "auprc", "recall_at_k", "per_graph_metrics", "evaluate", "group_mean_phrase"]
 
 
 def _np(a: Any) -> np.ndarray:
@@ -31,6 +35,8 @@ def _prepare(y: Any, score: Any, graph: Any | None) -> tuple[np.ndarray, np.ndar
     s = _np(score).astype(np.float64).ravel()
     if y.shape != s.shape:
         raise ValueError(f"labels {y.shape} and scores {s.shape} differ in length")
+    if y.size and y.min() < 0:
+        raise ValueError("labels must be 0/1 here; evaluate() leaves out unknown labels (-1)")
     if graph is None:
         g = np.zeros(y.size, dtype=np.int64)
     else:
@@ -150,22 +156,30 @@ def recall_at_k(y: Any, score: Any, k: int | None = None) -> float:
 def evaluate(y: Any, score: Any, graph: Any | None = None, mask: Any | None = None) -> dict[str, float]:
     """Pooled AUROC / AUPRC / Recall@K, plus per-graph means when ``graph`` is given.
 
+    Only nodes with a known label are evaluated: nodes with ``y < 0`` (unknown) are left out, as are
+    nodes outside ``mask``.
+
     Args:
-        y, score: labels (1 = anomaly) and scores over all nodes.
+        y, score: labels (1 = anomaly, 0 = normal, -1 = unknown) and scores over all nodes.
         graph: graph id per node, or None.
         mask: bool mask of the nodes to evaluate (e.g. the test split), or None for all.
 
     Returns:
-        ``{"auroc", "auprc", "recall_at_k", "num_nodes", "num_pos"}`` and, with ``graph``,
-        ``auroc_graph_mean``, ``auprc_graph_mean``, ``recall_at_k_graph_mean``, ``graphs_used``,
-        ``graphs_skipped`` (graphs with a single class among the evaluated nodes).
+        ``{"auroc", "auprc", "recall_at_k", "num_nodes", "num_pos", "num_unlabelled"}`` (``num_nodes``:
+        the evaluated, labelled nodes; ``num_unlabelled``: nodes in ``mask`` left out for an unknown
+        label) and, with ``graph``, ``auroc_graph_mean``, ``auprc_graph_mean``,
+        ``recall_at_k_graph_mean`` (means over the ``graphs_used`` graphs whose evaluated nodes hold
+        both classes), ``graphs_used``, ``graphs_skipped`` (graphs with a single class among the
+        evaluated nodes) and ``graphs_total`` (graphs with at least one evaluated node).
     """
     y_np, s_np = _np(y).ravel(), _np(score).ravel()
     g_np = None if graph is None else _np(graph).ravel()
-    if mask is not None:
-        m = _np(mask).astype(bool).ravel()
-        y_np, s_np = y_np[m], s_np[m]
-        g_np = None if g_np is None else g_np[m]
+    m = np.ones(y_np.size, dtype=bool) if mask is None else _np(mask).astype(bool).ravel()
+    known = m & (y_np >= 0)
+    unlabelled = int(np.count_nonzero(m)) - int(np.count_nonzero(known))
+    if unlabelled or mask is not None:
+        y_np, s_np = y_np[known], s_np[known]
+        g_np = None if g_np is None else g_np[known]
     pooled = per_graph_metrics(y_np, s_np, None)
     res: dict[str, float] = {
         "auroc": float(pooled["auroc"][0]) if y_np.size else float("nan"),
@@ -173,6 +187,7 @@ def evaluate(y: Any, score: Any, graph: Any | None = None, mask: Any | None = No
         "recall_at_k": float(pooled["recall_at_k"][0]) if y_np.size else float("nan"),
         "num_nodes": int(y_np.size),
         "num_pos": int(np.asarray(y_np, dtype=np.int64).sum()),
+        "num_unlabelled": unlabelled,
     }
     if g_np is not None:
         pg = per_graph_metrics(y_np, s_np, g_np)
@@ -181,4 +196,19 @@ def evaluate(y: Any, score: Any, graph: Any | None = None, mask: Any | None = No
             res[f"{key}_graph_mean"] = float(pg[key][v].mean()) if v.any() else float("nan")
         res["graphs_used"] = int(v.sum())
         res["graphs_skipped"] = int((~v).sum())
+        res["graphs_total"] = int(v.size)
     return res
+
+
+def group_mean_phrase(m: dict[str, Any], unit: str = "graphs", total: int | None = None) -> str:
+    """The per-group mean of :func:`evaluate` said with what it covers, e.g.
+    ``mean over the 5 of 25 parts that contain both classes: AUROC 0.8123 AUPRC 0.3011``.
+
+    ``total`` is the number of groups (default ``graphs_total``: groups with an evaluated node).
+    """
+    used = int(m.get("graphs_used", 0))
+    total = int(m.get("graphs_total", used) if total is None else total)
+    if used == 0:
+        return f"none of the {total} {unit} contains both classes: no mean"
+    return (f"mean over the {used} of {total} {unit} that contain both classes: "
+            f"AUROC {m['auroc_graph_mean']:.4f} AUPRC {m['auprc_graph_mean']:.4f}")

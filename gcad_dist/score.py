@@ -6,9 +6,14 @@ with (``extra["normalize"]`` in the checkpoint: pre-training records the store's
 store built with the default ``partitioning.build --normalize``; ``none`` when absent, i.e. raw
 features), z-scoring the graph with its own statistics for ``standard``, and writes one Parquet row
 per node: ``node_id`` (the node's index in the input graph), ``score`` (higher = more anomalous;
-GCCAD: 1 - cos(h_i, q_g)), ``label`` when the graph has labels and ``graph_id`` for multi-graph data.
-With labels, AUROC / AUPRC / Recall@K over all nodes are printed (and written beside the Parquet file
-as ``<out>.metrics.json``).
+GCCAD: 1 - cos(h_i, q_g)), ``label`` when the graph has labels (null where unknown on a partly
+labelled graph) and ``graph_id`` for multi-graph data (the part of each node with ``--parts``).
+With labels, AUROC / AUPRC / Recall@K over the labelled nodes (all nodes of a fully labelled graph)
+are printed, with how many labelled nodes they cover, and written beside the Parquet file as
+``<out>.metrics.json``. Multi-graph data adds the per-graph mean, said with how many graphs it covers
+(graphs whose labelled nodes hold both classes). With ``--parts`` the per-part mean (over the parts
+that happen to contain an anomaly) is only logged and kept in the JSON under ``parts``: it is not a
+figure of the graph.
 
 Memory: scoring is exact and full-batch per graph (the context q_g needs every node of the graph).
 Peak memory is dominated by the link predictor, about ``E x 3 x hidden x 4`` bytes per layer for E
@@ -39,7 +44,7 @@ from partitioning.errors import GraphInputError
 log = logging.getLogger("gcad_dist.score")
 
 __all__ = ["ScoreConfig", "LoadedModel", "load_checkpoint_model", "prepare_data", "score_data", "score_graph",
-           "score_parts_halo", "link_majority_parts", "main"]
+           "score_parts_halo", "link_majority_parts", "score_metrics", "summary_text", "main"]
 
 NORMALIZE_CHOICES = ("auto", "standard", "none")
 # --parts --context: halo (default) = its own part plus the part's 1-hop halo (score_parts_halo); own = the
@@ -321,13 +326,16 @@ def score_graph(checkpoint_dir: str | Path, graph: Any, device: str = "auto", no
 
 def write_scores(path: str | Path, scores: np.ndarray, y: np.ndarray | None = None,
                  graph_id: np.ndarray | None = None) -> Path:
-    """Parquet with columns node_id (int64), score (float32)[, label (int8)][, graph_id (int64)]."""
+    """Parquet with columns node_id (int64), score (float32)[, label (int8; null where unknown, y < 0)]
+    [, graph_id (int64)]."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     cols = {"node_id": pa.array(np.arange(scores.size, dtype=np.int64)), "score": pa.array(scores.astype(np.float32))}
     if y is not None:
-        cols["label"] = pa.array(np.asarray(y).astype(np.int8))
+        y = np.asarray(y)
+        unknown = y < 0
+        cols["label"] = pa.array(y.astype(np.int8), mask=unknown if unknown.any() else None)
     if graph_id is not None:
         cols["graph_id"] = pa.array(np.asarray(graph_id).astype(np.int64))
     path = Path(path)
@@ -344,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gcad_dist.score",
         description="Score every node of a graph with a gcad-dist checkpoint and write node_id, score "
                     "(and label / graph_id when present) to Parquet. With labels, print AUROC, AUPRC and "
-                    "Recall@K over all nodes.",
+                    "Recall@K over the labelled nodes (all nodes when every label is known).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--checkpoint", required=True, help="checkpoint directory (with model.pt), e.g. runs/pre/final or runs/ft/final")
@@ -403,21 +411,90 @@ def main(argv: list[str] | None = None) -> int:
     gid = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()
     write_scores(out, scores, y, gid)
     secs = time.perf_counter() - t0
-    if y is not None and 0 < int(y.sum()) < y.size:
-        from gcad_dist.metrics import evaluate
+    head = f"{data.num_nodes} nodes scored in {secs:.1f} s -> {out}"
+    m = score_metrics(y, scores, gid, grouping="parts" if cfg.parts else "graphs")
+    if m is None:
+        from partitioning.graph import label_counts
 
-        m = evaluate(y, scores, gid)
-        m["seconds"] = round(secs, 3)
-        mpath = out.with_name(out.name + ".metrics.json")
-        mpath.write_text(json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                                     for k, v in m.items()}, indent=1))
-        extra = (f" | per-graph mean AUROC {m['auroc_graph_mean']:.4f} AUPRC {m['auprc_graph_mean']:.4f}"
-                 if gid is not None else "")
-        print(f"{data.num_nodes} nodes scored in {secs:.1f} s -> {out} | all nodes: AUROC {m['auroc']:.4f} "
-              f"AUPRC {m['auprc']:.4f} Rec@K {m['recall_at_k']:.4f}{extra}")
-    else:
-        print(f"{data.num_nodes} nodes scored in {secs:.1f} s -> {out} (no labels: no metrics)")
+        why = "no labels" if y is None else f"labelled nodes ({label_counts(y)['labelled']}) lack one of the classes"
+        print(f"{head} ({why}: no metrics)")
+        return 0
+    m["seconds"] = round(secs, 3)
+    if cfg.parts:
+        m["parts"]["context"] = cfg.context
+        log.info("per K-means part (a diagnostic, not a figure of the graph): %s",
+                 _group_phrase(m["parts"], "parts"))
+    mpath = out.with_name(out.name + ".metrics.json")
+    mpath.write_text(json.dumps(_finite(m), indent=1))
+    print(f"{head} | {summary_text(m)}")
     return 0
+
+
+def _finite(v: Any) -> Any:
+    """NaN / inf -> None, recursively (JSON)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    return v
+
+
+def _group_phrase(group: dict[str, Any], unit: str) -> str:
+    from gcad_dist.metrics import group_mean_phrase
+
+    return group_mean_phrase({"graphs_used": group["with_both_classes"], "auroc_graph_mean": group["auroc_mean"],
+                              "auprc_graph_mean": group["auprc_mean"]}, unit, total=group["total"])
+
+
+def score_metrics(y: np.ndarray | None, scores: np.ndarray, graph_id: np.ndarray | None = None,
+                  grouping: str = "graphs") -> dict[str, Any] | None:
+    """Metrics of ``scores`` over the nodes with a known label (``y >= 0``); None when the labelled nodes
+    lack a class (or there are no labels).
+
+    Returns :func:`gcad_dist.metrics.evaluate` pooled over the labelled nodes (``num_nodes`` = labelled
+    nodes evaluated) plus ``nodes_scored``, ``labelled`` and ``anomalies``. With ``graph_id``:
+    ``grouping="graphs"`` (real multi-graph data) adds the per-graph means at the top level
+    (``auroc_graph_mean``, ``graphs_used`` = graphs whose labelled nodes hold both classes,
+    ``graphs_total``); ``grouping="parts"`` (``--parts``) puts the per-part means under ``parts``
+    instead, so they are not mistaken for a figure of the graph.
+    """
+    from gcad_dist.metrics import evaluate
+    from partitioning.graph import label_counts
+
+    if y is None:
+        return None
+    c = label_counts(y)
+    if c["anomalies"] == 0 or c["normal"] == 0:
+        return None
+    m: dict[str, Any] = evaluate(y, scores)
+    m.update({"nodes_scored": int(np.asarray(scores).size), "labelled": c["labelled"], "anomalies": c["anomalies"]})
+    if graph_id is not None:
+        g = evaluate(y, scores, graph_id)
+        total = int(np.unique(np.asarray(graph_id)).size)
+        if grouping == "parts":
+            m["parts"] = {"total": total, "with_both_classes": g["graphs_used"], "auroc_mean": g["auroc_graph_mean"],
+                          "auprc_mean": g["auprc_graph_mean"], "recall_at_k_mean": g["recall_at_k_graph_mean"]}
+        else:
+            for k in ("auroc_graph_mean", "auprc_graph_mean", "recall_at_k_graph_mean", "graphs_used", "graphs_skipped"):
+                m[k] = g[k]
+            m["graphs_total"] = total
+    return m
+
+
+def summary_text(m: dict[str, Any]) -> str:
+    """The metrics part of the summary line: the labelled-node figures first, saying how many nodes they
+    cover; for multi-graph data the per-graph mean, saying how many graphs it covers."""
+    from gcad_dist.metrics import group_mean_phrase
+
+    n, lab = m["nodes_scored"], m["labelled"]
+    if lab == n:
+        where = f"all {n:,} nodes ({m['anomalies']:,} anomalies)"
+    else:
+        where = f"the {lab:,} labelled nodes of {n:,} ({100.0 * lab / max(n, 1):.1f}%; {m['anomalies']:,} anomalies)"
+    text = f"metrics on {where}: AUROC {m['auroc']:.4f} AUPRC {m['auprc']:.4f} Rec@K {m['recall_at_k']:.4f}"
+    if "graphs_used" in m:
+        text += " | per graph, " + group_mean_phrase(m, "graphs", total=m["graphs_total"])
+    return text
 
 
 if __name__ == "__main__":

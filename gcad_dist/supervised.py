@@ -6,7 +6,9 @@ score = softmax probability of class 1). Optimiser: Adam; learning-rate schedule
 (linear warm-up over the first 10 % of steps, then linear decay to lr / 10; one step per epoch).
 The model is evaluated every ``eval_every`` epochs on the validation split; the state with the
 best **validation AUPRC** is kept (the test split is never used for selection) and training stops
-after ``patience`` epochs without improvement.
+after ``patience`` epochs without improvement. Nodes with an unknown label (``y < 0``, partly labelled
+graphs) take part in message passing only: they are dropped from the train/val/test masks, so they enter
+no loss and no metric.
 """
 
 from __future__ import annotations
@@ -141,9 +143,10 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
         model: a :class:`gcad_dist.model.GCCAD` or a :class:`BaselineClassifier` (anything with
             ``forward(x, edge_index, batch=, num_graphs=)``, ``loss(out, y, mask=)`` -> dict with
             ``"total"`` and ``score(out)``).
-        data: PyG ``Data`` / ``Batch`` with ``x``, ``edge_index``, ``y`` (1 = anomaly), optionally
+        data: PyG ``Data`` / ``Batch`` with ``x``, ``edge_index``, ``y`` (1 = anomaly, -1 = unknown), optionally
             ``batch`` or ``graph_id`` (multi-graph data: per-graph contexts and per-graph metrics).
-        split: ``(train_mask, val_mask, test_mask)`` bool [N] (a :class:`gcad_dist.data.splits.Split` works).
+        split: ``(train_mask, val_mask, test_mask)`` bool [N] (a :class:`gcad_dist.data.splits.Split` works);
+            each is intersected with the labelled nodes.
         cfg: settings.
 
     Returns:
@@ -157,8 +160,10 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     train_mask, val_mask, test_mask = (torch.as_tensor(m).bool() for m in split)
     if getattr(data, "y", None) is None:
         raise ValueError("the graph has no labels (y)")
+    labelled = (data.y.detach() >= 0).to(train_mask.device)
+    train_mask, val_mask, test_mask = train_mask & labelled, val_mask & labelled, test_mask & labelled
     if int(train_mask.sum()) == 0:
-        raise ValueError("the train split is empty")
+        raise ValueError("the train split holds no labelled node")
 
     torch.manual_seed(cfg.seed)
     data = copy.copy(data).to(device)  # shallow copy: the caller's Data stays where it is

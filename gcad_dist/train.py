@@ -2,11 +2,13 @@
 
 Reads a labelled graph (``.npz`` / ``.pt`` / folder, see :func:`partitioning.io.load_graph`),
 splits it (the dataset's own split masks if it has them, else a seeded stratified 40/20/40 split),
+using only the nodes whose label is known when the graph is partly labelled (``y = -1`` / ``label_mask``:
+unlabelled nodes pass messages but are in no split, no loss and no metric),
 trains GCCAD (or an ablation, or a baseline) full-batch, selects the epoch on validation AUPRC and
 writes to ``--out``:
 
 * ``model.pt``       checkpoint (:func:`gcad_dist.checkpoint.save_model`; ``extra["model"]`` is the kind)
-* ``metrics.json``   config, split sizes, selected epoch, validation and test metrics, history
+* ``metrics.json``   config, label counts, split sizes, selected epoch, validation and test metrics, history
 * ``training_curves.png``, ``roc_pr_test.png``
 """
 
@@ -26,6 +28,7 @@ import torch
 
 from gcad_dist.cli import UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
+from partitioning.graph import describe_labels
 
 log = logging.getLogger("gcad_dist.train")
 
@@ -116,16 +119,34 @@ def build_model(kind: str, in_dim: int, hidden: int = 64, layers: int = 2, dropo
     return build_baseline(bcfg), bcfg
 
 
-def load_labelled(path: str, normalize: str = "standard"):
-    """Load a graph with labels as a PyG ``Data`` (features normalised); raises GraphInputError."""
+def check_labels(source: str, y: Any, what: str = "supervised training") -> dict[str, int]:
+    """Label counts of ``y`` (-1 = unknown; see :func:`partitioning.graph.label_counts`); GraphInputError
+    unless at least one labelled anomaly and one labelled normal node exist."""
     from partitioning.errors import GraphInputError
+    from partitioning.graph import label_counts
+
+    if y is None:
+        raise GraphInputError(source, f"the graph has no labels (y); {what} needs them")
+    c = label_counts(y)
+    if c["labelled"] == 0:
+        raise GraphInputError(source, f"no node has a known label (all -1); {what} needs labelled nodes")
+    if c["anomalies"] == 0 or c["normal"] == 0:
+        which = "normal (0)" if c["anomalies"] == 0 else "anomalies (1)"
+        raise GraphInputError(source, f"all {c['labelled']} labelled nodes are {which}; "
+                                      "need both anomalies (1) and normal nodes (0)")
+    return c
+
+
+def load_labelled(path: str, normalize: str = "standard"):
+    """Load a graph with labels as a PyG ``Data`` (features normalised); raises GraphInputError.
+
+    Partly labelled graphs are fine (``data.y`` is -1 where unknown, ``data.label_mask`` marks the
+    known labels) as long as at least one labelled anomaly and one labelled normal node exist.
+    """
     from partitioning.io import load_graph
 
     graph = load_graph(path)
-    if graph.y is None:
-        raise GraphInputError(path, "the graph has no labels (y); supervised training needs them")
-    if int(graph.y.min()) == int(graph.y.max()):
-        raise GraphInputError(path, "all labels are the same class; need both anomalies (1) and normal nodes (0)")
+    check_labels(path, graph.y)
     data = graph.to_data()
     data.x = normalize_features(data.x.float(), normalize)
     return data
@@ -176,10 +197,12 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
         torch.set_num_threads(cfg.threads)
     if data is None:
         data = load_labelled(cfg.graph, cfg.normalize)
+    counts = check_labels(cfg.graph, getattr(data, "y", None))
     try:
         split = make_split(data, seed=cfg.seed, split_index=cfg.split_index, train=cfg.train_frac, val=cfg.val_frac)
     except ValueError as e:
         raise UsageError(f"--split-index: {e}") from e
+    warn_split_classes(split, data.y)
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     model, model_cfg = build_model(cfg.model, data.num_features, cfg.hidden, cfg.layers, cfg.dropout, cfg.conv, cfg.ablation,
@@ -189,18 +212,30 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
         patience=cfg.patience, class_weight=cfg.class_weight, seed=cfg.seed, device=cfg.device,
         progress=cfg.progress,
     )
-    log.info("%s: %d nodes, %d directed edges, %d features; split %s %s; model %s%s",
-             cfg.graph, data.num_nodes, data.edge_index.shape[1], data.num_features, split.source,
-             split.sizes(), cfg.model, f" (conv {cfg.conv}, ablation {cfg.ablation})" if cfg.model == "gccad" else "")
+    log.info("%s: %d nodes, %d directed edges, %d features; %s; split %s %s; model %s%s",
+             cfg.graph, data.num_nodes, data.edge_index.shape[1], data.num_features, describe_labels(data.y),
+             split.source, split.sizes(), cfg.model,
+             f" (conv {cfg.conv}, ablation {cfg.ablation})" if cfg.model == "gccad" else "")
     res = fit_supervised(model, data, split, scfg)
     metrics = {
         "config": asdict(cfg),
         "model_config": asdict(model_cfg),
+        "labels": counts,
         "split": {"source": split.source, **split.sizes()},
         **res.summary(),
         "history": res.history,
     }
     return TrainOutcome(res, metrics, model, model_cfg, data, split)
+
+
+def warn_split_classes(split: Any, y: Any) -> None:
+    """Log a warning for a train or validation part without a labelled anomaly (nothing to learn / select on)."""
+    yv = torch.as_tensor(y)
+    for name in ("train", "val"):
+        m = getattr(split, name)
+        if int((yv[m] == 1).sum()) == 0:
+            log.warning("the %s split holds no labelled anomaly (%d labelled nodes); %s", name, int(m.sum()),
+                        "training has no anomaly to learn from" if name == "train" else "epoch selection is blind")
 
 
 def _json_default(o: Any) -> Any:
@@ -287,11 +322,13 @@ def main(argv: list[str] | None = None) -> int:
 
         title = f"{Path(cfg.graph).name} {cfg.model}" + (f" ({cfg.ablation})" if cfg.ablation != "none" else "")
         plot_training_curves(res.history, out / "training_curves.png", title=title, best_epoch=res.best_epoch)
-        test = o.split.test.cpu().numpy()
-        plot_roc_pr(o.data.y.cpu().numpy()[test], res.scores[test], out / "roc_pr_test.png", title=f"test, {title}")
-    print(f"{cfg.model}: best epoch {res.best_epoch}/{res.epochs_run}, {res.seconds:.1f} s | "
+        y_np = o.data.y.cpu().numpy()
+        test = o.split.test.cpu().numpy() & (y_np >= 0)
+        plot_roc_pr(y_np[test], res.scores[test], out / "roc_pr_test.png", title=f"test, {title}")
+    print(f"{cfg.model}: {describe_labels(o.data.y)} | best epoch {res.best_epoch}/{res.epochs_run}, {res.seconds:.1f} s | "
           f"val AUROC {res.val['auroc']:.4f} AUPRC {res.val['auprc']:.4f} | "
-          f"test AUROC {res.test['auroc']:.4f} AUPRC {res.test['auprc']:.4f} Rec@K {res.test['recall_at_k']:.4f} -> {out}")
+          f"test ({res.test['num_nodes']} labelled nodes) AUROC {res.test['auroc']:.4f} AUPRC {res.test['auprc']:.4f} "
+          f"Rec@K {res.test['recall_at_k']:.4f} -> {out}")
     return 0
 
 

@@ -1,5 +1,8 @@
 """The in-memory graph: features, an undirected CSR adjacency, optional labels, graph ids and splits.
 
+Labels may be partial: ``y`` is int8 with 1 = anomaly, 0 = normal and -1 = unknown (real fraud graphs
+label a few hundred nodes out of thousands); :attr:`Graph.labelled` is the mask of known labels.
+
 Everything here is vectorised NumPy: no Python loop over nodes or edges.
 """
 
@@ -96,7 +99,7 @@ class Graph:
     Attributes:
         x: float32 [N, F] node features.
         indptr, indices: undirected CSR (each undirected edge stored in both rows), int64.
-        y: int8 [N] labels (1 = anomaly) or None.
+        y: int8 [N] labels: 1 = anomaly, 0 = normal, -1 = unknown (partly labelled graph); or None.
         graph_id: int64 [N] graph membership for the many-small-graphs setting, or None.
         masks: optional split masks, name -> bool [S, N] (S splits), e.g. ``train``/``val``/``test``.
         source: where it was loaded from (used in messages and the manifest).
@@ -124,6 +127,16 @@ class Graph:
         return int(self.indices.size // 2)
 
     @property
+    def labelled(self) -> np.ndarray | None:
+        """bool [N], True where the label is known (``y >= 0``); None without labels."""
+        return None if self.y is None else self.y >= 0
+
+    @property
+    def num_labelled(self) -> int:
+        """Number of nodes with a known label (0 without labels)."""
+        return 0 if self.y is None else int(np.count_nonzero(self.y >= 0))
+
+    @property
     def is_multi_graph(self) -> bool:
         return self.graph_id is not None
 
@@ -145,15 +158,38 @@ class Graph:
         return h.hexdigest()
 
     def to_data(self):  # -> torch_geometric.data.Data
-        """The whole graph as a PyG ``Data`` (x, edge_index, y, graph_id, masks when present)."""
+        """The whole graph as a PyG ``Data`` (x, edge_index, y, graph_id, masks when present).
+
+        With labels, ``data.y`` is int64 (-1 = unknown) and ``data.label_mask`` bool [N] marks the known ones.
+        """
         import torch
         from torch_geometric.data import Data
 
         data = Data(x=torch.from_numpy(self.x), edge_index=torch.from_numpy(self.edge_index()))
         if self.y is not None:
             data.y = torch.from_numpy(self.y.astype(np.int64))
+            data.label_mask = torch.from_numpy(self.y >= 0)
         if self.graph_id is not None:
             data.graph_id = torch.from_numpy(self.graph_id)
         for name, m in self.masks.items():
             data[f"{name}_mask"] = torch.from_numpy(m)
         return data
+
+
+def label_counts(y) -> dict[str, int]:
+    """``{"nodes", "labelled", "anomalies", "normal"}`` of labels ``y`` (NumPy or torch, -1 = unknown)."""
+    if hasattr(y, "detach"):
+        y = y.detach().cpu().numpy()
+    y = np.asarray(y).ravel()
+    anomalies = int(np.count_nonzero(y == 1))
+    normal = int(np.count_nonzero(y == 0))
+    return {"nodes": int(y.size), "labelled": anomalies + normal, "anomalies": anomalies, "normal": normal}
+
+
+def describe_labels(y) -> str:
+    """One phrase for logs and summaries, e.g. ``labels: 812 of 11,758 nodes (6.9%), 96 anomalies``."""
+    c = label_counts(y)
+    if c["labelled"] == c["nodes"]:
+        return f"labels: all {c['nodes']:,} nodes, {c['anomalies']:,} anomalies"
+    pct = 100.0 * c["labelled"] / max(c["nodes"], 1)
+    return f"labels: {c['labelled']:,} of {c['nodes']:,} nodes ({pct:.1f}%), {c['anomalies']:,} anomalies"

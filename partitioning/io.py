@@ -3,26 +3,30 @@
 Accepted inputs (``load_graph(path)`` picks by what ``path`` is):
 
 1. **``.npz``** (the format of ``../shared/data``; read with ``allow_pickle=False``):
-   ``x`` float [N, F]; ``edge_index`` int [2, E]; optional ``y`` [N] 0/1 (1 = anomaly);
-   optional ``train_masks`` / ``val_masks`` / ``test_masks`` bool [S, N] (any ``<name>_masks`` key);
-   optional ``graph_id`` int [N] (many small graphs: node -> graph). Other keys (e.g. the synthetic
-   generator's ``anomaly_type`` and ``community``) are ignored.
+   ``x`` float [N, F]; ``edge_index`` int [2, E]; optional ``y`` [N] 0/1 (1 = anomaly; -1 or NaN =
+   unknown); optional ``label_mask`` bool [N] (True = label known; also spelt ``labeled_mask`` /
+   ``labelled_mask``); optional ``train_masks`` / ``val_masks`` / ``test_masks`` bool [S, N] (any
+   ``<name>_masks`` key except the label-mask names); optional ``graph_id`` int [N] (many small graphs:
+   node -> graph). Other keys (e.g. the synthetic generator's ``anomaly_type`` and ``community``) are ignored.
 2. **``.pt`` / ``.pth``**: a PyG ``Data`` (or a plain dict of tensors/arrays) saved with ``torch.save``,
    loaded with ``torch.load(weights_only=True)`` and only PyG's ``Data`` classes allow-listed (no
-   arbitrary unpickling). Attributes ``x``, ``edge_index``, optional ``y``, ``graph_id`` (or ``batch``),
-   and masks ``<name>_mask`` / ``<name>_masks`` shaped [N], [S, N] or PyG's [N, S].
+   arbitrary unpickling). Attributes ``x``, ``edge_index``, optional ``y`` (-1 = unknown), ``label_mask``,
+   ``graph_id`` (or ``batch``), and split masks ``<name>_mask`` / ``<name>_masks`` shaped [N], [S, N] or
+   PyG's [N, S].
 3. **A folder** holding
    - ``edges.parquet`` or ``edges.csv``: columns ``src`` and ``dst`` (0-based node ids; the CSV needs a
      header line; other columns are ignored), read with pyarrow;
    - ``features.npy``: [N, F] numbers;
-   - optional ``labels.npy``: [N] 0/1 (1 = anomaly);
+   - optional ``labels.npy``: [N] 0/1 (1 = anomaly; -1 or NaN = unknown);
+   - optional ``label_mask.npy``: bool [N], True where the label is known (needs ``labels.npy``);
    - optional ``graph_id.npy``: [N] integers (many small graphs);
    - optional ``train_masks.npy`` / ``val_masks.npy`` / ``test_masks.npy``: bool [S, N] or [N].
 
 In every case the edges are made undirected, self-loops and duplicates are dropped
 (:func:`~partitioning.graph.csr_from_edges`), features are cast to C-contiguous float32 and labels to
-int8. Any problem with the input raises :class:`~partitioning.errors.GraphInputError` whose message is
-one line ``<file>: <problem>`` (see :mod:`partitioning.validate`).
+int8 (-1 where unknown: a partly labelled graph; the label-mask names never become split masks). Any
+problem with the input raises :class:`~partitioning.errors.GraphInputError` whose message is one line
+``<file>: <problem>`` (see :mod:`partitioning.validate`).
 
 ``save_npz(graph, path)`` writes format 1 (each undirected edge once, ``src < dst``), uncompressed by
 default; ``load_graph(save_npz(g))`` reproduces ``g`` exactly (same fingerprint).
@@ -42,12 +46,14 @@ from typing import Any
 import numpy as np
 
 from partitioning.errors import GraphInputError
-from partitioning.graph import Graph, csr_from_edges, sorted_unique
+from partitioning.graph import Graph, csr_from_edges, describe_labels, sorted_unique
 from partitioning.validate import (
+    LABEL_MASK_NAMES,
     validate_arrays,
     validate_edges,
     validate_features,
     validate_graph_id,
+    validate_label_mask,
     validate_labels,
     validate_masks,
 )
@@ -85,7 +91,7 @@ def load_graph(path: str | os.PathLike[str]) -> Graph:
         graph.num_nodes,
         graph.num_edges,
         graph.num_features,
-        "" if graph.y is None else f", {int(graph.y.sum())} anomalies",
+        "" if graph.y is None else f", {describe_labels(graph.y)}",
         "" if graph.graph_id is None else f", {sorted_unique(graph.graph_id.copy()).size} graphs",
         time.perf_counter() - t0,
     )
@@ -98,8 +104,8 @@ def save_npz(
     extra: Mapping[str, np.ndarray] | None = None,
     compress: bool = False,
 ) -> None:
-    """Write ``graph`` as ``.npz`` (keys x, edge_index [2, E] with each undirected edge once, y,
-    graph_id, ``<name>_masks``) plus any ``extra`` arrays. Written to a temporary file then renamed."""
+    """Write ``graph`` as ``.npz`` (keys x, edge_index [2, E] with each undirected edge once, y (-1 =
+    unknown), graph_id, ``<name>_masks``) plus any ``extra`` arrays. Written to a temporary file then renamed."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     rows = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(graph.indptr))
@@ -132,9 +138,15 @@ def graph_from_arrays(
     y: Any | None = None,
     graph_id: Any | None = None,
     masks: Mapping[str, Any] | None = None,
+    label_mask: Any | None = None,
+    label_mask_name: str = "label_mask",
 ) -> Graph:
-    """Validate raw arrays (as :func:`partitioning.validate.validate_arrays`) and build the CSR graph."""
-    v = validate_arrays(source, x, edge_index, y=y, graph_id=graph_id, masks=masks)
+    """Validate raw arrays (as :func:`partitioning.validate.validate_arrays`) and build the CSR graph.
+
+    ``label_mask`` (bool [N], True = label known) marks a partly labelled graph; unknown labels become -1.
+    """
+    v = validate_arrays(source, x, edge_index, y=y, graph_id=graph_id, masks=masks, label_mask=label_mask,
+                        label_mask_name=label_mask_name)
     n = v["x"].shape[0]
     indptr, indices = csr_from_edges(v["src"], v["dst"], n)
     return Graph(
@@ -185,8 +197,12 @@ def _load_npz(p: Path) -> Graph:
         edge_index = read("edge_index")
         y = read("y") if "y" in keys else None
         graph_id = read("graph_id") if "graph_id" in keys else None
-        masks = {k[: -len("_masks")]: read(k) for k in keys if k.endswith("_masks") and len(k) > len("_masks")}
-    return graph_from_arrays(src, x, edge_index, y=y, graph_id=graph_id, masks=masks)
+        masks = {k[: -len("_masks")]: read(k) for k in keys
+                 if k.endswith("_masks") and len(k) > len("_masks") and k not in LABEL_MASK_NAMES}
+        lm_name = _one_label_mask(src, [k for k in keys if k in LABEL_MASK_NAMES], "key")
+        label_mask = None if lm_name is None else read(lm_name)
+    return graph_from_arrays(src, x, edge_index, y=y, graph_id=graph_id, masks=masks, label_mask=label_mask,
+                             label_mask_name=f"key {lm_name!r}" if lm_name else "label_mask")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -260,7 +276,10 @@ def _load_torch(p: Path) -> Graph:
     n = int(np.shape(x)[0]) if np.ndim(x) >= 1 else 0
     graph_id = attrs.get("graph_id", attrs.get("batch"))
     masks: dict[str, Any] = {}
+    lm_name = _one_label_mask(src, [k for k in keys if k in LABEL_MASK_NAMES and attrs[k] is not None], "attribute")
     for key, value in attrs.items():
+        if key in LABEL_MASK_NAMES:
+            continue
         for suffix in ("_masks", "_mask"):
             if isinstance(key, str) and key.endswith(suffix) and len(key) > len(suffix) and value is not None:
                 m = _to_numpy(value)
@@ -276,6 +295,8 @@ def _load_torch(p: Path) -> Graph:
         y=_to_numpy(attrs.get("y")),
         graph_id=_to_numpy(graph_id),
         masks=masks,
+        label_mask=None if lm_name is None else _to_numpy(attrs[lm_name]),
+        label_mask_name=f"attribute {lm_name!r}" if lm_name else "label_mask",
     )
 
 
@@ -365,16 +386,30 @@ def _load_folder(folder: Path) -> Graph:
     n = xv.shape[0]
     src, dst = validate_edges(edge_src, edge_index, n, name="edge list")
     y = _load_npy(folder / "labels.npy", required=False, folder=folder)
-    yv = None if y is None else validate_labels(str(folder / "labels.npy"), y, n)
+    lm_name = _one_label_mask(str(folder), [k for k in LABEL_MASK_NAMES if (folder / f"{k}.npy").exists()], "file")
+    lm = None
+    if lm_name is not None:
+        lm_path = folder / f"{lm_name}.npy"
+        if y is None:
+            raise GraphInputError(str(lm_path), "label mask given but the folder has no labels.npy")
+        lm = validate_label_mask(str(lm_path), _load_npy(lm_path, True, folder), n, name="label mask")
+    yv = None if y is None else validate_labels(str(folder / "labels.npy"), y, n, label_mask=lm)
     g = _load_npy(folder / "graph_id.npy", required=False, folder=folder)
     gv = None if g is None else validate_graph_id(str(folder / "graph_id.npy"), g, n)
     masks = {}
     for mpath in sorted(folder.glob("*_masks.npy")):
         name = mpath.name[: -len("_masks.npy")]
-        if name:
+        if name and mpath.stem not in LABEL_MASK_NAMES:
             masks.update(validate_masks(str(mpath), {name: _load_npy(mpath, False, folder)}, n))
     indptr, indices = csr_from_edges(src, dst, n)
     return Graph(x=xv, indptr=indptr, indices=indices, y=yv, graph_id=gv, masks=masks, source=str(folder))
+
+
+def _one_label_mask(source: str, found: list[str], what: str) -> str | None:
+    """The one label-mask name present (None if none); two spellings at once is an error."""
+    if len(found) > 1:
+        raise GraphInputError(source, f"several label masks given ({what}s {', '.join(found)}); keep one")
+    return found[0] if found else None
 
 
 def _short(e: BaseException) -> str:

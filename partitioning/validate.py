@@ -5,7 +5,8 @@ message should name, and returns the array in the canonical dtype the rest of th
 
 - :func:`validate_features`  -> float32 [N, F], C-contiguous, all finite, N > 0, F > 0
 - :func:`validate_edges`     -> (src, dst) int64, every id in ``[0, N)``
-- :func:`validate_labels`    -> int8 [N] of 0/1 (1 = anomaly)
+- :func:`validate_labels`    -> int8 [N] of 1 (anomaly), 0 (normal) or -1 (unknown: partly labelled graphs)
+- :func:`validate_label_mask` -> bool [N], True where the label is known
 - :func:`validate_graph_id`  -> int64 [N]
 - :func:`validate_masks`     -> dict name -> bool [S, N]
 - :func:`validate_arrays`    -> all of the above at once (what the loaders call)
@@ -31,9 +32,17 @@ __all__ = [
     "validate_edges",
     "validate_features",
     "validate_graph_id",
+    "validate_label_mask",
     "validate_labels",
     "validate_masks",
+    "LABEL_MASK_NAMES",
+    "UNKNOWN_LABEL",
 ]
+
+UNKNOWN_LABEL = -1  # the label of a node whose class is not known (partly labelled graphs)
+# Names under which a per-node "label is known" mask is accepted (.npz key, .pt attribute, folder file stem).
+# They end in _mask/_masks like split masks but are never a split called "label".
+LABEL_MASK_NAMES = ("label_mask", "labeled_mask", "labelled_mask", "label_masks", "labeled_masks", "labelled_masks")
 
 
 def _shape(a: np.ndarray) -> str:
@@ -95,8 +104,28 @@ def validate_edges(
     return e[0], e[1]
 
 
-def validate_labels(source: str, y: Any, num_nodes: int, name: str = "labels") -> np.ndarray:
-    """Labels as int8 [N] with values in {0, 1} (1 = anomaly). ``[N, 1]`` is accepted and squeezed."""
+def validate_label_mask(source: str, mask: Any, num_nodes: int, name: str = "label_mask") -> np.ndarray:
+    """Which labels are known: bool [N] (0/1 integers accepted; [N, 1] / [1, N] squeezed)."""
+    m = np.asarray(mask)
+    if m.ndim == 2 and 1 in m.shape:
+        m = m.reshape(-1)
+    if m.ndim != 1 or m.shape[0] != num_nodes:
+        raise GraphInputError(source, f"{name} has shape {_shape(np.asarray(mask))}, expected [{num_nodes}] (one flag per node)")
+    if m.dtype.kind != "b":
+        if m.dtype.kind not in "iuf" or ((m != 0) & (m != 1)).any():
+            raise GraphInputError(source, f"{name} must be boolean (or 0/1), got dtype {m.dtype}")
+    return np.ascontiguousarray(m, dtype=bool)
+
+
+def validate_labels(
+    source: str, y: Any, num_nodes: int, name: str = "labels", label_mask: np.ndarray | None = None
+) -> np.ndarray:
+    """Labels as int8 [N]: 1 = anomaly, 0 = normal, -1 = unknown. ``[N, 1]`` is accepted and squeezed.
+
+    A label is unknown where ``y == -1``, where a float ``y`` is NaN, or, when ``label_mask`` (bool [N],
+    already validated) is given, where the mask is False (``y`` there is ignored). Known labels must be 0/1.
+    A fully labelled ``y`` comes back as ``y.astype(int8)``, unchanged.
+    """
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
@@ -105,13 +134,31 @@ def validate_labels(source: str, y: Any, num_nodes: int, name: str = "labels") -
     if y.shape[0] != num_nodes:
         raise GraphInputError(source, f"{name} have length {y.shape[0]} but the graph has {num_nodes} nodes")
     if y.dtype.kind not in "biuf":
-        raise GraphInputError(source, f"{name} have dtype {y.dtype}, expected 0/1")
-    if y.dtype.kind != "b":
-        bad = (y != 0) & (y != 1)  # NaN is caught here too
-        if bad.any():
-            vals = np.unique(y[bad])
-            raise GraphInputError(source, f"{name} must be 0/1 (1 = anomaly), found other values: {_values_list(vals)}")
-    return y.astype(np.int8)
+        raise GraphInputError(source, f"{name} have dtype {y.dtype}, expected 0/1 (or -1 = unknown)")
+    if y.dtype.kind == "b":
+        known = np.ones(num_nodes, dtype=bool) if label_mask is None else label_mask
+        bad = np.zeros(num_nodes, dtype=bool)
+    else:
+        if label_mask is None:
+            known = y != UNKNOWN_LABEL
+            if y.dtype.kind == "f":
+                known &= ~np.isnan(y)
+        else:
+            known = label_mask
+        bad = known & (y != 0) & (y != 1)  # NaN at a node marked labelled is caught here too
+    if bad.any():
+        vals = np.unique(y[bad])
+        if label_mask is None:
+            problem = f"{name} must be 0/1 (1 = anomaly) or -1 (unknown), found other values: {_values_list(vals)}"
+        else:
+            problem = (f"{name} of the {int(label_mask.sum())} nodes marked labelled by the label mask must be 0/1 "
+                       f"(1 = anomaly), found: {_values_list(vals)}")
+        raise GraphInputError(source, problem)
+    if known.all():
+        return y.astype(np.int8)
+    out = np.full(num_nodes, UNKNOWN_LABEL, dtype=np.int8)
+    out[known] = y[known].astype(np.int8)
+    return out
 
 
 def validate_graph_id(source: str, graph_id: Any, num_nodes: int, name: str = "graph_id") -> np.ndarray:
@@ -153,19 +200,27 @@ def validate_arrays(
     y: Any | None = None,
     graph_id: Any | None = None,
     masks: Mapping[str, Any] | None = None,
+    label_mask: Any | None = None,
+    label_mask_name: str = "label_mask",
 ) -> dict[str, Any]:
     """Validate everything a graph file holds; returns dict x, src, dst, y, graph_id, masks (canonical dtypes).
 
-    Order of checks: features (which define N), then edges, labels, graph ids and masks.
+    Order of checks: features (which define N), then edges, label mask, labels, graph ids and masks.
+    ``label_mask`` (True = label known) needs ``y``; ``label_mask_name`` is how messages call it.
     """
     xv = validate_features(source, x)
     n = xv.shape[0]
     src, dst = validate_edges(source, edge_index, n)
+    lm = None
+    if label_mask is not None:
+        if y is None:
+            raise GraphInputError(source, f"{label_mask_name} given but no labels (y)")
+        lm = validate_label_mask(source, label_mask, n, name=label_mask_name)
     return {
         "x": xv,
         "src": src,
         "dst": dst,
-        "y": None if y is None else validate_labels(source, y, n),
+        "y": None if y is None else validate_labels(source, y, n, label_mask=lm),
         "graph_id": None if graph_id is None else validate_graph_id(source, graph_id, n),
         "masks": validate_masks(source, masks or {}, n),
     }

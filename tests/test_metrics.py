@@ -110,3 +110,39 @@ def test_recall_at_k_ties_broken_by_node_order():
     y = [0, 1, 0, 0]
     s = [0.5, 0.5, 0.5, 0.1]  # K = 1: first of the tied nodes (node 0, normal) wins
     assert recall_at_k(y, s) == 0.0
+
+
+def test_unknown_labels_are_left_out_of_evaluate():
+    """y = -1 (unknown, partly labelled graphs): evaluate() scores only the labelled nodes; the 0/1-only
+    functions refuse -1 rather than count it."""
+    rng = np.random.default_rng(0)
+    y = (rng.random(200) < 0.2).astype(np.int64)
+    s = rng.random(200) + 0.5 * y
+    known = rng.random(200) < 0.3
+    yp = np.where(known, y, -1)
+    r = evaluate(yp, s)
+    assert r["num_nodes"] == int(known.sum()) and r["num_unlabelled"] == int((~known).sum())
+    assert r["num_pos"] == int(y[known].sum())
+    assert r["auroc"] == pytest.approx(roc_auc_score(y[known], s[known]), abs=1e-12)
+    assert r["auprc"] == pytest.approx(average_precision_score(y[known], s[known]), abs=1e-12)
+    half = np.arange(200) < 100
+    r = evaluate(yp, s, mask=half)
+    assert r["num_nodes"] == int((known & half).sum()) and r["num_unlabelled"] == int((~known & half).sum())
+    g = np.arange(200) // 50
+    r = evaluate(yp, s, g)
+    assert r["graphs_total"] == 4 and r["graphs_used"] + r["graphs_skipped"] == 4
+    with pytest.raises(ValueError, match="unknown labels"):
+        auroc(yp, s)
+
+
+def test_group_mean_phrase_says_what_the_mean_covers():
+    from gcad_dist.metrics import group_mean_phrase
+
+    y = np.array([1, 0, 0, 0, 1, 0, 0, 0, 0])
+    s = np.array([0.9, 0.1, 0.2, 0.3, 0.8, 0.1, 0.5, 0.4, 0.3])
+    g = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    r = evaluate(y, s, g)
+    text = group_mean_phrase(r, "parts", total=25)
+    assert text.startswith("mean over the 2 of 25 parts that contain both classes: AUROC 1.0000 AUPRC 1.0000")
+    assert "of 3 graphs" in group_mean_phrase(r)
+    assert "none of the 3 graphs" in group_mean_phrase(evaluate(np.zeros(9, np.int64), s, g))

@@ -6,16 +6,21 @@
   GADBench uses for its fully supervised setting. Each class is split in these proportions, so
   every part gets its share of the (rare) anomalies.
 * Multi-graph data (``graph_id`` given): whole graphs go to one part; graphs are stratified by
-  whether they contain an anomaly.
+  whether they contain a labelled anomaly.
+* Partly labelled graphs (``y == -1`` = unknown): only labelled nodes are split; an unlabelled node
+  is in none of train / val / test. Given masks are intersected with the labelled nodes.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Split", "stratified_split", "split_from_masks", "make_split"]
 
@@ -74,8 +79,11 @@ def stratified_split(
 ) -> Split:
     """Seeded stratified random split of nodes (or of whole graphs when ``graph_id`` is given).
 
+    Only labelled nodes are split: a node with ``y < 0`` (unknown) is in no part, and a graph with no
+    labelled node is in no part.
+
     Args:
-        y: labels [N] (1 = anomaly).
+        y: labels [N] (1 = anomaly, 0 = normal, -1 = unknown).
         seed: random seed; the same seed gives the same split.
         train, val: fractions; the rest is test. Both > 0 and train + val < 1.
         graph_id: graph id per node for multi-graph data, or None.
@@ -83,19 +91,27 @@ def stratified_split(
     if not (0 < train < 1 and 0 < val < 1 and train + val < 1):
         raise ValueError(f"bad split fractions train={train} val={val} (need 0 < train, val and train + val < 1)")
     y_np = _np(y).astype(np.int64).ravel()
+    labelled = y_np >= 0
+    part = np.full(y_np.size, -1, dtype=np.int64)  # -1: in no part (unknown label)
     if graph_id is None:
-        part = _stratified_assign(y_np, (train, val), seed)
+        part[labelled] = _stratified_assign(y_np[labelled], (train, val), seed)
     else:
         g = _np(graph_id).astype(np.int64).ravel()
         uniq, inv = np.unique(g, return_inverse=True)
-        has_anomaly = np.bincount(inv, weights=y_np, minlength=uniq.size) > 0
-        part = _stratified_assign(has_anomaly.astype(np.int64), (train, val), seed)[inv]
+        has_anomaly = np.bincount(inv, weights=y_np == 1, minlength=uniq.size) > 0
+        has_label = np.bincount(inv, weights=labelled, minlength=uniq.size) > 0
+        graph_part = np.full(uniq.size, -1, dtype=np.int64)
+        graph_part[has_label] = _stratified_assign(has_anomaly[has_label].astype(np.int64), (train, val), seed)
+        part = np.where(labelled, graph_part[inv], -1)
     t = torch.from_numpy(part)
     return Split(t == 0, t == 1, t == 2, source=f"random(seed={seed},{train:g}/{val:g}/{1 - train - val:g})")
 
 
-def split_from_masks(train_masks: Any, val_masks: Any, test_masks: Any, index: int) -> Split:
-    """Pick split ``index`` from given masks ``[S, N]`` (or ``[N]`` for a single split)."""
+def split_from_masks(train_masks: Any, val_masks: Any, test_masks: Any, index: int, labelled: Any | None = None) -> Split:
+    """Pick split ``index`` from given masks ``[S, N]`` (or ``[N]`` for a single split).
+
+    ``labelled`` (bool [N]): keep only these nodes in every part, with a warning when the masks held others.
+    """
     ms = [torch.as_tensor(_np(m)).bool() for m in (train_masks, val_masks, test_masks)]
     if ms[0].dim() == 1:
         ms = [m.unsqueeze(0) for m in ms]
@@ -105,6 +121,13 @@ def split_from_masks(train_masks: Any, val_masks: Any, test_masks: Any, index: i
     tr, va, te = (m[index].clone() for m in ms)
     if bool((tr & va).any() | (tr & te).any() | (va & te).any()):
         raise ValueError(f"given split {index} is not disjoint")
+    if labelled is not None:
+        lab = torch.as_tensor(_np(labelled)).bool().reshape(-1)
+        dropped = {name: int((m & ~lab).sum()) for name, m in (("train", tr), ("val", va), ("test", te))}
+        if any(dropped.values()):
+            log.warning("given split %d includes %d unlabelled nodes (train %d, val %d, test %d); they are left out",
+                        index, sum(dropped.values()), dropped["train"], dropped["val"], dropped["test"])
+        tr, va, te = tr & lab, va & lab, te & lab
     return Split(tr, va, te, source=f"given[{index}]")
 
 
@@ -118,15 +141,18 @@ def make_split(
 ) -> Split:
     """Split of a PyG ``Data``: its ``train_mask/val_mask/test_mask`` if present (index
     ``split_index``, default ``seed % S``), else a stratified random split seeded by ``seed``
-    (by graph when ``data.graph_id`` is present)."""
+    (by graph when ``data.graph_id`` is present). Either way only nodes with a known label
+    (``y >= 0``) are in a part."""
+    y = getattr(data, "y", None)
     if use_given and all(hasattr(data, f"{k}_mask") and getattr(data, f"{k}_mask") is not None
                          for k in ("train", "val", "test")):
         tm = data.train_mask
         S = 1 if tm.dim() == 1 else tm.shape[0]
         idx = seed % S if split_index is None else split_index
-        return split_from_masks(data.train_mask, data.val_mask, data.test_mask, idx)
+        return split_from_masks(data.train_mask, data.val_mask, data.test_mask, idx,
+                                labelled=None if y is None else _np(y) >= 0)
     if split_index is not None:
         raise ValueError(f"split index {split_index} given but the graph has no train/val/test split masks")
-    if data.y is None:
+    if y is None:
         raise ValueError("graph has no labels (y): cannot make a supervised split")
-    return stratified_split(data.y, seed=seed, train=train, val=val, graph_id=getattr(data, "graph_id", None))
+    return stratified_split(y, seed=seed, train=train, val=val, graph_id=getattr(data, "graph_id", None))
