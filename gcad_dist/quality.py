@@ -1,20 +1,31 @@
 """Detection-quality benchmark: ``python -m gcad_dist.quality``.
 
-Trains every model on every dataset for several seeds with :mod:`gcad_dist.train` and reports
-test AUROC, AUPRC and Recall@K (K = number of test anomalies) as mean +- std over seeds.
+Runs every model on every dataset for several seeds and reports test AUROC, AUPRC and Recall@K
+(K = number of test anomalies) as mean ± std over seeds, with the labels each method used and its
+wall time per run.
 
+* Models: the GNNs of :mod:`gcad_dist.train` (GCCAD, its cross-entropy ablation, MLP/GCN/GIN/SAGE/GAT),
+  trained on the train split with the epoch chosen on validation AUPRC (labels used: train+val), and the
+  reference detectors of :mod:`gcad_dist.detectors`: label-free ones (IsolationForest, neighbour cosine,
+  PyGOD DOMINANT / CoLA, GCCAD-pre) fitted on all nodes without labels, and a supervised tree ensemble
+  fitted on the train split.
 * Seed index ``s`` fixes the split (tolokers: its given split ``s % 10``; other graphs: a stratified
-  40/20/40 split seeded by ``s``), the initialisation and the training noise. Every model sees the
-  same splits.
-* Each run selects its epoch on validation AUPRC; the test split is only read for the report.
-* Each run's result is written to ``<out>/runs/<dataset>/<model>/seed<s>.json`` as soon as it ends;
-  a rerun skips runs whose JSON exists (resume), so a partial benchmark is never lost.
+  40/20/40 split of the labelled nodes seeded by ``s``), the initialisation and the training noise. Every
+  model sees the same splits; every metric is over the split's (labelled) test nodes, the test split is
+  only read for the report.
+* Each run's result is written to ``<out>/runs/<dataset>/<model>/<key>/seed<s>.json`` as soon as it ends,
+  where ``<key>`` is a hash of every setting that changes the run's result (:func:`run_settings`: model
+  settings, dataset content, split fractions, library versions, :data:`RESULTS_VERSION`); the settings
+  are stored in the JSON. A rerun with the same settings skips runs whose JSON exists (resume); a rerun
+  with other settings trains anew, and the tables only read runs whose settings match the current ones.
 * ``<out>/quality.md`` (and stdout) get the Markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import hashlib
 import json
 import logging
 import math
@@ -28,13 +39,20 @@ import torch
 from tqdm.auto import tqdm
 
 from gcad_dist.cli import UsageError, run_cli, setup_logging
-from gcad_dist.train import CONVS, SCORE_SPACES, TrainConfig, load_labelled, train_one, write_json
+from gcad_dist.train import CONVS, SCORE_SPACES, TrainConfig, load_labelled, normalize_features, train_one, write_json
 
 log = logging.getLogger("gcad_dist.quality")
 
-ALL_MODELS = ("gccad", "gccad-ce", "mlp", "gcn", "gin", "sage", "gat")
+#: Bump when a code change alters the result of a run with unchanged settings: older runs are then not reused.
+RESULTS_VERSION = 2
+GNN_MODELS = ("gccad", "gccad-ce", "mlp", "gcn", "gin", "sage", "gat")
+DETECTOR_MODELS = ("iforest", "nbr-cosine", "dominant", "cola", "trees", "gccad-pre")
+ALL_MODELS = GNN_MODELS + DETECTOR_MODELS
+#: gccad-pre (store build + Ray pre-training per run) only runs when asked for.
+DEFAULT_MODELS = GNN_MODELS + ("iforest", "nbr-cosine", "dominant", "cola", "trees")
 DEFAULT_DATASETS = ("tolokers", "reddit", "books", "disney", "enron", "inj_cora")
 METRICS = (("auroc", "AUROC"), ("auprc", "AUPRC"), ("recall_at_k", "Rec@K"))
+GCCAD_ONLY = ("conv", "score_space")  # settings that only GCCAD and its ablation read
 
 
 @dataclass
@@ -44,7 +62,7 @@ class QualityConfig:
     datasets: list[str] = field(default_factory=lambda: list(DEFAULT_DATASETS))
     seeds: int = 5
     first_seed: int = 0
-    models: list[str] = field(default_factory=lambda: list(ALL_MODELS))
+    models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
     data_dir: str = "../shared/data"
     out: str = "runs/quality"
     conv: str = "gin"
@@ -55,14 +73,95 @@ class QualityConfig:
     lr: float = 1e-3
     eval_every: int = 5
     patience: int = 50
+    pre_epochs: int = 10
     device: str = "auto"
     threads: int = 0
     report_only: bool = False
     verbose: bool = False
 
 
-def run_path(out: Path, dataset: str, model: str, seed: int) -> Path:
-    return out / "runs" / dataset / model / f"seed{seed}.json"
+# ---------------------------------------------------------------------------------------------------
+# Run keys
+
+
+def _version(module: str) -> str | None:
+    """Installed version of ``module`` without a local build tag (``2.13.0+cpu`` -> ``2.13.0``), or None."""
+    import importlib
+
+    try:
+        return str(importlib.import_module(module).__version__).split("+")[0]
+    except ImportError:
+        return None
+
+
+_FINGERPRINTS: dict[str, str] = {}
+
+
+def dataset_fingerprint(path: Path) -> str:
+    """SHA-256 (16 hex digits) of a graph file's bytes; for a folder, of its files' names, sizes and mtimes."""
+    h = hashlib.sha256()
+    if path.is_dir():
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            st = f.stat()
+            h.update(f"{f.relative_to(path)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        return h.hexdigest()[:16]
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"  # a rewritten file is hashed again
+    if key not in _FINGERPRINTS:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                h.update(block)
+        _FINGERPRINTS[key] = h.hexdigest()[:16]
+    return _FINGERPRINTS[key]
+
+
+def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> TrainConfig:
+    """The :class:`TrainConfig` of one GNN run."""
+    return TrainConfig(
+        graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, hidden=cfg.hidden,
+        layers=cfg.layers, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience, seed=seed,
+        device=cfg.device, progress=False, plots=False,
+    )
+
+
+def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> dict[str, Any]:
+    """Every setting that changes the result of a (dataset, model) run, except the seed (JSON-ready)."""
+    from gcad_dist import __version__
+
+    t = TrainConfig(graph="", out="")
+    s: dict[str, Any] = {
+        "results_version": RESULTS_VERSION, "gcad_dist": __version__, "model": model,
+        "dataset": dataset, "data_sha256": dataset_fingerprint(path),
+        "split": {"given_masks": "seed % S", "random": f"stratified {t.train_frac:g}/{t.val_frac:g}/rest, seeded"},
+    }
+    if model in GNN_MODELS:
+        tc = asdict(train_config(cfg, path, model, 0))
+        keep = ("hidden", "layers", "dropout", "epochs", "lr", "weight_decay", "eval_every", "patience",
+                "class_weight", "normalize", "train_frac", "val_frac", "conv", "score_space")
+        s["train"] = {k: tc[k] for k in keep if model in ("gccad", "gccad-ce") or k not in GCCAD_ONLY}
+        s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
+    else:
+        from gcad_dist.detectors import DETECTORS, settings_of
+
+        s["detector"] = settings_of(model, {"pre_epochs": cfg.pre_epochs})
+        libs = {"numpy": _version("numpy"), "sklearn": _version("sklearn"), "torch": _version("torch")}
+        libs.update({m: _version(m) for m, _extra in DETECTORS[model].requires if m not in ("faiss", "ray")})
+        s["libs"] = libs
+    return json.loads(json.dumps(s))  # exactly what a run JSON holds after a round trip
+
+
+def settings_key(settings: dict[str, Any]) -> str:
+    """12 hex digits of the SHA-256 of the canonical JSON of ``settings``."""
+    canon = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()[:12]
+
+
+def run_path(out: Path, dataset: str, model: str, seed: int, key: str) -> Path:
+    return out / "runs" / dataset / model / key / f"seed{seed}.json"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading results and tables
 
 
 def _resolve_dataset(data_dir: Path, name: str) -> Path:
@@ -81,125 +180,256 @@ def _fmt(vals: list[float]) -> str:
     return f"{v.mean():.4f} ± {v.std(ddof=1):.4f}"
 
 
-def collect(out: Path, datasets: list[str], models: list[str]) -> dict[tuple[str, str], list[dict]]:
-    """Read every finished run JSON: (dataset, model) -> list of run summaries."""
+def collect(out: Path, settings: dict[tuple[str, str], dict[str, Any]], seeds: range) -> dict[tuple[str, str], list[dict]]:
+    """Finished runs of seeds ``seeds`` whose stored settings equal ``settings[(dataset, model)]``:
+    (dataset, model) -> list of run summaries."""
     res: dict[tuple[str, str], list[dict]] = {}
-    for ds in datasets:
-        for m in models:
-            runs = []
-            for p in sorted((out / "runs" / ds / m).glob("seed*.json")):
-                try:
-                    runs.append(json.loads(p.read_text()))
-                except (OSError, json.JSONDecodeError):
-                    log.warning("skipping unreadable %s", p)
-            res[(ds, m)] = runs
+    for (ds, m), s in settings.items():
+        key = settings_key(s)
+        runs = []
+        for seed in seeds:
+            p = run_path(out, ds, m, seed, key)
+            if not p.exists():
+                continue
+            try:
+                r = json.loads(p.read_text())
+            except (OSError, json.JSONDecodeError):
+                log.warning("skipping unreadable %s", p)
+                continue
+            if r.get("settings") != s:
+                log.warning("skipping %s: its stored settings differ from the current ones", p)
+                continue
+            runs.append(r)
+        res[(ds, m)] = runs
     return res
 
 
-def markdown_tables(results: dict[tuple[str, str], list[dict]], datasets: list[str], models: list[str]) -> str:
-    """One Markdown table per dataset: rows = models, columns = test AUROC / AUPRC / Rec@K (mean ± std)
-    plus validation AUPRC, the number of seeds and the mean wall time per run."""
+def labels_used(model: str) -> str:
+    """``none`` (label-free), ``train`` (fitted on the train split) or ``train+val`` (epoch chosen on val)."""
+    if model in GNN_MODELS:
+        return "train+val"
+    from gcad_dist.detectors import DETECTORS
+
+    return DETECTORS[model].labels
+
+
+def markdown_tables(results: dict[tuple[str, str], list[dict]], datasets: list[str], models: list[str],
+                    skipped: dict[str, str] | None = None) -> str:
+    """One Markdown table per dataset: rows = models, columns = labels used, test AUROC / AUPRC / Rec@K
+    (mean ± std), validation AUPRC, the number of seeds and the mean wall time per run."""
+    skipped = skipped or {}
     lines: list[str] = []
     for ds in datasets:
         lines.append(f"### {ds}\n")
-        lines.append("| model | test AUROC | test AUPRC | test Rec@K | val AUPRC | seeds | s/run |")
-        lines.append("|---|---|---|---|---|---|---|")
+        lines.append("| method | labels used | test AUROC | test AUPRC | test Rec@K | val AUPRC | seeds | s/run |")
+        lines.append("|---|---|---|---|---|---|---|---|")
         for m in models:
             runs = results.get((ds, m), [])
             if not runs:
-                lines.append(f"| {m} | – | – | – | – | 0 | – |")
+                note = f"not run: {skipped[m]}" if m in skipped else "–"
+                lines.append(f"| {m} | {labels_used(m)} | {note} | – | – | – | 0 | – |")
                 continue
             cells = [_fmt([r["test"].get(k) for r in runs]) for k, _ in METRICS]
             val = _fmt([r["val"].get("auprc") for r in runs])
-            secs = np.mean([r.get("wall_seconds", r.get("seconds", float("nan"))) for r in runs])
-            lines.append(f"| {m} | {' | '.join(cells)} | {val} | {len(runs)} | {secs:.0f} |")
+            secs = float(np.mean([r.get("wall_seconds", float("nan")) for r in runs]))
+            secs_txt = f"{secs:.1f}" if secs < 10 else f"{secs:.0f}"
+            lines.append(f"| {m} | {labels_used(m)} | {' | '.join(cells)} | {val} | {len(runs)} | {secs_txt} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def header(cfg: QualityConfig, models: list[str]) -> str:
+    """What the tables' figures were computed with (the settings every row's runs match)."""
+    seeds = f"{cfg.first_seed}..{cfg.first_seed + cfg.seeds - 1}"
+    parts = [f"Test metrics over the split's test nodes, mean ± std over seeds {seeds} "
+             "(seed s = split s, initialisation and noise s)."]
+    gnn = [m for m in models if m in GNN_MODELS]
+    if gnn:
+        parts.append(f"GNNs ({', '.join(gnn)}): epoch selected on validation AUPRC; hidden={cfg.hidden}, "
+                     f"layers={cfg.layers}, epochs<={cfg.epochs}, lr={cfg.lr}, eval every {cfg.eval_every}, "
+                     f"patience {cfg.patience}; GCCAD conv={cfg.conv}, score space {cfg.score_space}.")
+    det = [m for m in models if m in DETECTOR_MODELS]
+    if det:
+        parts.append(f"Detectors ({', '.join(det)}): the published defaults of gcad_dist.detectors; label-free ones "
+                     "fitted on all nodes without labels" + (f"; gccad-pre {cfg.pre_epochs} pre-training epochs" if
+                                                                "gccad-pre" in det else "") + ".")
+    parts.append("labels used: none = label-free, train = fitted on the train split, train+val = also epoch "
+                 "selection on validation. s/run = wall seconds per run (fit + scoring).")
+    return " ".join(parts) + "\n\n"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running
+
+
+def _evaluate(data: Any, scores: np.ndarray, split: Any) -> tuple[dict, dict]:
+    """Validation and test metrics of ``scores`` over the split's labelled nodes."""
+    from gcad_dist.metrics import evaluate
+
+    y = data.y.cpu().numpy().astype(np.int64)
+    known = y >= 0
+    gid = getattr(data, "graph_id", None)
+    g = None if gid is None else gid.cpu().numpy()
+    val = evaluate(y, scores, g, split.val.cpu().numpy() & known)
+    test = evaluate(y, scores, g, split.test.cpu().numpy() & known)
+    return val, test
+
+
+def run_detector(cfg: QualityConfig, model: str, raw: Any, standard: Any, seed: int) -> dict[str, Any]:
+    """One detector run on the seed's split: fit, score every node, evaluate on val and test."""
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.detectors import DETECTORS, fit_score
+
+    spec = DETECTORS[model]
+    data = raw if spec.features == "raw" else standard
+    try:
+        split = make_split(data, seed=seed)
+    except ValueError as e:
+        raise UsageError(f"--datasets: {e}") from e
+    t0 = time.perf_counter()
+    scores = fit_score(model, data, split, seed, pre_epochs=cfg.pre_epochs, threads=max(1, cfg.threads),
+                       device=cfg.device)
+    seconds = time.perf_counter() - t0
+    val, test = _evaluate(data, scores, split)
+    return {"val": val, "test": test, "seconds": round(seconds, 3), "labels_used": spec.labels,
+            "split": {"source": split.source, **split.sizes()}}
+
+
+def run_gnn(cfg: QualityConfig, path: Path, model: str, standard: Any, seed: int) -> dict[str, Any]:
+    """One GNN run (:func:`gcad_dist.train.train_one`): summary with its validation history."""
+    o = train_one(train_config(cfg, path, model, seed), data=standard)
+    summary = {k: v for k, v in o.metrics.items() if k != "history"}
+    summary["labels_used"] = "train+val"
+    summary["history"] = {k: o.metrics["history"][k] for k in ("eval_epoch", "val_auroc", "val_auprc")}
+    return summary
+
+
+def _load(path: Path) -> tuple[Any, Any]:
+    """(raw-feature Data, z-scored Data) of a labelled graph."""
+    raw = load_labelled(str(path), normalize="none")
+    standard = copy.copy(raw)
+    standard.x = normalize_features(raw.x.float(), "standard")
+    return raw, standard
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = QualityConfig()
     p = argparse.ArgumentParser(
         prog="python -m gcad_dist.quality",
-        description="Benchmark GCCAD, its cross-entropy ablation and baselines on labelled graphs: test AUROC, "
-                    "AUPRC, Rec@K as mean ± std over seeds (model selection on validation AUPRC).",
+        description="Benchmark GCCAD, its cross-entropy ablation, GNN baselines and reference detectors (label-free and "
+                    "supervised) on labelled graphs: test AUROC, AUPRC, Rec@K as mean ± std over seeds, labels used, "
+                    "seconds per run.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--datasets", nargs="+", default=d.datasets,
                    help="dataset names (<data-dir>/<name>.npz) or paths to graph files")
     p.add_argument("--seeds", type=int, default=d.seeds, help="number of seeds (split, init and training noise) per model and dataset")
     p.add_argument("--first-seed", type=int, default=d.first_seed, help="first seed index (runs use first-seed .. first-seed + seeds - 1)")
-    p.add_argument("--models", nargs="+", default=d.models, choices=ALL_MODELS,
-                   help="models; gccad-ce is GCCAD with the cross-entropy head instead of the contrastive loss")
+    p.add_argument("--models", nargs="+", default=d.models, choices=ALL_MODELS, metavar="MODEL",
+                   help=f"models, from: {', '.join(ALL_MODELS)}. gccad-ce = GCCAD with the cross-entropy head; "
+                        "iforest, nbr-cosine, dominant, cola, gccad-pre are label-free; trees is supervised "
+                        "(gcad_dist.detectors); dominant / cola need the 'baselines' extra (skipped without it)")
     p.add_argument("--data-dir", default=d.data_dir, help="folder of the <name>.npz datasets")
-    p.add_argument("--out", default=d.out, help="output folder: runs/<dataset>/<model>/seed<s>.json and quality.md")
+    p.add_argument("--out", default=d.out, help="output folder: runs/<dataset>/<model>/<key>/seed<s>.json and quality.md")
     p.add_argument("--conv", default=d.conv, choices=CONVS, help="GCCAD node-update convolution")
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
                    help="GCCAD score on the encoder outputs (METHOD.md) or after the projection head")
-    p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (all models)")
-    p.add_argument("--layers", type=int, default=d.layers, help="message-passing layers (all models)")
-    p.add_argument("--epochs", type=int, default=d.epochs, help="maximum epochs per run")
-    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (all models)")
-    p.add_argument("--eval-every", type=int, default=d.eval_every, help="validation every n epochs")
-    p.add_argument("--patience", type=int, default=d.patience, help="early-stopping patience in epochs (0 = off)")
+    p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (GNNs)")
+    p.add_argument("--layers", type=int, default=d.layers, help="message-passing layers (GNNs)")
+    p.add_argument("--epochs", type=int, default=d.epochs, help="maximum epochs per GNN run")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (GNNs)")
+    p.add_argument("--eval-every", type=int, default=d.eval_every, help="validation every n epochs (GNNs)")
+    p.add_argument("--patience", type=int, default=d.patience, help="early-stopping patience in epochs (GNNs; 0 = off)")
+    p.add_argument("--pre-epochs", type=int, default=d.pre_epochs, help="pre-training epochs of gccad-pre")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch default; use 1 when running several at once)")
+    p.add_argument("--threads", type=int, default=d.threads,
+                   help="torch CPU threads (0 = torch default; use 1 when running several at once); "
+                        "detectors use max(1, threads)")
     p.add_argument("--report-only", action="store_true", help="train nothing; build the tables from the run JSONs in --out")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
 
 
+def _validate(cfg: QualityConfig) -> None:
+    if cfg.seeds < 1:
+        raise UsageError(f"--seeds: must be >= 1, got {cfg.seeds}")
+    if cfg.pre_epochs < 1:
+        raise UsageError(f"--pre-epochs: must be >= 1, got {cfg.pre_epochs}")
+    for name in ("hidden", "layers", "epochs", "eval_every"):
+        if getattr(cfg, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = QualityConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
-    if cfg.seeds < 1:
-        raise UsageError(f"--seeds: must be >= 1, got {cfg.seeds}")
+    _validate(cfg)
     out = Path(cfg.out)
     data_dir = Path(cfg.data_dir)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    models = list(dict.fromkeys(cfg.models))
     names = [Path(d).stem if Path(d).suffix else d for d in cfg.datasets]
     paths = [_resolve_dataset(data_dir, d) for d in cfg.datasets]
+    for p in paths:
+        if not p.exists():
+            raise UsageError(f"--datasets: {p}: no such file")
+
+    from gcad_dist.detectors import check_available
+
+    skipped = {m: why for m in models if m in DETECTOR_MODELS and (why := check_available(m))}
+    for m, why in skipped.items():
+        log.warning("skipping %s: %s", m, why)
+    if skipped and len(skipped) == len(models):
+        raise UsageError(f"--models: {next(iter(skipped.values()))}")
+    settings = {(n, m): run_settings(cfg, n, p, m) for n, p in zip(names, paths) for m in models}
+    seeds = range(cfg.first_seed, cfg.first_seed + cfg.seeds)
+    failed: list[str] = []
     if not cfg.report_only:
-        for p in paths:
-            if not p.exists():
-                raise UsageError(f"--datasets: {p}: no such file")
         # Seed-major order: every model and dataset gets seed 0 before any gets seed 1, so a partial
         # benchmark is balanced.
-        todo = [(n, p, m, s) for s in range(cfg.first_seed, cfg.first_seed + cfg.seeds) for n, p in zip(names, paths)
-                for m in cfg.models if not run_path(out, n, m, s).exists()]
-        log.info("%d runs to do (%d already done)", len(todo),
-                 len(names) * cfg.seeds * len(cfg.models) - len(todo))
-        cache: dict[str, Any] = {}
+        todo = [(n, p, m, s) for s in seeds for n, p in zip(names, paths) for m in models
+                if m not in skipped and not run_path(out, n, m, s, settings_key(settings[(n, m)])).exists()]
+        total = len(names) * cfg.seeds * (len(models) - len(skipped))
+        log.info("%d runs to do (%d already done)", len(todo), total - len(todo))
+        cache: dict[str, tuple[Any, Any]] = {}
         for name, path, model, seed in tqdm(todo, desc="quality", unit="run"):
-            if run_path(out, name, model, seed).exists():  # done meanwhile by another process on the same --out
+            s = settings[(name, model)]
+            dest = run_path(out, name, model, seed, settings_key(s))
+            if dest.exists():  # done meanwhile by another process on the same --out
                 continue
             if name not in cache:  # the datasets are small (< 15k nodes): keep them all
-                cache[name] = load_labelled(str(path))
-            tcfg = TrainConfig(
-                graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, hidden=cfg.hidden, layers=cfg.layers,
-                epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience, seed=seed,
-                device=cfg.device, progress=False, plots=False,
-            )
+                cache[name] = _load(path)
+            raw, standard = cache[name]
             t0 = time.perf_counter()
-            o = train_one(tcfg, data=cache[name])
-            summary = {k: v for k, v in o.metrics.items() if k != "history"}
-            summary.update(dataset=name, model=model, seed=seed, wall_seconds=round(time.perf_counter() - t0, 3))
-            summary["history"] = {k: o.metrics["history"][k] for k in ("eval_epoch", "val_auroc", "val_auprc")}
-            write_json(summary, run_path(out, name, model, seed))
-            log.info("%s %s seed %d: test AUROC %.4f AUPRC %.4f Rec@K %.4f (val AUPRC %.4f, epoch %d, %.0f s)",
-                     name, model, seed, o.fit.test["auroc"], o.fit.test["auprc"], o.fit.test["recall_at_k"],
-                     o.fit.val["auprc"], o.fit.best_epoch, summary["wall_seconds"])
-    results = collect(out, names, cfg.models)
-    header = (f"Test metrics, mean ± std over seeds (model selected on validation AUPRC). "
-              f"hidden={cfg.hidden}, layers={cfg.layers}, GCCAD conv={cfg.conv}, score space {cfg.score_space}, epochs<={cfg.epochs}, "
-              f"lr={cfg.lr}, eval every {cfg.eval_every}, patience {cfg.patience}.\n\n")
-    md = header + markdown_tables(results, names, cfg.models)
+            try:
+                if model in GNN_MODELS:
+                    summary = run_gnn(cfg, path, model, standard, seed)
+                else:
+                    summary = run_detector(cfg, model, raw, standard, seed)
+            except (UsageError, KeyboardInterrupt):
+                raise
+            except Exception as e:  # noqa: BLE001 - one failing run must not lose the benchmark
+                log.exception("%s %s seed %d failed: %s", name, model, seed, e)
+                failed.append(f"{name}/{model}/seed{seed}: {type(e).__name__}: {e}")
+                continue
+            summary.update(dataset=name, model=model, seed=seed, wall_seconds=round(time.perf_counter() - t0, 3),
+                           settings=s, settings_key=settings_key(s))
+            write_json(summary, dest)
+            write_json(s, dest.parent / "settings.json")
+            log.info("%s %s seed %d: test AUROC %.4f AUPRC %.4f Rec@K %.4f (val AUPRC %.4f, %.1f s)", name, model, seed,
+                     summary["test"]["auroc"], summary["test"]["auprc"], summary["test"]["recall_at_k"],
+                     summary["val"]["auprc"], summary["wall_seconds"])
+    results = collect(out, settings, seeds)
+    md = header(cfg, models) + markdown_tables(results, names, models, skipped)
     out.mkdir(parents=True, exist_ok=True)
     (out / "quality.md").write_text(md)
-    write_json({"config": asdict(cfg)}, out / "quality_config.json")
+    write_json({"config": asdict(cfg), "settings_keys": {f"{d}/{m}": settings_key(s) for (d, m), s in settings.items()},
+                "failed": failed}, out / "quality_config.json")
     print(md)
-    return 0
+    for f in failed:
+        print(f"FAILED {f}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

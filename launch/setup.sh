@@ -17,7 +17,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # On a GPU host install the CUDA build of torch before running this script; it is kept.
 python -c "import torch" 2>/dev/null || { echo "[setup] installing torch 2.13.0 (CPU)"; pip install -q torch==2.13.0; }
 echo "[setup] installing gcad-dist and its dependencies"
-pip install -q -e ".[cpu,dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+pip install -q -e ".[cpu,dev,baselines]" 2>&1 | grep -v "is ignored: it is neither" || true
 python -c "import gcad_dist, partitioning, torch_geometric, ray, zarr, faiss" \
   || { echo "[setup] install failed" >&2; exit 1; }
 if [ "${GCAD_WITH_TORCH_SPARSE:-0}" = 1 ] && ! python -c "import torch_sparse" 2>/dev/null; then

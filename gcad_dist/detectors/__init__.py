@@ -1,0 +1,137 @@
+"""Reference detectors run by :mod:`gcad_dist.quality` beside the GNNs, on the same graphs and splits.
+
+One API for all: :func:`fit_score(name, data, split, seed, **options) <fit_score>` -> anomaly scores
+``float64 [N]`` for every node (higher = more anomalous). The harness evaluates them on the split's
+test nodes only, like the GNNs.
+
+| name | labels used | what |
+|---|---|---|
+| ``iforest`` | none | scikit-learn ``IsolationForest`` on the node features (published defaults) |
+| ``nbr-cosine`` | none | ``1 - cos(x_i, mean of the neighbours' x)`` on z-scored features |
+| ``dominant`` | none | PyGOD 1.1.0 DOMINANT (defaults), full-batch (extra ``baselines``) |
+| ``cola`` | none | PyGOD 1.1.0 CoLA (defaults), full-batch (extra ``baselines``) |
+| ``gccad-pre`` | none | GCCAD-pre: store build (``--k auto``) -> Ray pre-training -> halo scoring by parts |
+| ``trees`` | train | random forest on ``[x, mean of neighbours' x, degree]`` (GADBench RF-Graph defaults) |
+
+Label-free detectors never see labels: :func:`fit_score` hands them a copy of the graph holding only
+``x`` and ``edge_index`` (no ``y``, masks or split) and fits them on all nodes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from gcad_dist.cli import UsageError
+
+__all__ = ["DetectorSpec", "DETECTORS", "fit_score", "strip_labels", "settings_of", "check_available"]
+
+
+@dataclass(frozen=True)
+class DetectorSpec:
+    """One reference detector.
+
+    ``labels``: ``"none"`` (label-free, fitted on all nodes) or ``"train"`` (supervised on the train split).
+    ``features``: ``"raw"`` (the file's features) or ``"standard"`` (z-scored over all nodes, as the GNNs get).
+    ``settings``: the detector's fixed, result-affecting settings (part of :mod:`gcad_dist.quality`'s run key).
+    ``options``: the harness options it reads (``fit_score`` keyword arguments; also part of the run key).
+    ``requires``: (module, extra) pairs it needs beyond the base install.
+    """
+
+    name: str
+    labels: str
+    features: str
+    module: str
+    description: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    options: tuple[str, ...] = ()
+    requires: tuple[tuple[str, str], ...] = ()
+
+    def function(self) -> Callable[..., np.ndarray]:
+        return importlib.import_module(f"gcad_dist.detectors.{self.module}").fit_score
+
+
+def _specs() -> dict[str, DetectorSpec]:
+    from gcad_dist.detectors import gccad_pre, isolation, neighbor_cosine, pygod_models, tree_ensemble
+
+    specs = [
+        DetectorSpec("iforest", "none", "raw", "isolation", "IsolationForest on x", isolation.SETTINGS),
+        DetectorSpec("nbr-cosine", "none", "standard", "neighbor_cosine", "1 - cos(x_i, mean of neighbours' x)",
+                     neighbor_cosine.SETTINGS),
+        DetectorSpec("dominant", "none", "raw", "pygod_models", "PyGOD DOMINANT", pygod_models.SETTINGS["dominant"],
+                     requires=(("pygod", "baselines"),)),
+        DetectorSpec("cola", "none", "raw", "pygod_models", "PyGOD CoLA", pygod_models.SETTINGS["cola"],
+                     requires=(("pygod", "baselines"),)),
+        DetectorSpec("gccad-pre", "none", "raw", "gccad_pre", "GCCAD-pre scored by parts without labels",
+                     gccad_pre.SETTINGS, options=("pre_epochs",), requires=(("faiss", "cpu"), ("ray", "base"))),
+        DetectorSpec("trees", "train", "standard", "tree_ensemble", "random forest on [x, mean nbr x, degree]",
+                     tree_ensemble.SETTINGS),
+    ]
+    return {s.name: s for s in specs}
+
+
+DETECTORS: dict[str, DetectorSpec] = _specs()
+
+
+def check_available(name: str) -> str | None:
+    """None when the detector can run here, else a one-line reason naming the extra to install."""
+    for module, extra in DETECTORS[name].requires:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            how = f'pip install -e ".[{extra}]"' if extra != "base" else "pip install -e ."
+            return f"{name} needs the Python package {module!r}, which is not installed ({how})"
+    return None
+
+
+def settings_of(name: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The result-affecting settings of a detector run: its fixed settings plus the options it reads."""
+    spec = DETECTORS[name]
+    s: dict[str, Any] = {"features": spec.features, "labels": spec.labels, **spec.settings}
+    for k in spec.options:
+        s[k] = (options or {})[k]
+    return s
+
+
+def strip_labels(data: Any) -> Any:
+    """A new PyG ``Data`` with only ``x`` and ``edge_index`` (no labels, masks, split or graph ids)."""
+    from torch_geometric.data import Data
+
+    return Data(x=data.x, edge_index=data.edge_index, num_nodes=data.num_nodes)
+
+
+def fit_score(name: str, data: Any, split: Any, seed: int, **options: Any) -> np.ndarray:
+    """Fit detector ``name`` and return the anomaly score of every node (float64 [N]).
+
+    Label-free detectors get :func:`strip_labels` of ``data`` and no split; supervised ones get both.
+    ``options``: the harness options the detector reads (``DETECTORS[name].options``), plus ``threads``
+    and ``device`` which every detector accepts.
+    """
+    if name not in DETECTORS:
+        raise UsageError(f"--models: unknown detector {name!r} (choose from {', '.join(DETECTORS)})")
+    why = check_available(name)
+    if why:
+        raise UsageError(f"--models: {why}")
+    spec = DETECTORS[name]
+    missing = [k for k in spec.options if k not in options]
+    if missing:
+        raise TypeError(f"{name}: missing options {missing}")
+    if spec.labels == "none":
+        data, split = strip_labels(data), None
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    kwargs = {k: options[k] for k in (*spec.options, "threads", "device") if k in options}
+    if spec.module == "pygod_models":
+        kwargs["model"] = name
+    scores = np.asarray(spec.function()(data, split, seed, **kwargs), dtype=np.float64).ravel()
+    if scores.shape != (data.num_nodes,):
+        raise RuntimeError(f"{name}: returned {scores.shape} scores for {data.num_nodes} nodes")
+    if not np.isfinite(scores).all():
+        bad = int((~np.isfinite(scores)).sum())
+        raise RuntimeError(f"{name}: {bad} non-finite scores")
+    return scores

@@ -1,0 +1,151 @@
+"""gcad_dist.quality: runs are keyed by every result-affecting setting (a rerun with other settings into the
+same --out trains anew and its table never shows the old figures), the run JSON carries its settings, and
+the reference detectors run on the GNNs' splits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    path = tmp_path_factory.mktemp("q") / "tiny.npz"
+    save_npz(generate(SyntheticConfig(nodes=200, avg_degree=6, features=8, anomaly_fraction=0.1, seed=0)), path)
+    return path
+
+
+def _run(args: list[str], capsys) -> tuple[int, str]:
+    from gcad_dist import quality
+    from gcad_dist.cli import run_cli
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        run_cli(quality.main, args)
+    return int(exc.value.code or 0), capsys.readouterr().out
+
+
+def _runs(out: Path, model: str) -> list[Path]:
+    return sorted((out / "runs" / "tiny" / model).rglob("seed*.json"))
+
+
+def test_rerun_with_other_settings_trains_again(tiny, tmp_path, capsys, caplog):
+    out = tmp_path / "q"
+    base = ["--datasets", str(tiny), "--seeds", "1", "--models", "gccad", "mlp", "--epochs", "2", "--hidden", "8",
+            "--threads", "1", "--out", str(out)]
+    rc, first = _run(base + ["--score-space", "encoder"], capsys)
+    assert rc == 0
+    (enc,) = _runs(out, "gccad")
+    run = json.loads(enc.read_text())
+    assert run["settings"]["train"]["score_space"] == "encoder" and run["settings"]["train"]["epochs"] == 2
+    assert run["settings"]["data_sha256"] and run["settings"]["results_version"]
+    assert run["settings_key"] == enc.parent.name
+
+    caplog.set_level("INFO", logger="gcad_dist.quality")
+    rc, second = _run(base + ["--score-space", "projection"], capsys)
+    assert rc == 0
+    assert "1 runs to do (1 already done)" in caplog.text  # gccad trains again; mlp ignores the score space
+    runs = _runs(out, "gccad")
+    assert len(runs) == 2 and len(_runs(out, "mlp")) == 1
+    proj = next(p for p in runs if p != enc)
+    assert json.loads(proj.read_text())["settings"]["train"]["score_space"] == "projection"
+
+    def row(md: str, model: str) -> str:
+        return next(line for line in md.splitlines() if line.startswith(f"| {model} |"))
+
+    assert "score space projection" in second
+    proj_auroc = json.loads(proj.read_text())["test"]["auroc"]
+    enc_auroc = run["test"]["auroc"]
+    assert f"{proj_auroc:.4f}" in row(second, "gccad")
+    if f"{enc_auroc:.4f}" != f"{proj_auroc:.4f}":
+        assert f"{enc_auroc:.4f}" not in row(second, "gccad")
+    assert row(first, "mlp") == row(second, "mlp")
+
+
+
+def test_table_ignores_runs_with_other_settings(tiny, tmp_path, capsys):
+    """A run JSON under the current key whose stored settings differ (e.g. edited by hand) is not shown."""
+    out = tmp_path / "q"
+    args = ["--datasets", str(tiny), "--seeds", "1", "--models", "mlp", "--epochs", "2", "--hidden", "8",
+            "--threads", "1", "--out", str(out)]
+    assert _run(args, capsys)[0] == 0
+    (p,) = _runs(out, "mlp")
+    run = json.loads(p.read_text())
+    run["settings"]["train"]["epochs"] = 999
+    run["test"]["auroc"] = 0.123456
+    p.write_text(json.dumps(run))
+    rc, md = _run(args + ["--report-only"], capsys)
+    assert rc == 0 and "0.1235" not in md and "| mlp | train+val | – |" in md
+
+
+def test_run_key_covers_result_settings(tiny):
+    from gcad_dist.quality import QualityConfig, run_settings, settings_key
+
+    def key(model: str, **kw) -> str:
+        return settings_key(run_settings(QualityConfig(**kw), "tiny", tiny, model))
+
+    assert key("gccad") == key("gccad")
+    for kw in ({"score_space": "projection"}, {"conv": "gcn"}, {"hidden": 32}, {"layers": 3}, {"epochs": 7},
+               {"lr": 5e-3}, {"eval_every": 2}, {"patience": 7}):
+        assert key("gccad", **kw) != key("gccad"), kw
+    assert key("mlp", score_space="projection") == key("mlp")  # a GCCAD-only setting
+    assert key("mlp", hidden=32) != key("mlp")
+    assert key("iforest", epochs=7, hidden=32) == key("iforest")  # GNN settings do not touch detectors
+    assert key("gccad-pre", pre_epochs=3) != key("gccad-pre")
+    assert key("iforest") != key("nbr-cosine")
+
+
+def test_run_key_covers_dataset_content(tiny, tmp_path):
+    import os
+    import shutil
+
+    from gcad_dist.quality import QualityConfig, run_settings, settings_key
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    g = tmp_path / "tiny.npz"
+    shutil.copy(tiny, g)
+    before = settings_key(run_settings(QualityConfig(), "tiny", g, "mlp"))
+    save_npz(generate(SyntheticConfig(nodes=200, avg_degree=6, features=8, anomaly_fraction=0.1, seed=1)), g)
+    os.utime(g, ns=(1, 1))
+    assert settings_key(run_settings(QualityConfig(), "tiny", g, "mlp")) != before
+
+
+def test_missing_pygod_skips_with_one_line(tiny, tmp_path, capsys, caplog, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pygod", None)
+    out = tmp_path / "q"
+    base = ["--datasets", str(tiny), "--seeds", "1", "--threads", "1", "--out", str(out)]
+    rc, md = _run(base + ["--models", "iforest", "dominant"], capsys)
+    assert rc == 0 and "skipping dominant" in caplog.text and "baselines" in caplog.text
+    assert "| dominant | none | not run:" in md and "| iforest | none | 0." in md
+    from gcad_dist import quality
+    from gcad_dist.cli import run_cli
+
+    with pytest.raises(SystemExit) as exc:
+        run_cli(quality.main, base + ["--models", "cola"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("error: --models: cola needs") and err.count("\n") == 1
+
+
+def test_detectors_in_the_harness(tiny, tmp_path, capsys):
+    out = tmp_path / "q"
+    rc, md = _run(["--datasets", str(tiny), "--seeds", "2", "--models", "iforest", "nbr-cosine", "trees", "mlp",
+                   "--epochs", "2", "--hidden", "8", "--threads", "1", "--out", str(out)], capsys)
+    assert rc == 0
+    assert "| iforest | none |" in md and "| nbr-cosine | none |" in md and "| trees | train |" in md
+    assert "| mlp | train+val |" in md
+    runs = {m: [json.loads(p.read_text()) for p in _runs(out, m)] for m in ("iforest", "trees", "mlp")}
+    assert all(len(r) == 2 for r in runs.values())
+    # same split for the same seed, whatever the model
+    for seed in (0, 1):
+        sizes = {m: next(r["split"] for r in rs if r["seed"] == seed) for m, rs in runs.items()}
+        assert sizes["iforest"]["source"] == sizes["trees"]["source"] == sizes["mlp"]["source"]
+        assert sizes["iforest"]["test"] == sizes["mlp"]["test"]
+    assert runs["iforest"][0]["labels_used"] == "none" and runs["trees"][0]["labels_used"] == "train"
