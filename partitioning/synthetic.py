@@ -411,7 +411,7 @@ def _config_from_args(args: argparse.Namespace) -> SyntheticConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gcad_dist.cli import setup_logging
+    from partitioning.cli import setup_logging
 
     from partitioning.io import save_npz
 
@@ -440,6 +440,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from gcad_dist.cli import run_cli
+    from partitioning.cli import run_cli
 
     run_cli(main, sys.argv[1:])

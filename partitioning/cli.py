@@ -1,0 +1,41 @@
+"""Shared command-line plumbing for every CLI of the project: logging set-up and one-line errors.
+
+It lives in ``partitioning`` (the lower layer) so that both ``partitioning`` and ``gcad_dist`` can use
+it while imports run one way (``gcad_dist`` -> ``partitioning``); :mod:`gcad_dist.cli` re-exports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+
+from partitioning.errors import GraphInputError
+
+__all__ = ["UsageError", "setup_logging", "run_cli"]
+
+
+class UsageError(ValueError):
+    """A bad option value or combination, reported as one line without a traceback."""
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """Log to stderr with timestamps; ``verbose`` turns on DEBUG."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:
+    """Run ``main`` and turn user errors (bad files, bad options) into ``error: ...`` + exit status 2."""
+    try:
+        code = main(argv)
+    except (GraphInputError, UsageError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code or 0)
