@@ -13,6 +13,12 @@ this module sets ``RAY_TRAIN_V2_ENABLED=1`` if unset). In V2 a run is resumed by
 same storage path and name: ``--resume`` does that (``<out>/ray_train``), and a worker-group failure
 within ``--max-failures`` restarts the group from the latest checkpoint automatically.
 
+Work per epoch: an epoch is at least ``--min-steps-per-epoch`` steps (default 100). A store whose
+subgraphs fit a batch or two (one step per pass) repeats whole passes over its subgraphs, each with its
+own packing, order and neighbour sampling, until the epoch has that many steps; a large store (more
+steps per pass) is unaffected. Checkpoints: at an epoch end at most once per ``--checkpoint-interval``
+seconds (default 60), every ``--checkpoint-every`` steps if given, and always after the last epoch.
+
 Outputs in ``--out``: ``final/model.pt`` (the :mod:`gcad_dist.checkpoint` format that finetune and score
 load; ``extra["normalize"]`` records the store's feature normalisation, ``standard`` for a store built
 with the default ``partitioning.build --normalize``, which their ``--normalize auto`` then applies to
@@ -71,8 +77,10 @@ class PretrainConfig:
     backend: str = "auto"
     cache_gb: float = 4.0
     prefetch: int = 2
+    min_steps_per_epoch: int = 100
     max_steps_per_epoch: int = 0
     checkpoint_every: int = 0
+    checkpoint_interval: float = 60.0
     keep_checkpoints: int = 2
     max_failures: int = 3
     resume: bool = False
@@ -101,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--cpus-per-worker", type=int, default=d.cpus_per_worker, help="CPUs per worker (also torch threads)")
     a("--address", default=None,
       help="Ray cluster to join ('auto' or ray://host:10001); default: $RAY_ADDRESS if set, else start Ray here")
-    a("--epochs", type=int, default=d.epochs, help="passes over the store")
+    a("--epochs", type=int, default=d.epochs,
+      help="epochs; an epoch is one pass over the store, or as many whole passes as --min-steps-per-epoch needs")
     a("--batch-size", type=int, default=d.batch_size,
       help="seed nodes per worker per step on subgraphs above --sample-threshold")
     a("--fanouts", default=d.fanouts, help="neighbours sampled per hop for large subgraphs, comma-separated (-1 = all)")
@@ -122,10 +131,20 @@ def build_parser() -> argparse.ArgumentParser:
     a("--backend", default=d.backend, help="neighbour-sampling backend: auto, pyg-lib, torch-sparse, builtin")
     a("--cache-gb", type=float, default=d.cache_gb, help="memory per worker for caching subgraphs read from the store")
     a("--prefetch", type=int, default=d.prefetch, help="training steps prepared ahead in a background thread")
+    a("--min-steps-per-epoch", type=int, default=d.min_steps_per_epoch,
+      help="an epoch repeats whole passes over the store (each with fresh batch packing, order and neighbour "
+      "sampling) until it has at least this many steps per worker, so that a small store whose subgraphs fit "
+      "one batch still gets real training (100 steps cost seconds there); no effect on a store with this many "
+      "steps per pass; 0 or 1 = one pass")
     a("--max-steps-per-epoch", type=int, default=d.max_steps_per_epoch,
-      help="stop each epoch after this many steps (0 = the whole store; for smoke tests and benchmarks)")
+      help="stop each epoch after this many steps (0 = no limit; for smoke tests and benchmarks; wins over "
+      "--min-steps-per-epoch)")
     a("--checkpoint-every", type=int, default=d.checkpoint_every,
-      help="also checkpoint every N steps (0 = only at the end of each epoch)")
+      help="also checkpoint every N steps within an epoch (0 = only at epoch ends, see --checkpoint-interval)")
+    a("--checkpoint-interval", type=float, default=d.checkpoint_interval,
+      help="checkpoint at an epoch end only once this many seconds have passed since the last checkpoint "
+      "(a Ray Train checkpoint costs seconds; a failure loses at most this much work plus the epoch under way); "
+      "0 = at every epoch end; the last epoch always ends with one, which becomes final/model.pt")
     a("--keep-checkpoints", type=int, default=d.keep_checkpoints, help="Ray checkpoints kept on disk")
     a("--max-failures", type=int, default=d.max_failures,
       help="worker-group failures to recover from (restart from the last checkpoint); -1 = unlimited")
@@ -159,6 +178,8 @@ def validate(cfg: PretrainConfig) -> dict:
         (0 <= cfg.memory_momentum < 1, "--memory-momentum", "must be in [0, 1)"),
         (cfg.cache_gb >= 0 and cfg.prefetch >= 0, "--cache-gb/--prefetch", "must be >= 0"),
         (cfg.checkpoint_every >= 0, "--checkpoint-every", "must be >= 0"),
+        (cfg.checkpoint_interval >= 0, "--checkpoint-interval", "must be >= 0"),
+        (cfg.min_steps_per_epoch >= 0, "--min-steps-per-epoch", "must be >= 0"),
         (cfg.max_steps_per_epoch >= 0, "--max-steps-per-epoch", "must be >= 0"),
         (cfg.keep_checkpoints >= 1, "--keep-checkpoints", "must be >= 1"),
         (cfg.max_failures >= -1, "--max-failures", "must be >= -1"),
@@ -308,15 +329,16 @@ def run(cfg: PretrainConfig) -> dict:
     summary = {
         "store": cfg.store, "normalize": info["normalize"], "workers": cfg.workers, "epochs": cfg.epochs,
         "global_step": state.get("global_step"),
-        "steps_per_epoch": state.get("steps_per_epoch"), "restarts": state.get("restarts", 0),
+        "steps_per_epoch": state.get("steps_per_epoch"), "passes_per_epoch": state.get("passes_per_epoch"),
+        "checkpoints": state.get("checkpoints"), "restarts": state.get("restarts", 0),
         "final_loss": last.get("loss"), "seeds_per_s": last.get("seeds_per_s"),
         "edges_per_s": last.get("edges_per_s"), "wait_frac": last.get("wait_frac"),
         "checkpoint": str(final), "ray_checkpoint": result.checkpoint.path,
     }
     (out / "metrics.json").write_text(json.dumps({"summary": summary, "history": history, "config": asdict(cfg)},
                                                  indent=2))
-    log.info("done: %d steps over %d epoch(s) on %d worker(s), final loss %s, %s seeds/s; model in %s",
-             summary["global_step"] or 0, cfg.epochs, cfg.workers,
+    log.info("done: %d steps over %d epoch(s) on %d worker(s), %s checkpoint(s), final loss %s, %s seeds/s; "
+             "model in %s", summary["global_step"] or 0, cfg.epochs, cfg.workers, summary["checkpoints"],
              f"{summary['final_loss']:.4f}" if summary["final_loss"] is not None else "n/a",
              f"{summary['seeds_per_s']:.0f}" if summary["seeds_per_s"] is not None else "n/a", final)
     return summary

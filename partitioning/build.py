@@ -3,9 +3,10 @@
 Stages: load the graph -> fingerprint (of the raw input) -> ``--normalize standard`` (default: z-score
 every feature over all nodes, label-free; K-means and the stored ``x`` see the normalised features)
 -> (``--k auto``: inertia curve over a K grid on a sample, elbow) -> FAISS
-K-means on the node features (train on a sample, assign all nodes) -> corrupt subgraphs (METHOD.md
-section 4) -> atomic Zarr store (``partitioning/STORE_FORMAT.md``). Multi-graph input (``graph_id``
-set): each graph is a part and no clustering is done.
+K-means on the node features (train on a sample, assign all nodes) -> parts below ``--min-part-size``
+merged into their nearest neighbours -> corrupt subgraphs (METHOD.md section 4) -> edge statistics
+(share of edges the partition keeps) -> atomic Zarr store (``partitioning/STORE_FORMAT.md``).
+Multi-graph input (``graph_id`` set): each graph is a part, no clustering and no merging is done.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class BuildConfig:
     out: str
     k: int | None = None  # None = auto (elbow over k_grid)
     k_grid: tuple[int, ...] = DEFAULT_K_GRID
+    min_part_size: int | None = None  # None = auto: max(32, smallest part with 5 injected nodes at ratio)
     sample: int = 100_000
     elbow_sample: int = 20_000
     ratio: float = 0.15
@@ -84,12 +86,14 @@ class Stages:
 
 def check_config(cfg: BuildConfig) -> None:
     """Option checks that need no data. Raises UsageError naming the option."""
-    from gcad_dist.cli import UsageError
+    from partitioning.cli import UsageError
 
     if not 0.0 < cfg.ratio < 1.0:
         raise UsageError(f"--ratio: must lie strictly between 0 and 1, got {cfg.ratio}")
     if cfg.k is not None and cfg.k < 2:
         raise UsageError(f"--k: need at least 2 parts, got {cfg.k}")
+    if cfg.min_part_size is not None and cfg.min_part_size < 1:
+        raise UsageError(f"--min-part-size: must be at least 1 (or auto), got {cfg.min_part_size}")
     for name in ("corruptions", "sample", "niter", "nredo"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name}: must be at least 1, got {getattr(cfg, name)}")
@@ -121,6 +125,15 @@ def _dense(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return dense, s[start]
 
 
+def effective_min_part_size(cfg: BuildConfig, num_nodes: int) -> int:
+    """``--min-part-size`` (auto: :func:`partitioning.kmeans.default_min_part_size`), capped at N // 2 so
+    that two parts always fit (a corrupt subgraph draws its injected nodes from the other parts)."""
+    from partitioning.kmeans import default_min_part_size
+
+    want = cfg.min_part_size if cfg.min_part_size is not None else default_min_part_size(cfg.ratio)
+    return max(1, min(int(want), num_nodes // 2))
+
+
 def _elbow_plot_path(out: Path) -> Path:
     stem = out.name[: -len(".zarr")] if out.name.endswith(".zarr") else out.name
     return out.with_name(stem + ".elbow.png")
@@ -135,9 +148,9 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
     import zarr
     from tqdm.auto import tqdm
 
-    from gcad_dist.cli import UsageError
+    from partitioning.cli import UsageError
     from partitioning import kmeans as km
-    from partitioning.corrupt import corrupt_subgraphs, num_injected
+    from partitioning.corrupt import corrupt_subgraphs, num_injected, subgraph_edge_share, uncut_edge_share
     from partitioning.features import normalize_store_features
     from partitioning.io import load_graph
     from partitioning.store.writer import check_destination, store_size_bytes, write_store
@@ -178,7 +191,7 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
         k = int(graph_ids.size)
         if k < 2:
             raise UsageError(f"--graph: {cfg.graph}: multi-graph input holds a single graph; nothing to inject from")
-        partition = {"method": "graph_id", "k": k, "k_requested": "graphs"}
+        partition = {"method": "graph_id", "k": k, "k_requested": "graphs", "min_part_size": None, "merged_parts": 0}
     else:
         if n < 2:
             raise UsageError(f"--graph: {cfg.graph}: needs at least 2 nodes, has {n}")
@@ -202,6 +215,13 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
                 del xe
                 k = elbow.k
             log.info("elbow at K=%d (%s)", k, km.ELBOW_METHOD)
+        min_size = effective_min_part_size(cfg, n)
+        if cfg.min_part_size is not None and min_size < cfg.min_part_size:
+            log.warning("--min-part-size %d capped at %d: %d nodes must fit two parts", cfg.min_part_size, min_size, n)
+        k_cap = max(2, n // min_size)
+        if k > k_cap:
+            log.warning("K=%d cannot give parts of at least %d nodes on %d nodes; training K=%d", k, min_size, n, k_cap)
+            k = k_cap
         with stages("kmeans"):
             rows = km.sample_rows(n, cfg.sample, cfg.seed)
             xs = np.ascontiguousarray(graph.x[rows])
@@ -222,11 +242,23 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
             if kept.size < k:
                 log.warning("%d of %d clusters are empty after assignment; dropped", k - kept.size, k)
             centroids = centroids[kept]
+        k_assigned = int(kept.size)
+        with stages("merge"):
+            merge = km.merge_small_parts(graph.x, parts, centroids, min_size)
+            parts, centroids = merge.labels, merge.centroids
+            inertia += merge.inertia_delta
+        if merge.merged or merge.moved:
+            log.warning("%d of %d parts had fewer than %d nodes (--min-part-size) and were merged into their "
+                        "nearest parts (%d nodes moved); K=%d", merge.merged, k_assigned, min_size, merge.moved,
+                        merge.kept.size)
         partition = {
             "method": "faiss-kmeans",
-            "k": int(kept.size),
+            "k": int(merge.kept.size),
             "k_requested": cfg.k if cfg.k is not None else "auto",
             "k_trained": int(k),
+            "min_part_size": int(min_size),
+            "merged_parts": int(merge.merged),
+            "moved_nodes": int(merge.moved),
             "device": "gpu" if use_gpu else "cpu",
             "train_sample": int(min(cfg.sample, n)),
             "niter": cfg.niter,
@@ -245,8 +277,9 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
                 "plot": _elbow_plot_path(out).name if cfg.plot else None,
             },
         }
-        k = int(kept.size)
+        k = int(merge.kept.size)
     sizes = np.bincount(parts, minlength=k)
+    partition["smallest_part"] = int(sizes.min())
     partition["part_sizes"] = sizes.tolist() if k <= 1000 else None
     partition["injected_per_part"] = num_injected(sizes, cfg.ratio).tolist() if k <= 1000 else None
 
@@ -255,6 +288,9 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
             graph.indptr, graph.indices, parts, ratio=cfg.ratio, corruptions=cfg.corruptions, seed=cfg.seed, num_parts=k
         )
         subgraphs = list(tqdm(gen, total=k * cfg.corruptions, desc="corrupt", unit="subgraph", disable=not cfg.progress))
+    with stages("edge stats"):
+        partition["edges_kept"] = uncut_edge_share(graph.indptr, graph.indices, parts)
+        partition["edges_kept_subgraphs"] = subgraph_edge_share(subgraphs, n, graph.num_edges)
 
     manifest = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -269,7 +305,8 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
             "multi_graph": graph.is_multi_graph,
             "has_labels": graph.y is not None,
         },
-        "params": {**asdict(cfg), "k": cfg.k if cfg.k is not None else "auto", "k_grid": list(cfg.k_grid), "threads": threads},
+        "params": {**asdict(cfg), "k": cfg.k if cfg.k is not None else "auto", "k_grid": list(cfg.k_grid),
+                   "min_part_size": cfg.min_part_size if cfg.min_part_size is not None else "auto", "threads": threads},
         "partition": partition,
         "features": features,
         "labels": "y = 0 own node, 1 injected node (anomaly)",
@@ -296,6 +333,30 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
     return BuildResult(manifest=manifest, seconds=dict(stages.seconds), store_bytes=store_size_bytes(out), plot_path=plot_path)
 
 
+def _share(v: float | None) -> str:
+    return "n/a (no edges)" if v is None else f"{100 * v:.1f}%"
+
+
+def _parts_line(p: dict[str, Any]) -> str:
+    """``parts`` line of the summary: smallest part, the minimum and what merging did."""
+    line = f"parts           smallest {p.get('smallest_part', '?'):,} nodes"
+    if p.get("method") == "graph_id":
+        return line + " (one part per graph, no minimum)"
+    if p.get("min_part_size") is None:
+        return line
+    line += f" (minimum {p['min_part_size']:,}"
+    if p.get("merged_parts"):
+        m = p["merged_parts"]
+        line += f"; {m} smaller part{'s' if m > 1 else ''} merged, {p.get('moved_nodes', 0):,} nodes moved"
+    return line + ")"
+
+
+def _edges_line(p: dict[str, Any]) -> str:
+    """``edges kept`` line: share of the source graph's edges inside a part, and inside a corrupt subgraph."""
+    return (f"edges kept      {_share(p.get('edges_kept'))} inside one part (not cut), "
+            f"{_share(p.get('edges_kept_subgraphs'))} inside a corrupt subgraph")
+
+
 def summary_table(result: BuildResult) -> str:
     """Plain-text summary: counts, seconds per stage, store size."""
     m = result.manifest
@@ -303,6 +364,8 @@ def summary_table(result: BuildResult) -> str:
     lines = [
         f"store           {m.get('path', '')}",
         f"partition       {p['method']}, K={p['k']}" + (f" (elbow of {p['elbow']['ks']})" if p.get("elbow") else ""),
+        _parts_line(p),
+        _edges_line(p),
         f"subgraphs       {c['subgraphs']:,} ({m['params']['corruptions']} per part)",
         f"nodes           {c['nodes']:,} = own {c['own_nodes']:,} + injected {c['injected_nodes']:,}",
         f"edges           {c['edge_entries'] // 2:,} undirected ({c['edge_entries']:,} CSR entries)",
@@ -325,6 +388,15 @@ def _parse_k(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
 
 
+def _parse_min_size(text: str) -> int | None:
+    if text == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
+
+
 def _parse_grid(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(v) for v in text.split(",") if v.strip())
@@ -334,7 +406,7 @@ def _parse_grid(text: str) -> tuple[int, ...]:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 via run_cli
-        from gcad_dist.cli import UsageError
+        from partitioning.cli import UsageError
 
         raise UsageError(message)
 
@@ -355,6 +427,11 @@ def make_parser() -> argparse.ArgumentParser:
                    "inertia curve over --k-grid (Kneedle on log inertia); ignored for multi-graph input")
     p.add_argument("--k-grid", type=_parse_grid, default=",".join(map(str, d.k_grid)),
                    help="K values tried by --k auto (comma-separated, at least 3, each >= 2)")
+    p.add_argument("--min-part-size", type=_parse_min_size, default="auto",
+                   help="smallest part allowed: smaller K-means parts are dissolved (smallest first) into the "
+                   "nearest remaining parts and K drops accordingly (a warning says how many); auto = max(32, the "
+                   "smallest part that gets 5 injected nodes at --ratio), i.e. 32 at ratio 0.15; capped at half "
+                   "the nodes so that two parts fit; 1 = no merging; not applied to multi-graph input")
     p.add_argument("--sample", type=int, default=d.sample, help="K-means is trained on this many nodes drawn "
                    "uniformly (all nodes if fewer); then every node is assigned to its nearest centroid")
     p.add_argument("--elbow-sample", type=int, default=d.elbow_sample, help="nodes drawn for the inertia curve of --k auto")
@@ -386,8 +463,10 @@ def make_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> BuildConfig:
     k = args.k if not isinstance(args.k, str) else _parse_k(args.k)
     grid = args.k_grid if isinstance(args.k_grid, tuple) else _parse_grid(args.k_grid)
+    min_size = args.min_part_size if not isinstance(args.min_part_size, str) else _parse_min_size(args.min_part_size)
     return BuildConfig(
-        graph=args.graph, out=args.out, k=k, k_grid=grid, sample=args.sample, elbow_sample=args.elbow_sample,
+        graph=args.graph, out=args.out, k=k, k_grid=grid, min_part_size=min_size, sample=args.sample,
+        elbow_sample=args.elbow_sample,
         ratio=args.ratio, corruptions=args.corruptions, seed=args.seed, niter=args.niter, nredo=args.nredo,
         normalize=args.normalize, gpu=args.gpu,
         threads=args.threads, chunk_mib=args.chunk_mib, overwrite=args.overwrite, plot=not args.no_plot,
@@ -396,7 +475,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gcad_dist.cli import setup_logging
+    from partitioning.cli import setup_logging
 
     args = make_parser().parse_args(argv)
     setup_logging(args.verbose)
@@ -416,6 +495,6 @@ if __name__ == "__main__":
     # Idle OpenMP threads sleep instead of spinning (much faster on a busy, shared machine). Must be
     # set before FAISS loads its OpenMP runtime.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from gcad_dist.cli import run_cli
+    from partitioning.cli import run_cli
 
     run_cli(main, sys.argv[1:])

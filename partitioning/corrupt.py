@@ -167,3 +167,47 @@ def corrupt_subgraphs(
                 indptr=sub_indptr,
                 indices=sub_indices,
             )
+
+
+def uncut_edge_share(indptr: np.ndarray, indices: np.ndarray, parts: np.ndarray, block: int = 1 << 24) -> float | None:
+    """Share of the graph's undirected edges whose two ends lie in the same part (not cut by the
+    partition), i.e. that some corrupt subgraph holds among its own nodes. None for a graph without
+    edges. Each undirected edge is two CSR entries, so the share over entries is the same; the entries
+    are walked in blocks of about ``block`` (row-aligned) to bound memory."""
+    nnz = int(indices.size)
+    if nnz == 0:
+        return None
+    parts = np.asarray(parts)
+    n = parts.size
+    # row boundaries of blocks of ~`block` entries (a loop over blocks, not nodes)
+    bounds = np.unique(np.r_[0, np.searchsorted(indptr, np.arange(block, nnz, block), side="right") - 1, n])
+    same = 0
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        s, e = int(indptr[a]), int(indptr[b])
+        if e == s:
+            continue
+        rows_part = np.repeat(parts[a:b], np.diff(indptr[a : b + 1]))
+        same += int(np.count_nonzero(rows_part == parts[indices[s:e]]))
+    return same / nnz
+
+
+def subgraph_edge_share(subgraphs: list[CorruptSubgraph], num_nodes: int, num_edges: int) -> float | None:
+    """Share of the graph's ``num_edges`` undirected edges that lie inside at least one corrupt subgraph
+    (own-own, own-injected or injected-injected), averaged over the replicas (with ``--corruptions``
+    R > 1, the share for each replica r = subgraphs of replica r, then the mean). None without edges.
+
+    One loop over the subgraphs to collect each one's edges as global keys ``u * N + v`` (u < v);
+    the union is one ``np.unique`` per replica.
+    """
+    if num_edges == 0 or not subgraphs:
+        return None
+    by_rep: dict[int, list[np.ndarray]] = {}
+    for s in subgraphs:
+        rows = np.repeat(np.arange(s.num_nodes, dtype=np.int64), np.diff(s.indptr))
+        cols = s.indices.astype(np.int64)
+        upper = rows < cols
+        u, v = s.nodes[rows[upper]], s.nodes[cols[upper]]
+        lo, hi = np.minimum(u, v), np.maximum(u, v)
+        by_rep.setdefault(s.replica, []).append(lo * np.int64(num_nodes) + hi)
+    shares = [np.unique(np.concatenate(keys)).size / num_edges for keys in by_rep.values()]
+    return float(np.mean(shares))

@@ -11,6 +11,9 @@
   the last point of the decreasing curve and take the grid point farthest below that chord, i.e. the
   argmax of ``(1 - k_norm) - log_inertia_norm``. The log makes the rule follow *relative* drops, so one
   huge early drop (K=2 -> 3) does not hide a later, sharper elbow.
+* Minimum part size (:func:`merge_small_parts`): a part below the minimum is dissolved, smallest
+  first, its nodes going to the nearest remaining centroid; a node alone in its part would be its own
+  context (and score 0), a part of a few nodes gets no injected nodes.
 
 Everything is deterministic for a given seed (sample, k-means++ seeding and FAISS seed all derive from
 it) on a fixed thread count.
@@ -25,6 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+MIN_INJECTED = 5  # the default minimum part size gives every part at least this many injected nodes
+MIN_PART_FLOOR = 32  # ... and at least this many own nodes
 
 ELBOW_METHOD = "kneedle on log(inertia): argmax over the grid of (1 - k_norm) - log_inertia_norm"
 
@@ -269,4 +275,105 @@ def kmeans(
         sample_size=int(xs.shape[0]),
         use_gpu=use_gpu,
         elbow=elbow,
+    )
+
+
+def default_min_part_size(ratio: float) -> int:
+    """Default ``--min-part-size``: ``max(32, n5)``, n5 the smallest part that gets ``MIN_INJECTED``
+    (5) injected nodes at ``ratio`` (``round(ratio * n) >= 5``; 30 at the default ratio 0.15).
+
+    32 own nodes keep the context (a readout over the part's own nodes) from being dominated by one
+    node; 5 injected nodes give each corrupt subgraph a few anomalies to contrast with the context.
+    """
+    n = max(1, int(np.ceil((MIN_INJECTED - 0.5) / ratio - 1e-9)))
+    while np.floor(n * ratio + 0.5) < MIN_INJECTED:  # float round-off of the division: at most a step or two
+        n += 1
+    while n > 1 and np.floor((n - 1) * ratio + 0.5) >= MIN_INJECTED:
+        n -= 1
+    return max(MIN_PART_FLOOR, n)
+
+
+@dataclass
+class MergeResult:
+    """Parts after :func:`merge_small_parts`, relabelled ``0..K'-1`` in the order of their old ids."""
+
+    labels: np.ndarray  # int64 [N]
+    centroids: np.ndarray  # [K', F] the survivors' centroids (not refitted)
+    kept: np.ndarray  # int64 [K'] old id of each new part
+    merged: int  # parts dissolved
+    moved: int  # nodes that changed part
+    inertia_delta: float  # change of the sum of squared distances to the own part's centroid
+
+
+def _sq_dist(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """[n, k] squared L2 distances in float64 (small n: the nodes of the parts being dissolved)."""
+    x = x.astype(np.float64, copy=False)
+    c = c.astype(np.float64, copy=False)
+    d = (x * x).sum(1)[:, None] - 2.0 * (x @ c.T) + (c * c).sum(1)[None, :]
+    return np.maximum(d, 0.0)
+
+
+def merge_small_parts(x: np.ndarray, labels: np.ndarray, centroids: np.ndarray, min_size: int) -> MergeResult:
+    """Dissolve every part with fewer than ``min_size`` nodes and relabel the rest ``0..K'-1``.
+
+    Smallest part first (ties: lowest id), its nodes go to the nearest centroid among the parts left,
+    so a small part may grow past the minimum with the nodes of a smaller neighbour before its own turn.
+    Stops when no part is small, or when two parts are left: the small one of those then takes the
+    ``min_size - size`` nodes of the other that lie closest to it relative to their own centroid. Needs
+    ``2 * min_size <= N`` for that last step to leave both parts at the minimum. The loop is over the
+    dissolved parts (at most K); each step is vectorised over the part's nodes.
+    """
+    labels = np.asarray(labels, dtype=np.int64).copy()
+    orig = labels.copy()
+    k = int(centroids.shape[0])
+    n = int(labels.size)
+    if min_size > 1 and 2 * min_size > n:
+        raise ValueError(f"min_size {min_size} leaves no room for two parts of {n} nodes")
+    sizes = np.bincount(labels, minlength=k).astype(np.int64)
+    alive = sizes > 0
+    order = np.argsort(labels, kind="stable")
+    starts = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    moved_chunks: list[np.ndarray] = []  # nodes moved so far (a node can move again with its new part)
+    merged = 0
+    while alive.sum() > 2:
+        live = np.flatnonzero(alive)
+        small = live[sizes[live] < min_size]
+        if small.size == 0:
+            break
+        p = int(small[np.argmin(sizes[small])])
+        moved = np.concatenate(moved_chunks) if moved_chunks else np.zeros(0, np.int64)
+        members = np.concatenate([order[starts[p] : starts[p + 1]], moved])
+        members = np.unique(members[labels[members] == p])
+        alive[p] = False
+        targets = np.flatnonzero(alive)
+        dest = targets[np.argmin(_sq_dist(x[members], centroids[targets]), axis=1)]
+        labels[members] = dest
+        sizes[p] = 0
+        np.add.at(sizes, dest, 1)
+        moved_chunks = [moved, members]
+        merged += 1
+    live = np.flatnonzero(alive)
+    if live.size == 2 and sizes[live].min() < min_size:
+        # Two parts left, one small: it takes the other's nodes that are closest to it.
+        p, q = (live[0], live[1]) if sizes[live[0]] < sizes[live[1]] else (live[1], live[0])
+        cand = np.flatnonzero(labels == q)
+        d = _sq_dist(x[cand], centroids[[p, q]])
+        take = cand[np.argsort(d[:, 0] - d[:, 1], kind="stable")[: min_size - sizes[p]]]
+        labels[take] = p
+        sizes[p] += take.size
+        sizes[q] -= take.size
+    kept = np.flatnonzero(alive)
+    new_id = np.full(k, -1, dtype=np.int64)
+    new_id[kept] = np.arange(kept.size)
+    changed = np.flatnonzero(labels != orig)
+    delta = 0.0
+    if changed.size:
+        xc = x[changed].astype(np.float64)
+        delta = float(
+            (((xc - centroids[labels[changed]]) ** 2).sum(1) - ((xc - centroids[orig[changed]]) ** 2).sum(1)).sum()
+        )
+    return MergeResult(
+        labels=new_id[labels], centroids=np.ascontiguousarray(centroids[kept]), kept=kept, merged=merged,
+        moved=int(changed.size), inertia_delta=delta,
     )

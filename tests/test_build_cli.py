@@ -99,9 +99,15 @@ def test_multi_graph_one_part_per_graph(tmp_path: Path, capsys: pytest.CaptureFi
     g = Graph(x=rng.normal(size=(n, 4)).astype(np.float32), indptr=indptr, indices=indices, graph_id=gid)
     save_npz(g, tmp_path / "multi.npz")
     out = tmp_path / "m.zarr"
-    assert run(["--graph", str(tmp_path / "multi.npz"), "--out", str(out)], capsys)[0] == 0
+    code, stdout, _ = run(["--graph", str(tmp_path / "multi.npz"), "--out", str(out)], capsys)
+    assert code == 0
     r = StoreReader(str(out))
     assert len(r) == 4 and r.manifest["partition"]["method"] == "graph_id"
+    # graphs are parts as they are: no minimum, no merging, but the smallest one is reported
+    p = r.manifest["partition"]
+    assert p["smallest_part"] == 20 and p["min_part_size"] is None and p["merged_parts"] == 0
+    assert "smallest 20 nodes (one part per graph, no minimum)" in stdout
+    assert p["edges_kept"] == 1.0  # no edge between two graphs
     for i, graph_id in enumerate([3, 5, 7, 11]):  # parts in ascending graph id
         c = r.get_csr(i)
         np.testing.assert_array_equal(c["global_id"][: c["num_own"]], np.flatnonzero(gid == graph_id))
@@ -133,6 +139,8 @@ def dup_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--corruptions", "0"], "--corruptions"),
         (["--gpu", "maybe"], "--gpu"),
         (["--normalize", "zscore"], "--normalize"),
+        (["--min-part-size", "0"], "--min-part-size"),
+        (["--min-part-size", "tiny"], "--min-part-size"),
     ],
 )
 def test_bad_options(dup_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture, extra: list, needle: str) -> None:
@@ -241,8 +249,101 @@ def test_cli_subprocess_help_and_one_line_error(tmp_path: Path) -> None:
     h = subprocess.run(cmd + ["--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert h.returncode == 0
     for opt in ("--graph", "--out", "--k ", "--k-grid", "--sample", "--ratio", "--corruptions", "--seed",
-                "--niter", "--gpu", "--overwrite"):
+                "--niter", "--gpu", "--overwrite", "--min-part-size"):
         assert opt in h.stdout
     e = subprocess.run(cmd + ["--graph", "x.npz", "--out", str(tmp_path / "o"), "--ratio", "2"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert e.returncode == 2 and e.stderr.strip().count("\n") == 0 and e.stderr.startswith("error: --ratio")
+
+
+def outlier_graph(path: Path, blob: int = 100, seed: int = 0) -> Graph:
+    """Three feature blobs of ``blob`` nodes (edges mostly inside a blob) and a planted outlier pair far
+    from everything, linked to each other and to a few blob nodes."""
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0] * 4, [8.0] * 4, [-8.0, 8.0, -8.0, 8.0], [60.0] * 4])
+    comm = np.repeat(np.arange(4), [blob, blob, blob, 2])
+    n = comm.size
+    x = (centres[comm] + rng.normal(size=(n, 4))).astype(np.float32)
+    src = rng.integers(0, n - 2, 6 * n)
+    same = rng.random(src.size) < 0.8
+    dst = np.where(same, comm[src] * blob + rng.integers(0, blob, src.size), rng.integers(0, n - 2, src.size))
+    src = np.r_[src, n - 2, n - 2, n - 1]
+    dst = np.r_[dst, n - 1, 5, 150]
+    indptr, indices = csr_from_edges(src, dst, n)
+    g = Graph(x=x, indptr=indptr, indices=indices)
+    save_npz(g, path)
+    return g
+
+
+def _edge_shares(g: Graph, r: StoreReader) -> tuple[float, float]:
+    """Brute-force edge shares: (inside one part, inside some subgraph), via dense membership."""
+    n = g.num_nodes
+    rows = np.repeat(np.arange(n), np.diff(g.indptr))
+    u, v = rows[rows < g.indices], g.indices[rows < g.indices]
+    node_part = r.node_part()
+    member = np.zeros((len(r), n), dtype=bool)
+    for i in range(len(r)):
+        member[i, r.get_csr(i)["global_id"]] = True
+    return float(np.mean(node_part[u] == node_part[v])), float(np.mean((member[:, u] & member[:, v]).any(0)))
+
+
+def test_outlier_pair_is_merged_and_summary_shows_smallest_part(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    g = outlier_graph(tmp_path / "o.npz")
+    out = tmp_path / "o.zarr"
+    code, stdout, _ = run(["--graph", str(tmp_path / "o.npz"), "--out", str(out), "--k", "6"], capsys)
+    assert code == 0
+    r = StoreReader(str(out))
+    p = r.manifest["partition"]
+    sizes = np.bincount(r.node_part())
+    assert r.manifest["params"]["min_part_size"] == "auto" and p["min_part_size"] == 32
+    assert sizes.min() >= 32 and p["smallest_part"] == sizes.min() and p["part_sizes"] == sizes.tolist()
+    assert p["merged_parts"] >= 1 and p["k"] == len(r) == 6 - p["merged_parts"] and p["k_trained"] == 6
+    assert "merged into their nearest parts" in caplog.text and f"K={p['k']}" in caplog.text
+    # the outlier pair went to the nearest blob's part (with its own nodes among the part's own nodes)
+    node_part = r.node_part()
+    assert node_part[-1] == node_part[-2] and sizes[node_part[-1]] >= 100
+    kept, kept_sub = _edge_shares(g, r)
+    assert p["edges_kept"] == pytest.approx(kept, abs=1e-12)
+    assert p["edges_kept_subgraphs"] == pytest.approx(kept_sub, abs=1e-12)
+    assert 0 < kept <= kept_sub <= 1
+    assert f"smallest {sizes.min()} nodes (minimum 32; {p['merged_parts']} smaller part" in stdout
+    assert f"edges kept      {100 * kept:.1f}% inside one part (not cut), {100 * kept_sub:.1f}% inside" in stdout
+
+
+def test_k_above_what_the_minimum_allows_is_reduced(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    outlier_graph(tmp_path / "o.npz")  # 302 nodes: at most 9 parts of 32
+    out = tmp_path / "o.zarr"
+    code, _, _ = run(["--graph", str(tmp_path / "o.npz"), "--out", str(out), "--k", "40"], capsys)
+    assert code == 0 and "training K=9" in caplog.text
+    r = StoreReader(str(out))
+    assert r.manifest["partition"]["k_trained"] == 9 and 2 <= len(r) <= 9
+    assert np.bincount(r.node_part()).min() >= 32
+    # --min-part-size 1 turns merging off (the outlier pair keeps its own part)
+    code, stdout, _ = run(["--graph", str(tmp_path / "o.npz"), "--out", str(tmp_path / "one.zarr"), "--k", "6",
+                           "--min-part-size", "1"], capsys)
+    r1 = StoreReader(str(tmp_path / "one.zarr"))
+    assert code == 0 and len(r1) == 6 and r1.manifest["partition"]["merged_parts"] == 0
+    assert r1.manifest["partition"]["smallest_part"] == 2 and "smallest 2 nodes (minimum 1)" in stdout
+
+
+@pytest.mark.parametrize("n, extra, minimum",
+                         [(100, [], 32), (40, ["--k-grid", "2,3,4,5"], 20), (60, ["--k", "5"], 30)])
+def test_tiny_graphs_keep_at_least_two_parts_of_the_minimum(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                            caplog: pytest.LogCaptureFixture,
+                                                            n: int, extra: list, minimum: int) -> None:
+    rng = np.random.default_rng(n)
+    indptr, indices = csr_from_edges(rng.integers(0, n, 3 * n), rng.integers(0, n, 3 * n), n)
+    save_npz(Graph(x=rng.normal(size=(n, 5)).astype(np.float32), indptr=indptr, indices=indices), tmp_path / "t.npz")
+    args = ["--graph", str(tmp_path / "t.npz"), "--out", str(tmp_path / "t.zarr"), "--no-plot"] + extra
+    if n == 60:
+        args += ["--min-part-size", "45"]  # capped at n // 2 = 30, with a warning
+    code, _, err = run(args, capsys)
+    assert code == 0, err
+    r = StoreReader(str(tmp_path / "t.zarr"))
+    sizes = np.bincount(r.node_part())
+    assert len(r) >= 2 and sizes.size == len(r) and sizes.min() >= minimum
+    assert r.manifest["partition"]["min_part_size"] == minimum
+    if n == 60:
+        assert "--min-part-size 45 capped at 30" in caplog.text

@@ -85,3 +85,57 @@ def test_device_choice_without_gpu() -> None:
         with pytest.raises(ValueError, match="no GPU"):
             km.resolve_device("yes")
     assert km.resolve_device("no") is False
+
+
+@pytest.mark.parametrize("ratio, expect", [(0.15, 32), (0.05, 90), (0.1, 45), (0.5, 32), (0.01, 450)])
+def test_default_min_part_size_gives_five_injected_nodes(ratio: float, expect: int) -> None:
+    from partitioning.corrupt import num_injected
+
+    m = km.default_min_part_size(ratio)
+    assert m == expect and m >= km.MIN_PART_FLOOR and num_injected(m, ratio) >= km.MIN_INJECTED
+    if m > km.MIN_PART_FLOOR:
+        assert num_injected(m - 1, ratio) < km.MIN_INJECTED  # the smallest such size
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_merge_small_parts_leaves_no_small_part(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(60, 400)), int(rng.integers(2, 25))
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    # skewed part sizes: a few big parts, many tiny ones
+    labels = rng.choice(k, size=n, p=rng.dirichlet(np.full(k, 0.3)))
+    present = np.unique(labels)
+    labels = np.searchsorted(present, labels)
+    cent = rng.normal(size=(present.size, 3)).astype(np.float32)
+    m = int(rng.integers(2, n // 2 + 1))
+    res = km.merge_small_parts(x, labels, cent, m)
+    sizes = np.bincount(res.labels)
+    assert sizes.size == res.kept.size and sizes.min() >= m  # dense labels, no small part
+    assert res.kept.size >= min(2, present.size)
+    np.testing.assert_array_equal(res.centroids, cent[res.kept])
+    old_sizes = np.bincount(labels)
+    assert res.merged == present.size - res.kept.size
+    if res.kept.size > 2 or old_sizes[res.kept].min() >= m:
+        # no top-up: a surviving part kept every node it had, and every part below m was dissolved
+        stay = np.isin(labels, res.kept)
+        np.testing.assert_array_equal(res.kept[res.labels[stay]], labels[stay])
+        assert set(np.flatnonzero(old_sizes >= m)) <= set(res.kept.tolist())
+    # the reported inertia change is exact
+    before = ((x.astype(np.float64) - cent[labels]) ** 2).sum()
+    after = ((x.astype(np.float64) - cent[res.kept[res.labels]]) ** 2).sum()
+    assert res.inertia_delta == pytest.approx(after - before, rel=1e-9, abs=1e-6)
+    assert res.moved == int((res.kept[res.labels] != labels).sum())
+
+
+def test_merge_sends_an_outlier_pair_to_the_nearest_part() -> None:
+    x = np.concatenate([np.zeros((40, 2)), np.full((40, 2), 10.0), [[11.0, 11.0], [12.0, 12.0]]]).astype(np.float32)
+    labels = np.repeat([0, 1, 2], [40, 40, 2])
+    cent = np.array([[0, 0], [10, 10], [11.5, 11.5]], dtype=np.float32)
+    res = km.merge_small_parts(x, labels, cent, 32)
+    np.testing.assert_array_equal(res.labels, np.repeat([0, 1], [40, 42]))
+    assert res.merged == 1 and res.moved == 2 and res.kept.tolist() == [0, 1]
+    # two parts left, one of them small: it takes the other's nodes closest to it
+    res2 = km.merge_small_parts(x[:50], np.repeat([0, 1], [40, 10]), cent[:2], 20)
+    assert np.bincount(res2.labels).tolist() == [30, 20] and res2.merged == 0 and res2.moved == 10
+    with pytest.raises(ValueError, match="two parts"):
+        km.merge_small_parts(x[:50], np.repeat([0, 1], [40, 10]), cent[:2], 26)

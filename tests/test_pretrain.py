@@ -105,7 +105,7 @@ def test_help_explains_every_option() -> None:
     r = _cli("--help")
     assert r.returncode == 0
     for opt in ("--store", "--workers", "--gpus-per-worker", "--address", "--sample-threshold", "--resume",
-                "--max-failures", "--checkpoint-every", "--fanouts"):
+                "--max-failures", "--checkpoint-every", "--fanouts", "--min-steps-per-epoch", "--checkpoint-interval"):
         assert opt in r.stdout
 
 
@@ -124,15 +124,18 @@ def test_two_workers_survive_a_killed_worker_then_resume(store: Path, tmp_path: 
                                                          monkeypatch) -> None:
     out = tmp_path / "pre"
     marker = tmp_path / "killed"
-    # 5 steps per epoch on 2 workers; checkpoints every 3 steps and at epoch ends (3, 5, 6, 9, 10).
-    monkeypatch.setenv("GCAD_FAIL_AT_STEP", "7")
+    # 5 steps per pass on 2 workers, 2 passes per epoch (--min-steps-per-epoch 8); checkpoints every 3
+    # steps within epochs (3, 6, 9, 12, 15, 18), at epoch ends only after 60 s, and at the end of the run.
+    # The kill after step 17 (epoch 1, second pass) restarts the group from step 15.
+    monkeypatch.setenv("GCAD_FAIL_AT_STEP", "17")
     monkeypatch.setenv("GCAD_FAIL_MARKER", str(marker))
     cfg = PretrainConfig(store=str(store), out=str(out), workers=2, epochs=2, checkpoint_every=3, max_failures=2,
-                         **OPTS)
+                         min_steps_per_epoch=8, **OPTS)
     summary = run(cfg)
     assert marker.exists()  # the worker did kill itself
     steps = summary["steps_per_epoch"]
-    assert steps >= 4
+    assert summary["passes_per_epoch"] == 2 and steps == 2 * 5
+    assert summary["checkpoints"] >= 2  # at least step 6 (restored from) and the final one
     assert summary["global_step"] == 2 * steps  # the step counter continued, not restarted or doubled
     assert summary["restarts"] == 1
     metrics = json.loads((out / "metrics.json").read_text())
@@ -155,7 +158,8 @@ def test_two_workers_survive_a_killed_worker_then_resume(store: Path, tmp_path: 
 
     # --resume with one more epoch continues from the last checkpoint.
     monkeypatch.delenv("GCAD_FAIL_AT_STEP")
-    cfg2 = PretrainConfig(store=str(store), out=str(out), workers=2, epochs=3, resume=True, **OPTS)
+    cfg2 = PretrainConfig(store=str(store), out=str(out), workers=2, epochs=3, resume=True, min_steps_per_epoch=8,
+                          **OPTS)
     summary2 = run(cfg2)
     assert summary2["global_step"] == 3 * steps
     hist2 = json.loads((out / "metrics.json").read_text())["history"]

@@ -9,6 +9,11 @@ Subgraphs are split by size (METHOD.md section 5):
 * **large**: all workers train on it together with neighbour-sampled minibatches; each worker takes a
   fixed disjoint share of its seed nodes, and every worker does the same number of steps on it.
 
+An epoch is one pass over the store, or, when a pass has fewer than ``min_steps`` steps (a small
+store: all of it fits a batch or two), the fewest whole passes that make at least ``min_steps``
+steps. Every pass has its own packing of the small subgraphs, block order and neighbour-sampling
+stream, and every subgraph is seen equally often.
+
 Everything is deterministic from (counts, rank, world size, seed, epoch), so every worker computes
 the same plan shape without communicating, and DDP's collectives line up step by step.
 """
@@ -31,6 +36,7 @@ class ShardConfig:
     batch_size: int = 1024  # seed nodes per worker per step on a large subgraph
     edge_cost: float = 0.5  # cost of one CSR entry relative to one node
     seed: int = 0
+    min_steps: int = 0  # an epoch repeats whole passes over the store until it has at least this many steps
 
 
 @dataclass
@@ -40,17 +46,20 @@ class Step:
     kind "graphs": ``subgraphs`` are whole small subgraphs batched together (identity context sync).
     kind "seeds": minibatch ``index`` of ``num_steps`` on large subgraph ``subgraphs[0]`` (all workers
     on it together; context all-reduced, memory keyed by that subgraph).
+    ``rep``: which pass over the store within the epoch (see ``ShardConfig.min_steps``).
     """
 
     kind: str
     subgraphs: np.ndarray
     index: int = 0
     num_steps: int = 1
+    rep: int = 0
 
 
 @dataclass
 class EpochPlan:
     steps: list[Step] = field(default_factory=list)
+    passes: int = 1  # passes over the store (steps = passes x steps of one pass)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -125,11 +134,19 @@ def _pack(ids: np.ndarray, costs: np.ndarray, num_batches: int, rng: np.random.G
     return batches
 
 
+def passes_per_epoch(pass_steps: int, min_steps: int) -> int:
+    """Whole passes over the store that make at least ``min_steps`` steps (at least 1)."""
+    if pass_steps <= 0:
+        return 1
+    return max(1, math.ceil(min_steps / pass_steps))
+
+
 def epoch_plan(
     node_counts: np.ndarray, edge_counts: np.ndarray, rank: int, world: int, epoch: int, cfg: ShardConfig
 ) -> EpochPlan:
     """The list of steps worker ``rank`` does in ``epoch``; every worker's list has the same length
-    and the same step kind at every position."""
+    and the same step kind at every position. ``cfg.min_steps``: whole passes are repeated (each with
+    its own packing and order) until the epoch has at least that many steps."""
     node_counts = np.asarray(node_counts, dtype=np.int64)
     costs = subgraph_cost(node_counts, edge_counts, cfg.edge_cost)
     shares, large = worker_shares(node_counts, edge_counts, world, cfg)
@@ -140,13 +157,20 @@ def epoch_plan(
         # Fewer small subgraphs than workers: borrow one so that this worker keeps step with the rest.
         small_all = np.concatenate([s for s in shares if s.size])
         mine = small_all[[rank % small_all.size]]
-    rng = np.random.default_rng([cfg.seed, epoch, rank])
-    small_batches = _pack(mine, costs, num_batches, rng)
-    # Blocks: each small batch is a block of one step; each large subgraph is a block of its steps.
-    blocks: list[list[Step]] = [[Step("graphs", b)] for b in small_batches]
-    for sg in large.tolist():
-        n = large_steps(int(node_counts[sg]), world, cfg.batch_size)
-        blocks.append([Step("seeds", np.array([sg], dtype=np.int64), i, n) for i in range(n)])
-    # The block order is shared by all workers (seeded without the rank), so step kinds line up.
-    order = np.random.default_rng([cfg.seed, epoch]).permutation(len(blocks))
-    return EpochPlan([s for j in order.tolist() for s in blocks[j]])
+    large_blocks = [(sg, large_steps(int(node_counts[sg]), world, cfg.batch_size)) for sg in large.tolist()]
+    pass_steps = num_batches + sum(n for _, n in large_blocks)  # the same on every worker
+    passes = passes_per_epoch(pass_steps, cfg.min_steps)
+    steps: list[Step] = []
+    for rep in range(passes):  # a loop over passes (few), not over subgraphs
+        # Pass 0 keeps the seeds of a plain epoch; later passes draw their own packing and order.
+        key = [cfg.seed, epoch] if rep == 0 else [cfg.seed, epoch, 0x9A55, rep]
+        rng = np.random.default_rng([*key, rank] if rep else [cfg.seed, epoch, rank])
+        small_batches = _pack(mine, costs, num_batches, rng)
+        # Blocks: each small batch is a block of one step; each large subgraph is a block of its steps.
+        blocks: list[list[Step]] = [[Step("graphs", b, rep=rep)] for b in small_batches]
+        for sg, n in large_blocks:
+            blocks.append([Step("seeds", np.array([sg], dtype=np.int64), i, n, rep) for i in range(n)])
+        # The block order is shared by all workers (seeded without the rank), so step kinds line up.
+        order = np.random.default_rng(key).permutation(len(blocks))
+        steps.extend(s for j in order.tolist() for s in blocks[j])
+    return EpochPlan(steps, passes)

@@ -113,8 +113,12 @@ class StoreDataset:
         return epoch_plan(self.node_counts, self.edge_counts, self.rank, self.world, epoch, self.cfg)
 
     def steps_per_epoch(self) -> int:
-        """Same for every epoch and every worker."""
+        """Same for every epoch and every worker (``cfg.min_steps`` counted in)."""
         return len(self.plan(0))
+
+    def passes_per_epoch(self) -> int:
+        """Passes over the store per epoch (> 1 when one pass has fewer than ``cfg.min_steps`` steps)."""
+        return self.plan(0).passes
 
     # -- reading -----------------------------------------------------------------------------
     def subgraph(self, i: int) -> Data:
@@ -186,7 +190,9 @@ class StoreDataset:
             sg = int(step.subgraphs[0])
             if it is None or it_sg != sg or step.index == 0:
                 ld = self._loader(sg)
-                ld.set_epoch(epoch * 1000)
+                # Sampling stream of (epoch, pass): a pass uses at most two (a worker whose seed share
+                # runs out starts over once), so passes 0..499 of an epoch never share a stream.
+                ld.set_epoch(epoch * 1000 + 2 * step.rep)
                 it, it_sg = iter(ld), sg
                 for _ in range(step.index):  # resuming mid-subgraph: skip the batches already done
                     it = self._next_cycling(ld, it)[1]

@@ -6,13 +6,21 @@ corrupt subgraphs' synthetic labels (METHOD.md section 4) with Adam, 10% warm-up
 lr/10. Context sums of large subgraphs are all-reduced through :class:`AllReduceContextSync` on a
 dedicated process group (never interleaving with DDP's gradient buckets).
 
-Checkpoints (``ray.train.report(..., checkpoint=...)`` from rank 0, every ``checkpoint_every`` steps
-and at every epoch end) hold the model (:func:`gcad_dist.checkpoint.save_model` format, with
-``extra["normalize"]`` = the store's feature normalisation, so that finetune and score ``--normalize
-auto`` z-score their graph the same way) and the
-training state: optimizer, scheduler, memory buffers, epoch, position in the epoch, global step,
-every rank's RNG states and the metric history. A restarted worker group (``FailureConfig``) or a
-``--resume`` run continues from the latest one, the step counter continuing.
+An epoch is at least ``min_steps_per_epoch`` steps: a small store's epoch repeats whole passes over
+its subgraphs (:mod:`gcad_dist.data.sharding`), so ``--epochs`` means real training on any store.
+
+Checkpoints (``ray.train.report(..., checkpoint=...)`` from rank 0) are written every
+``checkpoint_every`` steps if set, at an epoch end once ``checkpoint_interval`` seconds have passed
+since the last one (0 = every epoch end), and always at the end of the last epoch. They hold the
+model (:func:`gcad_dist.checkpoint.save_model` format, with ``extra["normalize"]`` = the store's
+feature normalisation, so that finetune and score ``--normalize auto`` z-score their graph the same
+way) and the training state: optimizer, scheduler, memory buffers, epoch, position in the epoch,
+global step, every rank's RNG states, the metric history and the number of checkpoints written. A
+restarted worker group (``FailureConfig``) or a ``--resume`` run continues from the latest one, the
+step counter continuing.
+
+The loop talks to Ray only through a reporter (:class:`RayReporter`: ``latest_checkpoint()``,
+``report(metrics, checkpoint_dir)``), so tests can run it in-process with a stand-in.
 
 Test hook: ``fail_at_step`` (from ``GCAD_FAIL_AT_STEP``) makes the last rank SIGKILL itself once
 that global step is done, but only if ``fail_marker`` does not exist yet (it is created first), so the
@@ -21,6 +29,7 @@ failure fires once per run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -28,8 +37,10 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -81,11 +92,56 @@ def _allreduce_floats(values: list[float], op=None) -> list[float]:
     return t.cpu().tolist()
 
 
+class Reporter(Protocol):
+    """Where metrics and checkpoints go (Ray Train in production, a stand-in in tests)."""
+
+    def latest_checkpoint(self) -> contextlib.AbstractContextManager[str | None]:
+        """Context manager: a local directory holding the checkpoint to resume from, or None."""
+        ...
+
+    def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
+        """Called by every rank at the same points; rank 0 passes the checkpoint directory (copied now)."""
+        ...
+
+
+class RayReporter:
+    """:class:`Reporter` through ``ray.train.get_checkpoint`` / ``ray.train.report``."""
+
+    @contextlib.contextmanager
+    def latest_checkpoint(self) -> Iterator[str | None]:
+        import ray.train
+
+        ckpt = ray.train.get_checkpoint()
+        if ckpt is None:
+            yield None
+            return
+        with ckpt.as_directory() as d:
+            yield d
+
+    def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
+        import ray.train
+
+        ckpt = None if checkpoint_dir is None else ray.train.Checkpoint.from_directory(checkpoint_dir)
+        ray.train.report(metrics, checkpoint=ckpt)
+
+
+def checkpoint_due(last_epoch: bool, since_last_s: float, interval_s: float) -> bool:
+    """Checkpoint at this epoch end? Always after the last epoch, else once ``interval_s`` seconds have
+    passed since the last checkpoint (``interval_s`` 0: every epoch). ``since_last_s`` must be the
+    same on every rank (the all-reduced maximum) so that all ranks decide alike."""
+    return last_epoch or since_last_s >= interval_s
+
+
 def train_loop_per_worker(config: dict) -> None:
     """Ray Train entry point; ``config["pretrain"]`` is a :class:`gcad_dist.pretrain.PretrainConfig` as a dict."""
-    import ray.train
     import ray.train.torch
 
+    gpu = float(config["pretrain"].get("gpus_per_worker", 0)) > 0
+    run_worker(config, RayReporter(), ray.train.torch.get_device() if gpu else torch.device("cpu"))
+
+
+def run_worker(config: dict, reporter: Reporter, device: torch.device | None = None) -> None:
+    """The training loop of one worker (rank and world from ``torch.distributed`` if initialised)."""
     from gcad_dist.cli import setup_logging
     from gcad_dist.pretrain import PretrainConfig
     from partitioning.store.reader import StoreReader
@@ -93,7 +149,7 @@ def train_loop_per_worker(config: dict) -> None:
     setup_logging(config.get("verbose", False))
     cfg = PretrainConfig(**config["pretrain"])
     rank, world = _world()
-    device = ray.train.torch.get_device() if cfg.gpus_per_worker > 0 else torch.device("cpu")
+    device = device or torch.device("cpu")
     torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
     torch.manual_seed(cfg.seed + rank)
 
@@ -101,11 +157,12 @@ def train_loop_per_worker(config: dict) -> None:
     normalize = reader.feature_normalization()  # recorded in every checkpoint's extra
     shard = ShardConfig(
         sample_threshold=cfg.sample_threshold, batch_cost=cfg.graph_batch_nodes, batch_size=cfg.batch_size,
-        seed=cfg.seed,
+        seed=cfg.seed, min_steps=cfg.min_steps_per_epoch,
     )
     dataset = StoreDataset(reader, rank, world, shard, fanouts=cfg.fanout_list(), backend=cfg.backend,
                            cache_bytes=int(cfg.cache_gb * (1 << 30)), prefetch=cfg.prefetch)
     steps_per_epoch = dataset.steps_per_epoch()
+    passes = dataset.passes_per_epoch()
     if cfg.max_steps_per_epoch:
         steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
     total_steps = steps_per_epoch * cfg.epochs
@@ -121,10 +178,10 @@ def train_loop_per_worker(config: dict) -> None:
     # -- restore ------------------------------------------------------------------------------
     epoch, pos, global_step = 0, 0, 0
     history: list[dict] = []
-    restarts = 0
-    ckpt = ray.train.get_checkpoint()
-    if ckpt is not None:
-        with ckpt.as_directory() as d:
+    restarts = checkpoints = 0
+    with reporter.latest_checkpoint() as d:
+        state = None
+        if d is not None:
             model.load_state_dict(load_model_file(d)["state_dict"])
             state = load_train_state(d)
         if state is not None:
@@ -136,10 +193,11 @@ def train_loop_per_worker(config: dict) -> None:
             epoch, pos, global_step = state["epoch"], state["position"], state["global_step"]
             history = state.get("history", [])
             restarts = state.get("restarts", 0) + 1
+            checkpoints = state.get("checkpoints", 0)
             rngs = state.get("rng", [])
             if len(rngs) == world:
                 set_rng_state(rngs[rank])
-        if rank == 0:
+        if d is not None and rank == 0:
             log.info("restored checkpoint: epoch %d, position %d, global step %d (restart %d)",
                      epoch, pos, global_step, restarts)
 
@@ -149,38 +207,45 @@ def train_loop_per_worker(config: dict) -> None:
             model, device_ids=[device.index] if device.type == "cuda" else None,
         )
     if rank == 0:
-        log.info("worker group: %d worker(s) on %s; %d subgraphs, %d steps/epoch, %d epochs",
-                 world, device, len(reader.node_counts), steps_per_epoch, cfg.epochs)
+        log.info("worker group: %d worker(s) on %s; %d subgraphs, %d steps/epoch (%d pass(es) over the store, "
+                 "--min-steps-per-epoch %d), %d epochs", world, device, len(reader.node_counts), steps_per_epoch,
+                 passes, cfg.min_steps_per_epoch, cfg.epochs)
 
     def report(metrics: dict, with_checkpoint: bool) -> None:
-        """All ranks call ray.train.report; rank 0 attaches a checkpoint."""
+        """All ranks report; with a checkpoint, rank 0 attaches it (the RNG states of every rank inside)."""
+        nonlocal checkpoints, last_checkpoint
         rngs = [None] * world
         if with_checkpoint:
+            checkpoints += 1
             if world > 1:
                 dist.all_gather_object(rngs, rng_state())
             else:
                 rngs = [rng_state()]
         if not (with_checkpoint and rank == 0):
-            ray.train.report(metrics, checkpoint=None)
-            return
-        tmp = tempfile.mkdtemp(prefix="gcad-ckpt-")
-        try:
-            save_model(tmp, model, mcfg,
-                       extra={"pretrain": asdict(cfg), "global_step": global_step, "normalize": normalize})
-            save_train_state(tmp, {
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "memory": sync.state_dict(), "epoch": epoch, "position": pos, "global_step": global_step,
-                "rng": rngs, "history": history, "restarts": restarts, "world_size": world,
-                "steps_per_epoch": steps_per_epoch,
-            })
-            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            reporter.report(metrics, None)
+        else:
+            tmp = tempfile.mkdtemp(prefix="gcad-ckpt-")
+            try:
+                save_model(tmp, model, mcfg,
+                           extra={"pretrain": asdict(cfg), "global_step": global_step, "normalize": normalize})
+                save_train_state(tmp, {
+                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "memory": sync.state_dict(), "epoch": epoch, "position": pos, "global_step": global_step,
+                    "rng": rngs, "history": history, "restarts": restarts, "world_size": world,
+                    "steps_per_epoch": steps_per_epoch, "passes_per_epoch": passes,
+                    "checkpoints": checkpoints,
+                })
+                reporter.report(metrics, tmp)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        if with_checkpoint:
+            last_checkpoint = time.perf_counter()
 
     fail_at = int(config.get("fail_at_step") or 0)
     fail_marker = config.get("fail_marker")
 
     # -- train --------------------------------------------------------------------------------
+    last_checkpoint = time.perf_counter()  # a restarted group counts from its start
     net.train()
     while epoch < cfg.epochs:
         sums = {"loss": 0.0, "con": 0.0, "link": 0.0}
@@ -213,10 +278,12 @@ def train_loop_per_worker(config: dict) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
             if cfg.checkpoint_every and global_step % cfg.checkpoint_every == 0 and pos < steps_per_epoch:
                 report({"epoch": epoch, "step": global_step, "loss": sums["loss"] / max(1, n_steps)}, True)
-        elapsed = time.perf_counter() - t_epoch
+        now = time.perf_counter()
+        elapsed = now - t_epoch
         tot = _allreduce_floats([sums["loss"], sums["con"], sums["link"], n_steps, seeds, edges,
                                  dataset.wait_time, dataset.read_time])
-        (elapsed_max,) = _allreduce_floats([elapsed], op=dist.ReduceOp.MAX if world > 1 else None)
+        elapsed_max, since_ckpt = _allreduce_floats([elapsed, now - last_checkpoint],
+                                                    op=dist.ReduceOp.MAX if world > 1 else None)
         steps_all = max(1.0, tot[3])
         record = {
             "epoch": epoch, "step": global_step, "loss": tot[0] / steps_all, "con": tot[1] / steps_all,
@@ -231,4 +298,4 @@ def train_loop_per_worker(config: dict) -> None:
                      epoch, global_step, record["loss"], record["con"], record["link"], record["seeds_per_s"],
                      100 * record["wait_frac"])
         epoch, pos = epoch + 1, 0
-        report(record, True)
+        report(record, checkpoint_due(epoch >= cfg.epochs, since_ckpt, cfg.checkpoint_interval))
