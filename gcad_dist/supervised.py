@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from gcad_dist.metrics import evaluate
 from gcad_dist.model.baselines import BaselineClassifier
+from gcad_dist.model.precision import autocast, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,9 @@ class SupervisedConfig:
     seed: int = 0  # seed for dropout / Gumbel sampling during training
     device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
     progress: bool = True  # show a tqdm bar
+    # "fp32" | "bf16": bf16 autocast for the forward pass and loss (and evaluation), on GPUs and CPUs
+    # with native bf16; elsewhere it falls back to fp32 with a warning (gcad_dist.model.precision)
+    precision: str = "fp32"
 
 
 @dataclass
@@ -120,13 +124,15 @@ def _forward(model: torch.nn.Module, data: Any, batch: Tensor | None, num_graphs
 
 
 @torch.no_grad()
-def predict(model: torch.nn.Module, data: Any) -> Tensor:
-    """Anomaly scores [N] of every node (eval mode, deterministic edge decisions)."""
+def predict(model: torch.nn.Module, data: Any, precision: str = "fp32") -> Tensor:
+    """Anomaly scores [N] of every node (eval mode, deterministic edge decisions); ``precision="bf16"``
+    runs the forward pass under bf16 autocast (the scores are fp32)."""
     was_training = model.training
     model.eval()
     batch, ng = _graph_args(data)
-    out = _forward(model, data, batch, ng)
-    s = model.score(out).detach().float()
+    with autocast(precision, data.x.device):
+        out = _forward(model, data, batch, ng)
+        s = model.score(out).detach().float()
     model.train(was_training)
     return s
 
@@ -157,6 +163,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     if cfg.epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {cfg.epochs}")
     device = resolve_device(cfg.device)
+    precision = resolve_precision(cfg.precision, device)
     train_mask, val_mask, test_mask = (torch.as_tensor(m).bool() for m in split)
     if getattr(data, "y", None) is None:
         raise ValueError("the graph has no labels (y)")
@@ -189,11 +196,12 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     for epoch in bar:
         model.train()
         opt.zero_grad(set_to_none=True)
-        out = _forward(model, data, batch, num_graphs)
-        if is_baseline:
-            losses = model.loss(out, y, mask=train_mask, weight=weight)
-        else:
-            losses = model.loss(out, y, mask=train_mask)
+        with autocast(precision, device):  # forward and loss only; backward follows autocast's casts
+            out = _forward(model, data, batch, num_graphs)
+            if is_baseline:
+                losses = model.loss(out, y, mask=train_mask, weight=weight)
+            else:
+                losses = model.loss(out, y, mask=train_mask)
         loss = losses["total"]
         if not torch.isfinite(loss):
             log.warning("non-finite loss at epoch %d; stopping", epoch)
@@ -211,7 +219,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
                 history.setdefault(f"loss_{k}", []).append(float(v.detach()))
 
         if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
-            s = predict(model, data).cpu().numpy()
+            s = predict(model, data, precision).cpu().numpy()
             m = evaluate(y_np, s, graph_np, val_np)
             history["eval_epoch"].append(epoch)
             history["val_auroc"].append(m["auroc"])
@@ -229,7 +237,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     seconds = time.perf_counter() - t0
 
     model.load_state_dict(best_state)
-    s = predict(model, data).cpu().numpy()
+    s = predict(model, data, precision).cpu().numpy()
     val = evaluate(y_np, s, graph_np, val_np)
     test = evaluate(y_np, s, graph_np, test_np)
     return FitResult(
@@ -242,5 +250,5 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
         epochs_run=epoch,
         seconds=seconds,
         device=str(device),
-        extra={"class_weight": bool(weight is not None)},
+        extra={"class_weight": bool(weight is not None), "precision": precision},
     )

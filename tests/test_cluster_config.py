@@ -60,6 +60,30 @@ def test_setup_installs_project_with_pinned_torch_and_matching_ray(name: str) ->
         assert f'"ray[default,train]=={ray.__version__}"' in cmds
 
 
+def test_gpu_extra_is_metas_faiss_gpu_wheel() -> None:
+    """The `gpu` extra is Meta's official faiss-gpu wheel (PyPI, 1.15.1+, CUDA 12), not the third-party
+    faiss-gpu-cu12."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    (req,) = (Requirement(r) for r in extras["gpu"])
+    assert req.name == "faiss-gpu"
+    assert req.specifier.contains("1.15.1") and not req.specifier.contains("1.14.3")
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_setup_replaces_other_faiss_builds_before_installing_the_gpu_extra(name: str) -> None:
+    _, prepared = _prepared(name)
+    for node_kind in ("head_setup_commands", "worker_setup_commands"):
+        cmds = prepared[node_kind]
+        assert not any(re.search(r"pip install[^\n]*faiss-gpu-cu12", c) for c in cmds), node_kind
+        uninstall = next(i for i, c in enumerate(cmds) if re.search(r"pip uninstall[^\n]*faiss-cpu[^\n]*faiss-gpu-cu12", c))
+        install = next(i for i, c in enumerate(cmds) if re.search(r'pip install[^\n]*-e "\.\[[^\]]*gpu', c))
+        assert uninstall < install, node_kind
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_dashboard_on_loopback_and_token_auth(name: str) -> None:
     _, prepared = _prepared(name)

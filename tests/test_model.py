@@ -126,6 +126,32 @@ def test_edge_residual_formula_in_eval_mode():
     torch.testing.assert_close(p, torch.sigmoid(logits))
 
 
+def test_expected_eval_rule_uses_the_mean_of_the_training_indicator():
+    """eval_rule="expected": I = p, the mean of the training-time hard sample (which keeps an edge
+    with probability exactly p); "threshold" stays METHOD.md's [p > 0.5]."""
+    torch.manual_seed(2)
+    h, q = torch.randn(6, 8), torch.randn(1, 8)
+    ei = torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]])
+    batch = torch.zeros(6, dtype=torch.long)
+    w_prev = torch.rand(6)
+    thr = EdgeUpdate(8).eval()
+    exp = EdgeUpdate(8, eval_rule="expected").eval()
+    exp.load_state_dict(thr.state_dict())
+    w_t, p, _ = thr(h, q, ei, batch, w_prev)
+    w_e, p_e, logits = exp(h, q, ei, batch, w_prev)
+    torch.testing.assert_close(p, p_e)
+    alpha = torch.sigmoid(exp.alpha_logit)
+    torch.testing.assert_close(w_e, (alpha * w_prev + (1 - alpha) * p) * p)
+    assert not torch.allclose(w_e, w_t)
+    # the training sample's mean over many draws is p: "expected" is what training sees on average
+    many = torch.stack([straight_through_sample(logits.detach(), 0.6) for _ in range(4000)]).mean(0)
+    torch.testing.assert_close(many, p.detach(), atol=0.03, rtol=0)
+    with pytest.raises(ValueError, match="eval_rule"):
+        EdgeUpdate(8, eval_rule="mean")
+    with pytest.raises(ValueError, match="link_eval"):
+        GCCADConfig(in_dim=3, link_eval="soft")
+
+
 def test_gradient_reaches_link_predictor_through_the_sample():
     torch.manual_seed(3)
     x, ei = _random_graph(40, 120, 6, seed=3)

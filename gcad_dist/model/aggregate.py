@@ -4,13 +4,17 @@ PyG's ``propagate`` materialises the [E, d] message tensor, and autograd keeps i
 ``x_j``) for the backward pass: on a graph of a million edges that is gigabytes of memory traffic per
 layer. :func:`weighted_sum` computes the same sum (and its gradients for ``x`` and ``w``) block by
 block with ``index_select`` / ``index_add_``, storing nothing per edge. It runs on CPU and GPU tensors
-alike; the node updates of :mod:`gcad_dist.model.node_update` use it as their aggregation.
+alike; the node updates of :mod:`gcad_dist.model.node_update` use it as their aggregation. Under
+autocast it runs in fp32 (inputs cast, autocast off; :mod:`gcad_dist.model.precision`): a bf16
+``index_add_`` accumulator would lose a high-degree node's small messages.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from .precision import fp32_kernel
 
 EDGE_CHUNK = 32_768  # edges per block: [block, d] temporaries stay in cache
 FUSED = True  # False: plain gather-multiply-scatter with autograd (the reference; bench/model_step.py)
@@ -54,9 +58,13 @@ def weighted_sum(x: Tensor, edge_index: Tensor, edge_weight: Tensor | None, num_
     ``x`` and ``edge_weight``. ``edge_weight=None`` means all ones."""
     n = x.size(0) if num_nodes is None else num_nodes
     src, dst = edge_index[0], edge_index[1]
-    if edge_weight is None:
-        edge_weight = torch.ones(src.numel(), dtype=x.dtype, device=x.device)
-    if not FUSED:
-        msg = x.index_select(0, src) * edge_weight.to(x.dtype).unsqueeze(-1)
-        return x.new_zeros(n, x.size(1)).index_add(0, dst, msg)
-    return _WeightedSum.apply(x, edge_weight.to(x.dtype), src, dst, n, EDGE_CHUNK)
+    with fp32_kernel(x.device.type) as autocast_on:
+        if autocast_on:  # fp32 sums under autocast; the output is fp32 (autograd casts the gradients back)
+            x = x.float()
+            edge_weight = None if edge_weight is None else edge_weight.float()
+        if edge_weight is None:
+            edge_weight = torch.ones(src.numel(), dtype=x.dtype, device=x.device)
+        if not FUSED:
+            msg = x.index_select(0, src) * edge_weight.to(x.dtype).unsqueeze(-1)
+            return x.new_zeros(n, x.size(1)).index_add(0, dst, msg)
+        return _WeightedSum.apply(x, edge_weight.to(x.dtype), src, dst, n, EDGE_CHUNK)

@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributions import RelaxedBernoulli
 
+from .precision import fp32_kernel
+
 
 EDGE_CHUNK = 32_768  # edges per block of the fused link MLP: its [chunk, h] temporaries stay in cache
 
@@ -80,6 +82,11 @@ class _LinkMLP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_out):  # noqa: D102
+        with fp32_kernel(g_out.device.type):  # backward() called inside an autocast region: stay fp32
+            return _LinkMLP._backward(ctx, g_out)
+
+    @staticmethod
+    def _backward(ctx, g_out):
         h, ud, us, w1, w2, src, dst = ctx.saved_tensors
         need_h, need_ud, need_us, need_w1, need_w2 = ctx.needs_input_grad[:5]
         g_h = torch.zeros_like(h) if need_h else None
@@ -123,7 +130,9 @@ class LinkPredictor(nn.Module):
     split into three [h, h] blocks; the two ``h - q`` blocks (and the bias) are applied once per
     *node* ([N, h]) and gathered per edge, so the per-edge work is one [E, h] x [h, h] product
     (identical result). The per-edge part runs in the fused, blocked :class:`_LinkMLP` (set
-    ``fused = False`` for the plain autograd version, kept as the reference in the tests).
+    ``fused = False`` for the plain autograd version, kept as the reference in the tests). Under
+    autocast the fused part runs in fp32 (inputs cast, autocast off; see
+    :mod:`gcad_dist.model.precision`), so the per-edge logits are fp32 either way.
     """
 
     def __init__(self, hidden: int, link_global: bool = True, dropout: float = 0.1, fused: bool = True) -> None:
@@ -152,8 +161,14 @@ class LinkPredictor(nn.Module):
         if self.fused:
             drop = self.dropout.p if self.training else 0.0
             seed = int(torch.randint(0, 2**62, (1,)).item()) if drop > 0 else 0
-            logits = _LinkMLP.apply(h, ud, us, w1, self.lin2.weight[0], src, dst, drop, seed, EDGE_CHUNK)
-            return logits + self.lin2.bias
+            w2 = self.lin2.weight[0]
+            with fp32_kernel(h.device.type) as autocast_on:
+                if autocast_on:  # the fused kernel runs in fp32 (gcad_dist.model.precision)
+                    h, w1, w2 = h.float(), w1.float(), w2.float()
+                    ud = None if ud is None else ud.float()
+                    us = None if us is None else us.float()
+                logits = _LinkMLP.apply(h, ud, us, w1, w2, src, dst, drop, seed, EDGE_CHUNK)
+                return logits + self.lin2.bias
         diff = (h.index_select(0, dst) - h.index_select(0, src)).abs()
         if us is None:
             z = F.linear(diff, w1, ud)
@@ -178,20 +193,35 @@ def straight_through_sample(logits: Tensor, temperature: float) -> Tensor:
     return hard + (soft - soft.detach())
 
 
+EVAL_RULES = ("threshold", "expected")
+
+
 class EdgeUpdate(nn.Module):
     """One layer's edge update: w^(l) = (alpha w^(l-1) + (1 - alpha) p) * I, alpha = sigmoid(learned scalar).
 
-    Training: I from the straight-through relaxed Bernoulli sample. Evaluation: I = [p > 0.5]
-    (deterministic). Removed edges stay in ``edge_index`` with weight 0 (every node update treats a
-    zero weight as a removed edge exactly, see :mod:`gcad_dist.model.node_update`).
+    Training: I from the straight-through relaxed Bernoulli sample, so an edge is kept with
+    probability exactly p (the binary-concrete sample exceeds 1/2 iff logit + logistic noise > 0).
+    Evaluation (deterministic), by ``eval_rule``:
+
+    * ``"threshold"``: I = [p > 0.5], METHOD.md section 1;
+    * ``"expected"``: I = p, the expectation of the training-time indicator, so that evaluation sees
+      the graph training saw on average (with p near 0.5 the threshold rule keeps or drops almost
+      every edge, whatever training did).
+
+    Removed edges stay in ``edge_index`` with weight 0 (every node update treats a zero weight as a
+    removed edge exactly, see :mod:`gcad_dist.model.node_update`).
     """
 
     def __init__(
-        self, hidden: int, link_global: bool = True, dropout: float = 0.1, temperature: float = 0.6
+        self, hidden: int, link_global: bool = True, dropout: float = 0.1, temperature: float = 0.6,
+        eval_rule: str = "threshold",
     ) -> None:
         super().__init__()
+        if eval_rule not in EVAL_RULES:
+            raise ValueError(f"eval_rule must be one of {EVAL_RULES}, got {eval_rule!r}")
         self.predictor = LinkPredictor(hidden, link_global, dropout)
         self.temperature = temperature
+        self.eval_rule = eval_rule
         self.alpha_logit = nn.Parameter(torch.zeros(()))
 
     @property
@@ -206,6 +236,8 @@ class EdgeUpdate(nn.Module):
         p = torch.sigmoid(logits)
         if self.training:
             keep = straight_through_sample(logits, self.temperature)
+        elif self.eval_rule == "expected":
+            keep = p
         else:
             keep = (logits > 0).to(p.dtype)
         alpha = self.alpha

@@ -31,7 +31,8 @@ class GCCADEncoder(nn.Module):
         self.input_proj = nn.Linear(config.in_dim, hid)
         self.edge_updates = nn.ModuleList(
             [
-                EdgeUpdate(hid, config.link_global, config.dropout, config.gumbel_temperature)
+                EdgeUpdate(hid, config.link_global, config.dropout, config.gumbel_temperature,
+                           getattr(config, "link_eval", "threshold"))
                 for _ in range(config.num_layers)
             ]
             if config.edge_update

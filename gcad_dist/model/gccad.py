@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .context import IDENTITY, ContextSync
+from .edge_update import EVAL_RULES
 from .encoder import GCCADEncoder
 from .heads import ClassifierHead, ProjectionHead
 from .loss import ce_loss, contrastive_loss, link_loss
@@ -50,6 +51,7 @@ class GCCADConfig:
     link_loss_weight: float = 0.2  # 0 = ablation "no link-loss constraint"
     tau: float = 0.1
     gumbel_temperature: float = 0.6
+    link_eval: str = "threshold"  # evaluation keep rule: "threshold" (p > 0.5, METHOD.md) | "expected" (I = p)
     dropout: float = 0.1
     score_space: str = "encoder"  # "encoder" (METHOD section 3) | "projection" (reference code)
 
@@ -59,6 +61,7 @@ class GCCADConfig:
             (self.readout in READOUTS, f"readout must be one of {READOUTS}, got {self.readout!r}"),
             (self.loss in LOSSES, f"loss must be one of {LOSSES}, got {self.loss!r}"),
             (self.score_space in SCORE_SPACES, f"score_space must be one of {SCORE_SPACES}"),
+            (self.link_eval in EVAL_RULES, f"link_eval must be one of {EVAL_RULES}, got {self.link_eval!r}"),
             (self.in_dim >= 1 and self.hidden >= 1, "in_dim and hidden must be >= 1"),
             (self.num_layers >= 1, "num_layers must be >= 1"),
             (self.tau > 0 and self.gumbel_temperature > 0, "tau and gumbel_temperature must be > 0"),

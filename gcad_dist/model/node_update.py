@@ -58,9 +58,10 @@ class WeightedSAGEConv(MessagePassing):
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
         agg = weighted_sum(x, edge_index, edge_weight)  # = self.propagate(...), without [E, d] messages
-        kept = torch.ones(edge_index.size(1), device=x.device, dtype=x.dtype)
+        cnt_dtype = torch.promote_types(x.dtype, torch.float32)  # exact counts under bf16 autocast too
+        kept = torch.ones(edge_index.size(1), device=x.device, dtype=cnt_dtype)
         if edge_weight is not None:
-            kept = (edge_weight > 0).to(x.dtype)
+            kept = (edge_weight > 0).to(cnt_dtype)
         count = scatter(kept, edge_index[1], dim=0, dim_size=x.size(0), reduce="sum")
         return self.lin_l(agg / count.clamp_min(1.0).unsqueeze(-1)) + self.lin_r(x)
 
@@ -93,8 +94,10 @@ class WeightedGATConv(MessagePassing):
         edge_index, edge_weight = remove_self_loops(edge_index, edge_weight)
         edge_index, edge_weight = add_self_loops(edge_index, edge_weight, fill_value=1.0, num_nodes=n)
         xw = self.lin(x)
-        a_src = (xw * self.att_src).sum(-1)
-        a_dst = (xw * self.att_dst).sum(-1)
+        # attention logits and their normalisation in (at least) fp32, also under bf16 autocast
+        xa = xw.to(torch.promote_types(xw.dtype, torch.float32))
+        a_src = (xa * self.att_src).sum(-1)
+        a_dst = (xa * self.att_dst).sum(-1)
         src, dst = edge_index[0], edge_index[1]
         e = F.leaky_relu(a_src[src] + a_dst[dst], self.negative_slope)
         e_max = scatter(e.detach(), dst, dim=0, dim_size=n, reduce="max")  # shift cancels exactly

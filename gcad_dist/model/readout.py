@@ -27,8 +27,10 @@ READOUTS = ("memory", "mean", "sum", "max")
 
 
 def graph_sum(src: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
-    """Per-graph sum of the rows of ``src`` [N, k] -> [G, k]."""
-    return src.new_zeros((num_graphs, src.size(1))).index_add_(0, batch, src)
+    """Per-graph sum of the rows of ``src`` [N, k] -> [G, k], accumulated in at least fp32 (a bf16
+    ``src`` under autocast gets an fp32 sum: a bf16 accumulator over thousands of nodes drifts)."""
+    acc = torch.promote_types(src.dtype, torch.float32)
+    return src.new_zeros((num_graphs, src.size(1)), dtype=acc).index_add_(0, batch, src.to(acc))
 
 
 def _mask_weight(h: Tensor, context_mask: Tensor | None) -> Tensor:
