@@ -3,11 +3,20 @@
 Every entry point (train, pretrain, finetune, score) writes and reads this format, so a
 pre-training checkpoint can be fine-tuned or scored directly. Training state (optimizer,
 scheduler, memory buffers, epoch, step, RNG) lives beside it in ``train_state.pt``.
+
+Both files hold only tensors and plain data (dicts, lists, tuples, str, numbers, None) and are read
+with ``torch.load(weights_only=True)``: a file that asks the unpickler for anything else (a class, a
+function: what a malicious pickle needs to run code) is refused with :class:`CheckpointError` before
+anything in it is built. RNG states are stored as tensors for that reason (NumPy's key array as an
+int64 tensor); ``train_state.pt`` files written before that held a NumPy array, which is still read
+by allow-listing only NumPy's array reconstruction.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -15,8 +24,37 @@ from typing import Any
 
 import torch
 
+from partitioning.errors import GraphInputError
+
 MODEL_FILE = "model.pt"
 TRAIN_STATE_FILE = "train_state.pt"
+
+
+class CheckpointError(GraphInputError):
+    """A checkpoint file that is not ours (refused unread), unreadable, or from another model config."""
+
+
+def _safe_load(path: Path, extra_globals: list | None = None) -> Any:
+    """``torch.load(weights_only=True)``, errors as one-line :class:`CheckpointError`."""
+    try:
+        if extra_globals:
+            with torch.serialization.safe_globals(extra_globals):
+                return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        text = str(e)
+        found = re.search(r"GLOBAL (\S+)", text)
+        if found:
+            what = f"it asks for the Python object {found.group(1)}"
+        else:
+            detail = text.split("WeightsUnpickler error:", 1)[-1] if "WeightsUnpickler error:" in text else ""
+            lines = [ln.strip() for ln in detail.splitlines() if ln.strip()]
+            what = "it holds more than tensors and plain data" + (f" ({lines[0][:120]})" if lines else "")
+        raise CheckpointError(str(path), f"refusing to unpickle: {what}; not a gcad-dist checkpoint "
+                              "(only tensors and plain data are loaded, nothing in the file was run)") from None
+    except Exception as e:  # noqa: BLE001 - truncated zip, not a torch file, ...
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise CheckpointError(str(path), f"cannot read checkpoint ({type(e).__name__}: {first})") from None
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
@@ -44,7 +82,7 @@ def load_model_file(directory: str | Path) -> dict:
         p = p / MODEL_FILE
     if not p.exists():
         raise FileNotFoundError(f"{directory}: no {MODEL_FILE} here (not a gcad-dist checkpoint)")
-    return torch.load(p, map_location="cpu", weights_only=True)
+    return _safe_load(p)
 
 
 def rng_state() -> dict:
@@ -53,7 +91,10 @@ def rng_state() -> dict:
 
     import numpy as np
 
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    numpy_state = {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                   "has_gauss": int(has_gauss), "gauss": float(gauss)}  # tensors + plain data: weights_only
+    state = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -66,8 +107,12 @@ def set_rng_state(state: dict) -> None:
     import numpy as np
 
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    ns = state["numpy"]
+    if isinstance(ns, dict):
+        ns = (ns["kind"], ns["keys"].numpy().astype(np.uint32), ns["pos"], ns["has_gauss"], ns["gauss"])
+    np.random.set_state(ns)  # a tuple with a NumPy array in train_state.pt files written before
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
     if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -80,10 +125,68 @@ def save_train_state(directory: str | Path, state: dict[str, Any]) -> Path:
     return path
 
 
+def _legacy_numpy_globals() -> list:
+    """What a NumPy array in a pickle refers to (train_state.pt files written before RNG states were
+    tensors): the array reconstruction and dtype classes only, no other callable."""
+    import numpy as np
+
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # NumPy 1.x
+        from numpy.core.multiarray import _reconstruct
+    out = [_reconstruct, np.ndarray, np.dtype]
+    out += [type(np.dtype(t)) for t in ("uint32", "int64", "float64")]
+    return out
+
+
 def load_train_state(directory: str | Path) -> dict[str, Any] | None:
     """Read ``train_state.pt`` from a checkpoint directory; ``None`` when there is none (a model-only
-    checkpoint). Holds NumPy/Python RNG states, so it is unpickled in full: load only checkpoints you wrote."""
+    checkpoint). Read with ``weights_only=True`` (plus NumPy arrays, for files written before RNG states
+    were tensors): a file holding anything else is refused with :class:`CheckpointError`."""
     path = Path(directory) / TRAIN_STATE_FILE
     if not path.exists():
         return None
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return _safe_load(path, _legacy_numpy_globals())
+
+
+# GCCADConfig field -> the pretrain option that sets it (for --resume errors)
+RESUME_OPTIONS = {"in_dim": "feature width of --store", "hidden": "--hidden", "num_layers": "--layers",
+                  "conv": "--conv", "readout": "--readout", "dropout": "--dropout", "tau": "--tau"}
+
+
+def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
+    """Ray Train checkpoint folders (``checkpoint_<time>``) of a run folder, oldest first."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    return sorted(p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("checkpoint_"))
+
+
+def check_resume(run_dir: str | Path, model_config: dict[str, Any]) -> int:
+    """Before ``--resume``: every checkpoint of ``run_dir`` must be ours and hold ``model_config``.
+
+    Reads each ``model.pt`` and ``train_state.pt`` with ``weights_only=True`` (:class:`CheckpointError`
+    for a file that is not ours) and compares the stored model config with the one this run would build,
+    raising :class:`CheckpointError` that names every differing setting (``--hidden 16`` in the
+    checkpoint, ``--hidden 32`` asked). Returns the number of checkpoints checked.
+    """
+    dirs = checkpoint_dirs(run_dir)
+    for d in dirs:
+        if not (d / MODEL_FILE).exists():
+            continue  # a checkpoint Ray did not finish writing; Ray itself skips it
+        ck = load_model_file(d)
+        if not isinstance(ck, dict) or not isinstance(ck.get("config"), dict):
+            raise CheckpointError(str(d / MODEL_FILE), "not a gcad-dist checkpoint (no model config)")
+        stored = ck["config"]
+        diff = [k for k, v in model_config.items() if k in stored and stored[k] != v]
+        if diff:
+            def show(k: str, v: Any) -> str:
+                opt = RESUME_OPTIONS.get(k, k)
+                return f"{opt} = {v}" if opt.startswith("feature") else f"{opt} {v}"
+
+            was = ", ".join(show(k, stored[k]) for k in diff)
+            now = ", ".join(show(k, model_config[k]) for k in diff)
+            raise CheckpointError("--resume", f"checkpoint {d} was trained with {was}, this run asks for {now}; "
+                                  "resume with the same settings, or start over with --overwrite")
+        load_train_state(d)
+    return len(dirs)

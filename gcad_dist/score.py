@@ -111,7 +111,7 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
     src = str(checkpoint)
     try:
         ck = load_model_file(checkpoint)
-    except FileNotFoundError:
+    except (FileNotFoundError, GraphInputError):  # CheckpointError: refused unpickling, unreadable file
         raise
     except Exception as e:  # noqa: BLE001 - any unpickling / zip error is a bad user file
         raise GraphInputError(src, f"cannot read checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None

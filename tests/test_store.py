@@ -195,9 +195,21 @@ def test_truncated_chunk_is_refused_on_read(store) -> None:
     chunk = next(p for p in (out / "x" / "c").rglob("*") if p.is_file())
     data = chunk.read_bytes()
     chunk.write_bytes(data[: len(data) // 2])
+    with pytest.raises(StoreError, match="array x: file x/c/0/0 does not match its checksum"):
+        StoreReader(str(out))  # the manifest's SHA-256 of every file, checked on open (tests/test_bad_inputs.py)
+    with pytest.raises(StoreError, match="array x: file x/c/0/0 does not match its checksum"):
+        StoreReader(str(out), verify=False).get(0)  # and as each file is read
+    _drop_checksums(out)  # a store built before checksums: the chunk's CRC32C still catches it on read
     r = StoreReader(str(out))
     with pytest.raises(StoreError, match="cannot read"):
         r.get(0)
+
+
+def _drop_checksums(out: Path) -> None:
+    meta = out / "zarr.json"
+    doc = json.loads(meta.read_text())
+    del doc["attributes"][MANIFEST_KEY]["checksums"]
+    meta.write_text(json.dumps(doc))
 
 
 def test_altered_offsets_are_refused(store) -> None:
@@ -206,6 +218,9 @@ def test_altered_offsets_are_refused(store) -> None:
 
     g = zarr.open_group(str(out), mode="r+")
     g["node_offsets"][1] = 1  # still a valid chunk, wrong content
+    with pytest.raises(StoreError, match="array node_offsets: file node_offsets/c/0 does not match its checksum"):
+        StoreReader(str(out))
+    _drop_checksums(out)  # without checksums (older stores) the offsets' digest still catches it
     with pytest.raises(StoreError, match="digest"):
         StoreReader(str(out))
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 
@@ -31,8 +34,53 @@ ZSTD_LEVEL = 1
 MIN_CHUNK_ROWS = 1024
 
 
+# Checksums of every array's files (its zarr.json and its chunk files), recorded in the manifest at build
+# time and checked by the reader (see STORE_FORMAT.md, "Checksums"). SHA-256 runs at ~1.8 GB/s with the
+# SHA extensions of current x86 CPUs; the files are the compressed chunks, so a full check reads and
+# hashes the store once (about 0.1 s for a 200k-node store of 60 MB).
+CHECKSUM_ALGORITHM = "sha256"
+# A local store whose checksummed files total at most this many bytes is verified in full when opened
+# (StoreReader(verify=None)); a larger or remote one is verified chunk by chunk as it is read.
+FULL_VERIFY_MAX_BYTES = 1 << 30
+
+
 class StoreError(GraphInputError):
     """The store is missing, incomplete (a build died), of another format version, or damaged."""
+
+
+def array_files(root: str | os.PathLike[str], name: str) -> Iterable[tuple[str, Path]]:
+    """(key relative to the array, file) for every file of array ``name`` in a local store, sorted."""
+    base = Path(root) / name
+    for dirpath, _dirs, files in sorted(os.walk(base)):
+        for f in sorted(files):
+            p = Path(dirpath) / f
+            yield p.relative_to(base).as_posix(), p
+
+
+def file_checksum(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, CHECKSUM_ALGORITHM).hexdigest()
+
+
+def bytes_checksum(data) -> str:
+    return hashlib.new(CHECKSUM_ALGORITHM, data).hexdigest()
+
+
+def store_checksums(root: str | os.PathLike[str], names: Iterable[str]) -> dict:
+    """The manifest's ``checksums`` entry: the SHA-256 of every file of the named arrays of a local store.
+
+    ``{"algorithm": "sha256", "files": n, "bytes": total, "arrays": {name: {key: hexdigest}}}`` where key is
+    the file's path inside the array folder (``zarr.json``, ``c/0/0``, ...).
+    """
+    arrays: dict[str, dict[str, str]] = {}
+    files = total = 0
+    for name in names:
+        table = arrays[name] = {}
+        for key, p in array_files(root, name):
+            table[key] = file_checksum(p)
+            files += 1
+            total += p.stat().st_size
+    return {"algorithm": CHECKSUM_ALGORITHM, "files": files, "bytes": total, "arrays": arrays}
 
 
 def chunk_rows(row_bytes: int, target_mib: float = DEFAULT_CHUNK_MIB) -> int:

@@ -1,9 +1,17 @@
 """Read corrupt subgraphs back from a Zarr store (local path or fsspec URL).
 
-``StoreReader(path)`` refuses anything but a complete store of this format version: missing or
-unfinished manifest, other version, missing array, wrong shape, a chunk file missing, offsets that do
-not match their digest. A damaged chunk (truncated, altered) fails its CRC32C when read, and
-``get``/``get_csr`` report that as :class:`StoreError` too.
+``StoreReader(path)`` refuses anything but a complete store of this format version: no such path (with
+a hint when an unfinished build's ``<path>.tmp-<pid>`` is left), missing or unfinished manifest, an
+older or newer version, missing array, wrong shape, a chunk file missing, offsets that do not match
+their digest. A damaged chunk (truncated, altered) fails its CRC32C when read, and ``get``/``get_csr``
+report that as :class:`StoreError` too.
+
+Checksums (manifest ``checksums``, STORE_FORMAT.md): every file of every array has its SHA-256 in the
+manifest. Each file is checked whenever it is read (so no byte that fails its checksum is ever decoded),
+and ``verify`` decides whether every file is also checked when the store is opened: ``None`` (default)
+does so for a local store of at most ``FULL_VERIFY_MAX_BYTES``, ``True`` always, ``False`` never. A file
+that does not match is refused with a :class:`StoreError` naming the array and the file. Stores built
+before checksums existed open with one log line saying they cannot be verified.
 
 Subgraph i is one contiguous row range of every node array (and one contiguous range of ``indices``),
 so reading it is a handful of contiguous slice reads. When a subgraph is smaller than a chunk, the
@@ -13,14 +21,20 @@ decodes each chunk once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import re
+import time
+from collections.abc import AsyncGenerator, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from partitioning.store.format import (
+    CHECKSUM_ALGORITHM,
     FORMAT_NAME,
     FORMAT_VERSION,
+    FULL_VERIFY_MAX_BYTES,
     MANIFEST_KEY,
     NODE_ARRAYS,
     OFFSET_ARRAYS,
@@ -28,9 +42,100 @@ from partitioning.store.format import (
     SUBGRAPH_ARRAYS,
     StoreError,
     array_digest,
+    bytes_checksum,
+    file_checksum,
+    is_url,
 )
 
 __all__ = ["StoreReader", "StoreError"]
+
+log = logging.getLogger(__name__)
+
+
+def _mismatch(source: str, name: str, key: str) -> StoreError:
+    return StoreError(
+        source, f"array {name}: file {name}/{key} does not match its checksum in the manifest "
+        "(edited or damaged after the build); rebuild the store"
+    )
+
+
+def _missing(source: str, name: str, key: str) -> StoreError:
+    return StoreError(source, f"array {name}: file {name}/{key} is missing (damaged store)")
+
+
+_VERIFYING_STORE: type | None = None
+
+
+def _verifying_store(base: Any, source: str) -> Any:
+    """``base`` wrapped in :class:`_VerifyingStore` (defined on first use: zarr is imported lazily)."""
+    global _VERIFYING_STORE
+    if _VERIFYING_STORE is None:
+        from zarr.storage import WrapperStore
+
+        class _VerifyingStore(WrapperStore):
+            """A read-only zarr store that checks every file listed in the manifest's checksums as it is read.
+
+            ``table`` maps a store key (``x/c/0/0``) to (array name, expected hex digest); keys not in it (the
+            root ``zarr.json`` holding the manifest, probes for other metadata names) pass through unchecked.
+            """
+
+            def __init__(self, store: Any, source: str = "", table: dict[str, tuple[str, str]] | None = None) -> None:
+                super().__init__(store)
+                self.source = source
+                self.table = table or {}
+
+            def _with_store(self, store: Any) -> Any:
+                return type(self)(store, self.source, self.table)
+
+            async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+                entry = self.table.get(key)
+                if entry is None:
+                    return await self._store.get(key, prototype, byte_range)
+                buf = await self._store.get(key, prototype, None)  # whole file: the checksum covers all of it
+                name, expected = entry
+                sub = key[len(name) + 1 :]
+                if buf is None:  # zarr would silently read a missing chunk as fill values
+                    raise _missing(self.source, name, sub)
+                if bytes_checksum(buf.as_numpy_array()) != expected:
+                    raise _mismatch(self.source, name, sub)
+                if byte_range is None:
+                    return buf
+                from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+                data = buf.to_bytes()
+                if isinstance(byte_range, RangeByteRequest):
+                    data = data[byte_range.start : byte_range.end]
+                elif isinstance(byte_range, OffsetByteRequest):
+                    data = data[byte_range.offset :]
+                elif isinstance(byte_range, SuffixByteRequest):
+                    data = data[len(data) - byte_range.suffix :]
+                else:
+                    raise TypeError(f"unknown byte range {byte_range!r}")
+                return prototype.buffer.from_bytes(data)
+
+            async def get_partial_values(self, prototype: Any, key_ranges: Iterable[tuple[str, Any]]) -> list[Any]:
+                return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]
+
+            async def _get_many(
+                self, requests: Iterable[tuple[str, Any, Any]]
+            ) -> AsyncGenerator[tuple[str, Any], None]:
+                for key, prototype, byte_range in requests:
+                    yield key, await self.get(key, prototype, byte_range)
+
+        _VERIFYING_STORE = _VerifyingStore
+    return _VERIFYING_STORE(base, source)
+
+
+def _unfinished_hint(path: str) -> str:
+    """' (an unfinished build left <path>.tmp-<pid>; ...)' when such a folder is beside a missing store."""
+    p = Path(path)
+    try:
+        left = sorted(q.name for q in p.parent.glob(p.name + ".tmp-*"))
+    except OSError:
+        return ""
+    if not left:
+        return ""
+    return f" (a build to it did not finish: {left[0]} is left; rebuild with python -m partitioning.build)"
 
 
 class _SpanCache:
@@ -57,35 +162,70 @@ class _SpanCache:
 class StoreReader:
     """A complete corrupt-subgraph store. ``get(i)`` returns subgraph i as a PyG ``Data``."""
 
-    def __init__(self, path: str, *, storage_options: dict[str, Any] | None = None, check_chunks: bool = True) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        check_chunks: bool = True,
+        verify: bool | None = None,
+    ) -> None:
         import zarr
+        from zarr.storage import FsspecStore, LocalStore
 
         self.path = str(path)
+        url = is_url(self.path)
+        if not url and not Path(self.path).exists():
+            raise StoreError(self.path, "no such store" + _unfinished_hint(self.path))
+        if not url and not Path(self.path).is_dir():
+            raise StoreError(self.path, "not a store (a store is a folder written by python -m partitioning.build)")
         try:
-            kwargs = {"storage_options": storage_options} if storage_options else {}
-            self.group = zarr.open_group(self.path, mode="r", **kwargs)
+            if url:
+                base = FsspecStore.from_url(self.path, storage_options=storage_options or None, read_only=True)
+            else:
+                base = LocalStore(self.path, read_only=True)
+            self._store = _verifying_store(base, self.path)
+            self.group = zarr.open_group(store=self._store, mode="r")
         except FileNotFoundError as e:
-            raise StoreError(self.path, "no such store") from e
+            raise StoreError(self.path, "no such store" + ("" if url else _unfinished_hint(self.path))) from e
         except Exception as e:  # not a zarr group, unreadable metadata, bad URL ...
             raise StoreError(self.path, f"not a readable Zarr store ({type(e).__name__}: {e})") from e
         manifest = self.group.attrs.get(MANIFEST_KEY)
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
             raise StoreError(self.path, f"not a {FORMAT_NAME} store (no manifest)")
-        if manifest.get("format_version") != FORMAT_VERSION:
-            raise StoreError(
-                self.path,
-                f"store format version {manifest.get('format_version')} but this code reads version {FORMAT_VERSION}",
-            )
+        version = manifest.get("format_version")
+        if version != FORMAT_VERSION:
+            if isinstance(version, int) and not isinstance(version, bool) and version < FORMAT_VERSION:
+                problem = (f"store format version {version} is older than this code reads (version {FORMAT_VERSION}); "
+                           "rebuild it with python -m partitioning.build")
+            elif isinstance(version, int) and not isinstance(version, bool):
+                problem = (f"store format version {version} is newer than this code reads (version {FORMAT_VERSION}); "
+                           "update gcad-dist, or rebuild the store with this version")
+            else:
+                problem = f"store format version {version!r} is not one this code reads (version {FORMAT_VERSION})"
+            raise StoreError(self.path, problem)
         if manifest.get("complete") is not True:
-            raise StoreError(self.path, "incomplete store (the build did not finish); rebuild it")
+            tmp = re.search(r"\.tmp-\d+$", self.path.rstrip("/"))
+            raise StoreError(self.path, "incomplete store (the build did not finish" +
+                             (", or is still running: this is its temporary folder" if tmp else "") + "); rebuild it")
         self.manifest: dict[str, Any] = manifest
+        self.checksums: dict[str, Any] | None = self._checksum_table()
         self._arrays = self._open_arrays(check_chunks)
+        if self.checksums is not None:
+            full = verify if verify is not None else (not url and self.checksums["bytes"] <= FULL_VERIFY_MAX_BYTES)
+            if full:
+                self.verify()
         counts = manifest["counts"]
-        self.node_offsets = np.asarray(self._arrays["node_offsets"][:])
-        self.edge_offsets = np.asarray(self._arrays["edge_offsets"][:])
-        self._num_own = np.asarray(self._arrays["num_own"][:])
-        self._part = np.asarray(self._arrays["part"][:])
-        self._replica = np.asarray(self._arrays["replica"][:])
+        try:
+            self.node_offsets = np.asarray(self._arrays["node_offsets"][:])
+            self.edge_offsets = np.asarray(self._arrays["edge_offsets"][:])
+            self._num_own = np.asarray(self._arrays["num_own"][:])
+            self._part = np.asarray(self._arrays["part"][:])
+            self._replica = np.asarray(self._arrays["replica"][:])
+        except StoreError:
+            raise
+        except Exception as e:  # checksum (CRC32C) mismatch, truncated chunk
+            raise StoreError(self.path, f"cannot read the offset arrays ({type(e).__name__}: {e})") from e
         digests = manifest.get("digests", {})
         for name, arr in (("node_offsets", self.node_offsets), ("edge_offsets", self.edge_offsets), ("num_own", self._num_own)):
             if digests.get(name) != array_digest(arr):
@@ -97,6 +237,68 @@ class StoreReader:
         self.node_counts: np.ndarray = np.diff(self.node_offsets)
         self.edge_counts: np.ndarray = np.diff(self.edge_offsets)
         self._cache = {name: _SpanCache(self._arrays[name]) for name in ("x", "y", "global_id", "indptr", "indices")}
+
+    def _checksum_table(self) -> dict[str, Any] | None:
+        """Install the manifest's checksums in the verifying store (files are checked from now on)."""
+        sums = self.manifest.get("checksums")
+        if sums is None:
+            log.info("%s: store built without checksums (before they were added); its files cannot be verified "
+                     "(each chunk still carries its CRC32C); rebuild it to add them", self.path)
+            return None
+        try:
+            if sums["algorithm"] != CHECKSUM_ALGORITHM:
+                raise StoreError(self.path, f"checksum algorithm {sums['algorithm']!r} is not one this code reads "
+                                 f"({CHECKSUM_ALGORITHM})")
+            arrays = sums["arrays"]
+            table = {f"{name}/{key}": (name, str(h)) for name, files in arrays.items() for key, h in files.items()}
+            int(sums["bytes"])
+        except StoreError:
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise StoreError(self.path, f"malformed checksums in the manifest ({type(e).__name__}: {e})") from e
+        missing = [name for name in REQUIRED_ARRAYS if name not in arrays]
+        if missing:
+            raise StoreError(self.path, f"the manifest's checksums lack array {missing[0]} (damaged manifest)")
+        self._store.table = table
+        return sums
+
+    def verify(self) -> dict[str, Any]:
+        """Check every file of every array against its checksum now; returns ``{files, bytes, seconds}``.
+
+        Raises :class:`StoreError` naming the array and file of the first mismatch or missing file, and
+        when the store has no checksums (built before they existed).
+        """
+        if self.checksums is None:
+            raise StoreError(self.path, "store built without checksums (before they were added): it cannot be "
+                             "verified; rebuild it to add them")
+        t0 = time.perf_counter()
+        files = total = 0
+        local = not is_url(self.path)
+        if not local:
+            from zarr.core.buffer import default_buffer_prototype
+            from zarr.core.sync import sync
+
+            proto = default_buffer_prototype()
+        for name, table in self.checksums["arrays"].items():
+            for key, expected in table.items():
+                if local:
+                    p = Path(self.path) / name / key
+                    if not p.is_file():
+                        raise _missing(self.path, name, key)
+                    got = file_checksum(p)
+                    total += p.stat().st_size
+                else:
+                    buf = sync(self._store._store.get(f"{name}/{key}", proto))
+                    if buf is None:
+                        raise _missing(self.path, name, key)
+                    got = bytes_checksum(buf.as_numpy_array())
+                    total += len(buf)
+                if got != expected:
+                    raise _mismatch(self.path, name, key)
+                files += 1
+        seconds = time.perf_counter() - t0
+        log.debug("%s: verified %d files (%.1f MB) in %.2f s", self.path, files, total / 1e6, seconds)
+        return {"files": files, "bytes": total, "seconds": seconds}
 
     def _open_arrays(self, check_chunks: bool) -> dict[str, Any]:
         counts = self.manifest["counts"]
@@ -186,9 +388,15 @@ class StoreReader:
     def node_part(self) -> np.ndarray | None:
         """Part of every source-graph node (int32 [N]) when the build stored it."""
         try:
-            return np.asarray(self.group["node_part"][:])
+            arr = self.group["node_part"]
         except KeyError:
             return None
+        try:
+            return np.asarray(arr[:])
+        except StoreError:
+            raise
+        except Exception as e:  # CRC32C mismatch, truncated chunk
+            raise StoreError(self.path, f"array node_part: cannot read ({type(e).__name__}: {e})") from e
 
     def feature_normalization(self) -> str:
         """How the stored ``x`` was normalised at build time: ``standard`` (z-scored per feature over all

@@ -1,7 +1,8 @@
 """Write corrupt subgraphs to a Zarr store, atomically.
 
-A build writes everything into ``<out>.tmp-<pid>``; the manifest with ``complete: true``, the counts
-and the digests of the offset arrays is written last, and only then is the folder renamed to ``<out>``
+A build writes everything into ``<out>.tmp-<pid>``; the manifest with ``complete: true``, the counts,
+the digests of the offset arrays and the SHA-256 of every array file (``checksums``) is written last,
+and only then is the folder renamed to ``<out>``
 (one ``rename`` on the same file system). A build that dies leaves at most a ``.tmp-<pid>`` folder
 whose manifest says ``complete: false``, which :class:`~partitioning.store.reader.StoreReader`
 refuses; the next build removes such folders when their process is gone.
@@ -25,10 +26,13 @@ from partitioning.store.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST_KEY,
+    OPTIONAL_ARRAYS,
+    REQUIRED_ARRAYS,
     array_digest,
     chunk_rows,
     compressors,
     is_url,
+    store_checksums,
 )
 
 log = logging.getLogger(__name__)
@@ -230,6 +234,11 @@ def write_store(
             "index_dtype": str(cat["indices"].dtype),
             "digests": {name: array_digest(cat[name]) for name in ("node_offsets", "edge_offsets", "num_own")},
         }
+        t_sum = time.perf_counter()
+        names = [n for n in (*REQUIRED_ARRAYS, *OPTIONAL_ARRAYS) if (tmp / n).is_dir()]
+        full["checksums"] = store_checksums(tmp, names)
+        log.debug("checksums of %d files (%.1f MB) in %.2f s", full["checksums"]["files"],
+                  full["checksums"]["bytes"] / 1e6, time.perf_counter() - t_sum)
         _commit(group, full)
         del group
         _publish(tmp, path)
