@@ -39,7 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gcad_dist.cli import UsageError, run_cli, setup_logging
-from gcad_dist.train import CONVS, SCORE_SPACES, TrainConfig, load_labelled, normalize_features, train_one, write_json
+from gcad_dist.train import CONVS, LINK_EVALS, SCORE_SPACES, TrainConfig, load_labelled, normalize_features, train_one, write_json
 
 log = logging.getLogger("gcad_dist.quality")
 
@@ -52,7 +52,7 @@ ALL_MODELS = GNN_MODELS + DETECTOR_MODELS
 DEFAULT_MODELS = GNN_MODELS + ("iforest", "nbr-cosine", "dominant", "cola", "trees")
 DEFAULT_DATASETS = ("tolokers", "reddit", "books", "disney", "enron", "inj_cora")
 METRICS = (("auroc", "AUROC"), ("auprc", "AUPRC"), ("recall_at_k", "Rec@K"))
-GCCAD_ONLY = ("conv", "score_space")  # settings that only GCCAD and its ablation read
+GCCAD_ONLY = ("conv", "score_space", "link_eval")  # settings that only GCCAD and its ablation read
 
 
 @dataclass
@@ -66,7 +66,8 @@ class QualityConfig:
     data_dir: str = "../shared/data"
     out: str = "runs/quality"
     conv: str = "gin"
-    score_space: str = "encoder"
+    score_space: str = "projection"
+    link_eval: str = "expected"
     hidden: int = 64
     layers: int = 2
     epochs: int = 200
@@ -118,7 +119,8 @@ def dataset_fingerprint(path: Path) -> str:
 def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> TrainConfig:
     """The :class:`TrainConfig` of one GNN run."""
     return TrainConfig(
-        graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, hidden=cfg.hidden,
+        graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, link_eval=cfg.link_eval,
+        hidden=cfg.hidden,
         layers=cfg.layers, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience, seed=seed,
         device=cfg.device, progress=False, plots=False,
     )
@@ -137,7 +139,7 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
     if model in GNN_MODELS:
         tc = asdict(train_config(cfg, path, model, 0))
         keep = ("hidden", "layers", "dropout", "epochs", "lr", "weight_decay", "eval_every", "patience",
-                "class_weight", "normalize", "train_frac", "val_frac", "conv", "score_space")
+                "class_weight", "normalize", "train_frac", "val_frac", "conv", "score_space", "link_eval")
         s["train"] = {k: tc[k] for k in keep if model in ("gccad", "gccad-ce") or k not in GCCAD_ONLY}
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
@@ -247,7 +249,7 @@ def header(cfg: QualityConfig, models: list[str]) -> str:
     if gnn:
         parts.append(f"GNNs ({', '.join(gnn)}): epoch selected on validation AUPRC; hidden={cfg.hidden}, "
                      f"layers={cfg.layers}, epochs<={cfg.epochs}, lr={cfg.lr}, eval every {cfg.eval_every}, "
-                     f"patience {cfg.patience}; GCCAD conv={cfg.conv}, score space {cfg.score_space}.")
+                     f"patience {cfg.patience}; GCCAD conv={cfg.conv}, score space {cfg.score_space}, link eval {cfg.link_eval}.")
     det = [m for m in models if m in DETECTOR_MODELS]
     if det:
         parts.append(f"Detectors ({', '.join(det)}): the published defaults of gcad_dist.detectors; label-free ones "
@@ -332,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=d.data_dir, help="folder of the <name>.npz datasets")
     p.add_argument("--out", default=d.out, help="output folder: runs/<dataset>/<model>/<key>/seed<s>.json and quality.md")
     p.add_argument("--conv", default=d.conv, choices=CONVS, help="GCCAD node-update convolution")
+    p.add_argument("--link-eval", default=d.link_eval, choices=LINK_EVALS,
+                   help="GCCAD link remover at evaluation: expected (edge weight x p) or threshold (p > 0.5, METHOD.md)")
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
                    help="GCCAD score on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (GNNs)")

@@ -90,10 +90,10 @@ def test_run_key_covers_result_settings(tiny):
         return settings_key(run_settings(QualityConfig(**kw), "tiny", tiny, model))
 
     assert key("gccad") == key("gccad")
-    for kw in ({"score_space": "projection"}, {"conv": "gcn"}, {"hidden": 32}, {"layers": 3}, {"epochs": 7},
+    for kw in ({"score_space": "encoder"}, {"link_eval": "threshold"}, {"conv": "gcn"}, {"hidden": 32}, {"layers": 3}, {"epochs": 7},
                {"lr": 5e-3}, {"eval_every": 2}, {"patience": 7}):
         assert key("gccad", **kw) != key("gccad"), kw
-    assert key("mlp", score_space="projection") == key("mlp")  # a GCCAD-only setting
+    assert key("mlp", score_space="encoder", link_eval="threshold") == key("mlp")  # GCCAD-only settings
     assert key("mlp", hidden=32) != key("mlp")
     assert key("iforest", epochs=7, hidden=32) == key("iforest")  # GNN settings do not touch detectors
     assert key("gccad-pre", pre_epochs=3) != key("gccad-pre")
