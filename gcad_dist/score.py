@@ -370,9 +370,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --parts: 'halo' scores each node against the context of its own K-means part, with "
                         "its links into other parts kept (the part plus the nodes of other parts it links to, as "
                         "pre-training's corrupt subgraphs keep the links to injected nodes); 'own' in its part alone "
-                        "(links across parts cut); 'links' in the part most of its neighbours belong to. halo beat "
-                        "own on every graph measured and, unlike links, never fell to chance (README, 'Scoring a "
-                        "large graph'; BENCHMARKS.md)")
+                        "(links across parts cut); 'links' in the part most of its neighbours belong to. No context is "
+                        "best everywhere: halo beat own on every generated graph measured, but on one real graph it "
+                        "scored AUROC 0.33 where links and scoring without --parts gave 0.76, and links fell to "
+                        "chance on generated 1M-node graphs. With a labelled sample, compare them (README, "
+                        "'Scoring a large graph'; BENCHMARKS.md)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
