@@ -23,17 +23,33 @@ Outputs in ``--out``: ``final/model.pt`` (the :mod:`gcad_dist.checkpoint` format
 load; ``extra["normalize"]`` records the store's feature normalisation, ``standard`` for a store built
 with the default ``partitioning.build --normalize``, which their ``--normalize auto`` then applies to
 the target graph with its own statistics), ``metrics.json`` (per-epoch history and a summary) and
-``ray_train/`` (Ray's checkpoints).
+``ray_train/`` (Ray's checkpoints), ``events.jsonl`` (the run record: every worker group's placement,
+rank by rank with node IPs, progress, checkpoints, epochs; :mod:`gcad_dist.distributed.train_loop`) and
+``ray.log`` (Ray's own output: worker start-up, Ray Train controller and checkpoint messages, the
+workers' log lines). The terminal gets this module's lines and a progress line per epoch (steps,
+seeds/s, loss, ETA); ``--verbose`` also sends Ray's output there.
+
+Losing a host: a worker group whose node dies (or is cut off) is restarted from the last checkpoint
+within ``--max-failures``, on whatever nodes have room; the driver names the lost host
+(``host lost: node 10.0.0.2 ...``). ``--collective-timeout`` bounds how long a worker waits in an
+all-reduce for a peer that no longer answers; how fast Ray itself declares a silent node dead is set
+where the cluster starts (``RAY_health_check_*``, launch/README.md). When the failures run out the
+run ends with one line, ``error: training failed ...: host ... lost ...``, exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import math
 import os
 import shutil
+import sys
 import tempfile
+import threading
+import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -48,6 +64,13 @@ os.environ.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "600")
 log = logging.getLogger("gcad_dist.pretrain")
 
 RUN_NAME = "ray_train"
+EVENTS = "events.jsonl"
+RAY_LOG = "ray.log"
+# After a failed run, how long to wait for Ray to declare a silent node dead so that the error names it
+# (netns_cluster.sh's health-check settings declare one dead within about 15 s).
+LOST_HOST_WAIT_S = 20.0
+PEER_LOST_SIGNS = ("peer", "health check", "node", "unavailable", "imed out", "ActorDied", "onnection")
+PLACEMENT_STRATEGIES = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -83,10 +106,13 @@ class PretrainConfig:
     checkpoint_interval: float = 60.0
     keep_checkpoints: int = 2
     max_failures: int = 3
+    placement_strategy: str = "PACK"
+    collective_timeout: float = 600.0
     resume: bool = False
     overwrite: bool = False
     seed: int = 0
     verbose: bool = False
+    progress: bool = True
 
     def fanout_list(self) -> list[int]:
         return [int(f) for f in str(self.fanouts).split(",") if f.strip()]
@@ -148,10 +174,21 @@ def build_parser() -> argparse.ArgumentParser:
     a("--keep-checkpoints", type=int, default=d.keep_checkpoints, help="Ray checkpoints kept on disk")
     a("--max-failures", type=int, default=d.max_failures,
       help="worker-group failures to recover from (restart from the last checkpoint); -1 = unlimited")
+    a("--placement-strategy", default=d.placement_strategy, choices=PLACEMENT_STRATEGIES,
+      help="placement of the workers on the cluster's nodes (Ray placement group strategy): PACK fills a node "
+      "first, SPREAD puts them on as many nodes as it can")
+    a("--collective-timeout", type=float, default=d.collective_timeout,
+      help="seconds a worker waits in a collective (gloo/NCCL all-reduce, the DDP gradient sync) for a peer "
+      "before failing, e.g. when a host's network is cut and Ray has not noticed; must exceed the longest "
+      "gap between two steps of any worker (checkpoint writes, the first reads of the store)")
     a("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     a("--overwrite", action="store_true", help="delete a previous run in --out and start over")
     a("--seed", type=int, default=d.seed, help="random seed")
-    a("--verbose", action="store_true", help="debug logging")
+    a("--verbose", action="store_true",
+      help="debug logging, and Ray's own output (worker start-up, Ray Train messages, the workers' log lines) "
+      "on the terminal too (always in <out>/ray.log)")
+    a("--no-progress", dest="progress", action="store_false",
+      help="no progress line during an epoch (the per-epoch summary lines stay)")
     return p
 
 
@@ -183,6 +220,9 @@ def validate(cfg: PretrainConfig) -> dict:
         (cfg.max_steps_per_epoch >= 0, "--max-steps-per-epoch", "must be >= 0"),
         (cfg.keep_checkpoints >= 1, "--keep-checkpoints", "must be >= 1"),
         (cfg.max_failures >= -1, "--max-failures", "must be >= -1"),
+        (cfg.placement_strategy in PLACEMENT_STRATEGIES, "--placement-strategy",
+         f"must be one of {', '.join(PLACEMENT_STRATEGIES)}"),
+        (cfg.collective_timeout > 0, "--collective-timeout", "must be > 0"),
         (not (cfg.resume and cfg.overwrite), "--resume", "cannot be combined with --overwrite"),
     ]
     for ok, opt, problem in checks:
@@ -213,6 +253,11 @@ def validate(cfg: PretrainConfig) -> dict:
     run_dir = Path(cfg.out) / RUN_NAME
     if cfg.resume and not run_dir.exists():
         raise UsageError(f"--resume: {cfg.out} holds no run to resume")
+    if cfg.resume:  # every checkpoint must be ours (read weights_only) and hold this run's model config
+        from gcad_dist.checkpoint import check_resume
+        from gcad_dist.distributed.train_loop import model_config
+
+        check_resume(run_dir, asdict(model_config(cfg, reader.num_features)))
     if run_dir.exists() and not (cfg.resume or cfg.overwrite):
         raise UsageError(f"--out: {cfg.out} already holds a run; pass --resume to continue it or --overwrite")
     return {"subgraphs": len(reader), "nodes": int(reader.node_counts.sum()),
@@ -267,6 +312,258 @@ def _start_ray(cfg: PretrainConfig) -> bool:
     return True
 
 
+class TrainingFailed(RuntimeError):
+    """Training failed for good (worker-group failures beyond --max-failures); ``str`` is one line."""
+
+
+class RayOutput:
+    """Ray's own output goes to ``<out>/ray.log``; with ``verbose`` to the terminal as well.
+
+    Three sources: the driver's ``ray`` logger (and Python warnings raised while the run is set up);
+    the lines Ray forwards from its worker processes (Ray Train's controller, the training workers, the
+    job's actors), which Ray hands to a dispatcher in the driver; and the cluster's error messages (a
+    dead raylet's last log lines, a node marked dead), which Ray prints through
+    ``ray._private.worker.print_to_stdstream``. The last two are private Ray APIs: if they change, the
+    lines stay on the terminal. ``install`` before ``ray.init``, ``forward`` after it, ``close`` at the
+    end (restores everything)."""
+
+    def __init__(self, path: Path, verbose: bool):
+        self.path, self.verbose = path, verbose
+        self.file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.handler = logging.StreamHandler(self.file)
+        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        self._saved: list[tuple[logging.Logger, list, bool]] = []
+        self._forwarding = False
+        self._removed: list = []
+        self._orig_print = None
+
+    def install(self) -> None:
+        logging.captureWarnings(True)
+        for name in ("ray", "py.warnings"):
+            lg = logging.getLogger(name)
+            self._saved.append((lg, list(lg.handlers), lg.propagate))
+            if not self.verbose:
+                for h in list(lg.handlers):
+                    lg.removeHandler(h)
+                lg.propagate = False
+            lg.addHandler(self.handler)
+
+    def _write(self, data: dict) -> None:
+        who = data.get("actor_name") or data.get("task_name")
+        prefix = f"{time.strftime('%H:%M:%S')} ({who + ' ' if who else ''}pid={data.get('pid')}, ip={data.get('ip')}) "
+        with contextlib.suppress(ValueError):  # a line that arrives after close()
+            self.file.write("".join(f"{prefix}{line}\n" for line in data.get("lines", [])))
+
+    def forward(self) -> None:
+        """Route the worker output Ray sends this driver into the log file (instead of the terminal)."""
+        try:
+            from ray._private.worker import global_worker_stdstream_dispatcher as disp
+
+            if not self.verbose:
+                self._removed = [pair for pair in disp.handlers if pair[0] == "ray_print_logs"]
+                disp.remove_handler("ray_print_logs")
+            disp.add_handler("gcad_ray_log", self._write)
+            self._forwarding = True
+            # Ray's error messages (e.g. a raylet's last 20 log lines when its node dies) reach the terminal
+            # through this function directly, not through the dispatcher.
+            import ray._private.worker as rw
+
+            self._orig_print = rw.print_to_stdstream
+
+            def print_to_stdstream(data, ignore_prefix: bool) -> None:
+                self._write(data)
+                if self.verbose:
+                    self._orig_print(data, ignore_prefix)
+
+            rw.print_to_stdstream = print_to_stdstream
+        except Exception as e:  # noqa: BLE001 - a private Ray API; without it the lines stay on the terminal
+            log.debug("cannot route Ray's worker output to %s: %s", self.path, e)
+
+    def close(self, ray_still_up: bool = False) -> None:
+        """Undo ``install`` / ``forward``; ``ray_still_up``: Ray was not ours and keeps running, so its
+        terminal handler goes back (after a ``ray.shutdown`` the next ``ray.init`` adds a fresh one)."""
+        if self._forwarding:
+            with contextlib.suppress(Exception):
+                from ray._private.worker import global_worker_stdstream_dispatcher as disp
+
+                disp.remove_handler("gcad_ray_log")
+                if self._orig_print is not None:
+                    import ray._private.worker as rw
+
+                    rw.print_to_stdstream = self._orig_print
+                if ray_still_up:
+                    for name, handler in self._removed:
+                        disp.add_handler(name, handler)
+        for lg, handlers, propagate in self._saved:
+            lg.removeHandler(self.handler)
+            for h in handlers:
+                if h not in lg.handlers:
+                    lg.addHandler(h)
+            lg.propagate = propagate
+        logging.captureWarnings(False)
+        self.file.close()
+
+
+class RunMonitor(threading.Thread):
+    """Follows ``<out>/events.jsonl`` (written by rank 0) and Ray's node table while ``fit`` runs.
+
+    Prints where each worker group runs, a restart and the step it resumed from, a progress line per
+    epoch (steps, seeds/s, loss, ETA: a tqdm bar on a terminal, else a log line at most every 30 s) and
+    the epoch summaries; and notices nodes that die (``host lost: ...``), which ``lost_hosts`` keeps
+    for the error message of a failed run."""
+
+    def __init__(self, events: Path, progress: bool, poll_s: float = 0.5, nodes_every_s: float = 2.0):
+        super().__init__(name="gcad-run-monitor", daemon=True)
+        self.events, self.progress = events, progress
+        self.poll_s, self.nodes_every_s = poll_s, nodes_every_s
+        self.offset = events.stat().st_size if events.exists() else 0
+        self.stop_event = threading.Event()
+        self.lost_hosts: list[str] = []
+        self.last_checkpoint: dict | None = None
+        self.rank_ips: dict[int, str] = {}
+        self._alive: dict[str, str] = {}
+        self._bar = None
+        self._tty = progress and sys.stderr.isatty()
+        self._last_line = 0.0
+        self._epoch_start: tuple[float, int] | None = None
+
+    # -- events
+    def _read(self) -> list[dict]:
+        try:
+            with open(self.events, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1  # only whole lines
+        self.offset += end
+        out = []
+        for line in data[:end].splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def _handle(self, e: dict) -> None:
+        kind = e.get("event")
+        if kind == "start":
+            self._close_bar()
+            self.rank_ips = {int(r["rank"]): r["ip"] for r in e.get("ranks", [])}
+            where = ", ".join(f"rank {r['rank']} on {r['ip']}" for r in e.get("ranks", []))
+            if e.get("restarts"):
+                log.warning("worker group restarted (restart %d): resuming at step %d (epoch %d, position %d) "
+                            "from the last checkpoint; %s", e["restarts"], e["step"], e["epoch"], e["position"], where)
+            else:
+                log.info("worker group: %d worker(s): %s", e.get("world", 0), where)
+            self._epoch_start = None
+        elif kind == "progress":
+            self._progress(e)
+        elif kind == "checkpoint":
+            self.last_checkpoint = e
+            log.debug("checkpoint at step %d", e["step"])
+        elif kind == "epoch":
+            self._close_bar()
+            self._epoch_start = None
+            log.info("epoch %d/%d: step %d loss %.4f (con %.4f link %.4f) %.0f seeds/s, %.1f%% waiting for data, "
+                     "%.1f s", e["epoch"] + 1, e.get("epochs", 0), e["step"], e["loss"], e["con"], e["link"],
+                     e["seeds_per_s"], 100 * e["wait_frac"], e["time_s"])
+
+    def _progress(self, e: dict) -> None:
+        if not self.progress:
+            return
+        total, pos, now = int(e.get("steps_per_epoch") or 0), int(e["position"]), time.time()
+        if self._epoch_start is None:
+            self._epoch_start = (now, pos)
+        t0, p0 = self._epoch_start
+        rate = (pos - p0) / max(now - t0, 1e-9)
+        if self._tty:
+            from tqdm.auto import tqdm
+
+            if self._bar is None:
+                self._bar = tqdm(total=total or None, initial=pos, desc=f"epoch {e['epoch'] + 1}", unit="step",
+                                 leave=False, file=sys.stderr, dynamic_ncols=True)
+            self._bar.update(pos - self._bar.n)
+            self._bar.set_postfix(loss=f"{e['loss']:.4f}", seeds_s=f"{e['seeds_per_s']:.0f}", refresh=True)
+        elif now - self._last_line >= 30:
+            self._last_line = now
+            eta = f"{(total - pos) / rate:.0f} s" if rate > 0 and total else "?"
+            log.info("epoch %d: step %d/%d, %.0f seeds/s, loss %.4f, ETA %s", e["epoch"] + 1, pos, total,
+                     e["seeds_per_s"], e["loss"], eta)
+
+    # -- nodes
+    def _check_nodes(self) -> None:
+        import ray
+
+        try:
+            nodes = ray.nodes()
+        except Exception:  # noqa: BLE001 - the GCS may be busy; try again next time
+            return
+        for n in nodes:
+            nid, ip = n.get("NodeID", "?"), n.get("NodeManagerAddress", "?")
+            if n.get("Alive"):
+                self._alive[nid] = ip
+            elif nid in self._alive:
+                del self._alive[nid]
+                reason = n.get("DeathReasonMessage") or n.get("DeathReason") or "no reason given"
+                self.lost_hosts.append(ip)
+                self._close_bar()
+                log.warning("host lost: Ray node %s (%s) is dead: %s", ip, nid[:12], str(reason).splitlines()[0])
+
+    def run(self) -> None:
+        next_nodes = 0.0
+        while not self.stop_event.is_set():
+            for e in self._read():
+                self._handle(e)
+            if time.time() >= next_nodes:
+                next_nodes = time.time() + self.nodes_every_s
+                self._check_nodes()
+            self.stop_event.wait(self.poll_s)
+        for e in self._read():
+            self._handle(e)
+        self._close_bar()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=10)
+
+    def wait_for_lost_host(self, timeout_s: float) -> None:
+        """After a failure: give Ray up to ``timeout_s`` to declare a silent node dead, so that the
+        error can name it (a killed peer fails a collective at once, seconds before that)."""
+        t0 = time.time()
+        while not self.lost_hosts and time.time() - t0 < timeout_s:
+            self._check_nodes()
+            if not self.lost_hosts:
+                time.sleep(1)
+
+
+def _failure_line(err: Exception, cfg: PretrainConfig, monitor: RunMonitor | None, out: Path) -> str:
+    """One line for a run that failed for good: which host was lost, which rank failed how, where to resume."""
+    failures = getattr(err, "worker_failures", None) or {}
+    ips = monitor.rank_ips if monitor else {}
+    if failures:
+        parts = []
+        for rank, exc in sorted(failures.items()):
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            # The last line of a traceback says what happened; Ray's "health check failed" says it first.
+            what = lines[0] if lines and "health check" in lines[0] else (lines[-1] if lines else type(exc).__name__)
+            parts.append(f"rank {rank}{' on ' + ips[rank] if rank in ips else ''}: {what[:160]}")
+        what = "; ".join(parts)
+    else:
+        what = next((ln.strip() for ln in str(err).splitlines() if ln.strip() and "Training failed" not in ln),
+                    type(err).__name__)[:300]
+    lost = sorted(set(monitor.lost_hosts)) if monitor else []
+    where = f"host {', '.join(lost)} lost; " if lost else ""
+    ck = monitor.last_checkpoint if monitor else None
+    resume = (f"last checkpoint at step {ck['step']} (continue with --resume --out {out})" if ck
+              else "no checkpoint written")
+    tries = "unlimited" if cfg.max_failures < 0 else str(cfg.max_failures)
+    return f"training failed (--max-failures {tries} used up): {where}{what}; {resume}"
+
+
 def run(cfg: PretrainConfig) -> dict:
     """Validate, start/join Ray, train, write ``final/`` and ``metrics.json``; returns the summary."""
     info = validate(cfg)
@@ -289,22 +586,35 @@ def run(cfg: PretrainConfig) -> dict:
     from gcad_dist.checkpoint import load_train_state
     from gcad_dist.distributed.train_loop import train_loop_per_worker
 
-    started = _start_ray(cfg)
+    events = out / EVENTS
+    if not cfg.resume:
+        events.unlink(missing_ok=True)
+    ray_out = RayOutput(out / RAY_LOG, cfg.verbose)
+    ray_out.install()
+    monitor: RunMonitor | None = None
+    started = False
     try:
+        started = _start_ray(cfg)
+        ray_out.forward()
+        log.info("Ray's own output goes to %s%s", out / RAY_LOG, "" if cfg.verbose else " (--verbose: here too)")
         use_gpu = cfg.gpus_per_worker > 0
         resources = {"CPU": cfg.cpus_per_worker}
         if use_gpu:
             resources["GPU"] = cfg.gpus_per_worker
-        loop_config = {"pretrain": asdict(cfg), "verbose": cfg.verbose}
+        loop_config = {"pretrain": asdict(cfg), "verbose": cfg.verbose, "events_path": str(events)}
+        if os.environ.get("GCAD_STEP_DELAY_S"):
+            loop_config["step_delay_s"] = float(os.environ["GCAD_STEP_DELAY_S"])
         if os.environ.get("GCAD_FAIL_AT_STEP"):
             loop_config["fail_at_step"] = int(os.environ["GCAD_FAIL_AT_STEP"])
             loop_config["fail_marker"] = os.environ.get("GCAD_FAIL_MARKER", str(out / ".fail_marker"))
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config=loop_config,
-            torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+            torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo",
+                                     timeout_s=int(math.ceil(cfg.collective_timeout))),
             scaling_config=ray.train.ScalingConfig(
-                num_workers=cfg.workers, use_gpu=use_gpu, resources_per_worker=resources
+                num_workers=cfg.workers, use_gpu=use_gpu, resources_per_worker=resources,
+                placement_strategy=cfg.placement_strategy,
             ),
             run_config=ray.train.RunConfig(
                 name=RUN_NAME,
@@ -313,7 +623,18 @@ def run(cfg: PretrainConfig) -> dict:
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
             ),
         )
-        result = trainer.fit()
+        monitor = RunMonitor(events, cfg.progress)
+        monitor.start()
+        try:
+            result = trainer.fit()
+        except ray.train.TrainingFailedError as e:
+            monitor.stop()
+            if any(w in str(e) or any(w in str(x) for x in (getattr(e, "worker_failures", None) or {}).values())
+                   for w in PEER_LOST_SIGNS):
+                monitor.wait_for_lost_host(LOST_HOST_WAIT_S)
+            raise TrainingFailed(_failure_line(e, cfg, monitor, out)) from e
+        finally:
+            monitor.stop()
         if result.checkpoint is None:
             raise RuntimeError("training finished without a checkpoint")
         final = out / "final"
@@ -324,6 +645,7 @@ def run(cfg: PretrainConfig) -> dict:
     finally:
         if started:
             ray.shutdown()
+        ray_out.close(ray_still_up=not started)
     history = state.get("history", [])
     last = history[-1] if history else {}
     summary = {
@@ -347,7 +669,11 @@ def run(cfg: PretrainConfig) -> dict:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(argv)
     setup_logging(cfg.verbose)
-    run(cfg)
+    try:
+        run(cfg)
+    except TrainingFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -22,19 +22,31 @@ step counter continuing.
 The loop talks to Ray only through a reporter (:class:`RayReporter`: ``latest_checkpoint()``,
 ``report(metrics, checkpoint_dir)``), so tests can run it in-process with a stand-in.
 
-Test hook: ``fail_at_step`` (from ``GCAD_FAIL_AT_STEP``) makes the last rank SIGKILL itself once
+Run record: with ``config["events_path"]`` (``<out>/events.jsonl``, on the storage every host shares)
+rank 0 appends one JSON object per line: ``start`` when a worker group starts (every rank's node IP,
+host name and pid, the step it resumes from, the restart count), ``progress`` at most once a second
+(position in the epoch, running loss, seeds/s), ``checkpoint`` after each checkpoint and ``epoch`` with
+the epoch's record. The driver (:mod:`gcad_dist.pretrain`) follows it for its progress line; tests read
+placement and the step a restarted group resumed from out of it. Each epoch record also lists the
+node IP of every rank (``nodes``).
+
+Test hooks: ``fail_at_step`` (from ``GCAD_FAIL_AT_STEP``) makes the last rank SIGKILL itself once
 that global step is done, but only if ``fail_marker`` does not exist yet (it is created first), so the
-failure fires once per run.
+failure fires once per run. ``step_delay_s`` (from ``GCAD_STEP_DELAY_S``) sleeps that long after every
+step, so that a test can act in the middle of an epoch on a fast machine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import json
 import logging
 import math
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -125,6 +137,52 @@ class RayReporter:
         ray.train.report(metrics, checkpoint=ckpt)
 
 
+def node_ip() -> tuple[str, str]:
+    """(IP, node id) of the Ray node this worker runs on (its host's address in the cluster), else the
+    host name's address and ""."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            nid = ray.get_runtime_context().get_node_id()
+            for n in ray.nodes():
+                if n.get("NodeID") == nid:
+                    return n["NodeManagerAddress"], nid
+            return ray.util.get_node_ip_address(), nid
+    except Exception:  # noqa: BLE001 - a record, never a reason to fail
+        pass
+    try:
+        return socket.gethostbyname(socket.gethostname()), ""
+    except OSError:
+        return "127.0.0.1", ""
+
+
+class EventLog:
+    """Appends JSON lines to ``path`` (rank 0 only; ``path`` None = off). ``progress`` events are
+    rate-limited to one per ``interval_s``."""
+
+    def __init__(self, path: str | None, interval_s: float = 1.0):
+        self.path = path
+        self.interval_s = interval_s
+        self._last = 0.0
+
+    def write(self, event: str, **fields) -> None:
+        if not self.path:
+            return
+        now = time.time()
+        if event == "progress":
+            if now - self._last < self.interval_s:
+                return
+            self._last = now
+        line = json.dumps({"event": event, "time": now, **fields}) + "\n"
+        try:
+            with open(self.path, "a") as f:  # one short write per line: appends stay whole
+                f.write(line)
+        except OSError as e:  # a full or read-only disk must not stop training
+            log.warning("cannot write %s: %s", self.path, e)
+            self.path = None
+
+
 def checkpoint_due(last_epoch: bool, since_last_s: float, interval_s: float) -> bool:
     """Checkpoint at this epoch end? Always after the last epoch, else once ``interval_s`` seconds have
     passed since the last checkpoint (``interval_s`` 0: every epoch). ``since_last_s`` must be the
@@ -173,7 +231,9 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     torch.manual_seed(cfg.seed + 1000 * (rank + 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total_steps))
-    sync = AllReduceContextSync(group=dist.new_group() if world > 1 else None, momentum=cfg.memory_momentum)
+    timeout = datetime.timedelta(seconds=float(config["pretrain"].get("collective_timeout") or 1800))
+    sync = AllReduceContextSync(group=dist.new_group(timeout=timeout) if world > 1 else None,
+                                momentum=cfg.memory_momentum)
 
     # -- restore ------------------------------------------------------------------------------
     epoch, pos, global_step = 0, 0, 0
@@ -206,7 +266,19 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
         net = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None,
         )
+    # Where every rank runs (node IP, host, pid): logged, in every epoch record and in the run record.
+    ip, node_id = node_ip()
+    me = {"rank": rank, "ip": ip, "node_id": node_id, "host": socket.gethostname(), "pid": os.getpid()}
+    ranks = [me]
+    if world > 1:
+        ranks = [None] * world
+        dist.all_gather_object(ranks, me)
+    nodes = [r["ip"] for r in ranks]
+    events = EventLog(config.get("events_path") if rank == 0 else None)
+    events.write("start", epoch=epoch, position=pos, step=global_step, restarts=restarts, world=world,
+                 ranks=ranks, steps_per_epoch=steps_per_epoch, epochs=cfg.epochs)
     if rank == 0:
+        log.info("worker group: ranks on %s", ", ".join(f"{r['rank']}@{r['ip']}" for r in ranks))
         log.info("worker group: %d worker(s) on %s; %d subgraphs, %d steps/epoch (%d pass(es) over the store, "
                  "--min-steps-per-epoch %d), %d epochs", world, device, len(reader.node_counts), steps_per_epoch,
                  passes, cfg.min_steps_per_epoch, cfg.epochs)
@@ -240,9 +312,11 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                 shutil.rmtree(tmp, ignore_errors=True)
         if with_checkpoint:
             last_checkpoint = time.perf_counter()
+            events.write("checkpoint", epoch=epoch, position=pos, step=global_step, checkpoints=checkpoints)
 
     fail_at = int(config.get("fail_at_step") or 0)
     fail_marker = config.get("fail_marker")
+    step_delay = float(config.get("step_delay_s") or 0)
 
     # -- train --------------------------------------------------------------------------------
     last_checkpoint = time.perf_counter()  # a restarted group counts from its start
@@ -271,6 +345,12 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             edges += tb.num_edges
             for k in sums:
                 sums[k] += float(losses["total" if k == "loss" else k].detach())
+            if rank == 0:
+                dt = time.perf_counter() - t_epoch
+                events.write("progress", epoch=epoch, position=pos, step=global_step, loss=sums["loss"] / n_steps,
+                             seeds_per_s=seeds * world / max(dt, 1e-9), steps_per_epoch=steps_per_epoch)
+            if step_delay:
+                time.sleep(step_delay)
             if fail_at and global_step == fail_at and rank == world - 1 and fail_marker \
                     and not os.path.exists(fail_marker):
                 Path(fail_marker).touch()
@@ -290,9 +370,10 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             "link": tot[2] / steps_all, "lr": scheduler.get_last_lr()[0], "steps": int(tot[3] / world),
             "seeds_per_s": tot[4] / max(elapsed_max, 1e-9), "edges_per_s": tot[5] / max(elapsed_max, 1e-9),
             "wait_frac": tot[6] / world / max(elapsed_max, 1e-9), "read_s": tot[7] / world,
-            "time_s": elapsed_max, "restarts": restarts, "workers": world,
+            "time_s": elapsed_max, "restarts": restarts, "workers": world, "nodes": nodes,
         }
         history.append(record)
+        events.write("epoch", **record, steps_per_epoch=steps_per_epoch, epochs=cfg.epochs)
         if rank == 0:
             log.info("epoch %d: step %d loss %.4f (con %.4f link %.4f) %.0f seeds/s, %.1f%% waiting for data",
                      epoch, global_step, record["loss"], record["con"], record["link"], record["seeds_per_s"],
