@@ -4,7 +4,8 @@ Stages: load the graph -> fingerprint (of the raw input) -> ``--normalize standa
 every feature over all nodes, label-free; K-means and the stored ``x`` see the normalised features)
 -> (``--k auto``: inertia curve over a K grid on a sample, elbow) -> FAISS
 K-means on the node features (train on a sample, assign all nodes) -> parts below ``--min-part-size``
-merged into their nearest neighbours -> corrupt subgraphs (METHOD.md section 4) -> edge statistics
+merged into their nearest neighbours -> corrupt subgraphs (METHOD.md section 4; ``--corruption-mix``
+adds feature-swap and planted-edge corruptions beside node injection) -> edge statistics
 (share of edges the partition keeps) -> atomic Zarr store (``partitioning/STORE_FORMAT.md``).
 Multi-graph input (``graph_id`` set): each graph is a part, no clustering and no merging is done.
 """
@@ -47,6 +48,7 @@ class BuildConfig:
     elbow_sample: int = 20_000
     ratio: float = 0.15
     corruptions: int = 1
+    corruption_mix: str = "inject"  # kinds (and weights) of corruption; "inject" = the paper's (METHOD.md s. 4)
     seed: int = 0
     niter: int = 20
     nredo: int = 3  # K-means restarts of the final clustering (best inertia kept); the elbow uses 1
@@ -97,6 +99,12 @@ def check_config(cfg: BuildConfig) -> None:
     for name in ("corruptions", "sample", "niter", "nredo"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name}: must be at least 1, got {getattr(cfg, name)}")
+    from partitioning.corrupt import parse_mix
+
+    try:
+        parse_mix(cfg.corruption_mix)
+    except ValueError as e:
+        raise UsageError(f"--corruption-mix: {e}") from None
     if cfg.threads < 0:
         raise UsageError(f"--threads: must be >= 0, got {cfg.threads}")
     if cfg.chunk_mib <= 0:
@@ -150,7 +158,8 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
 
     from partitioning.cli import UsageError
     from partitioning import kmeans as km
-    from partitioning.corrupt import corrupt_subgraphs, num_injected, subgraph_edge_share, uncut_edge_share
+    from partitioning.corrupt import (corrupt_subgraphs, format_mix, num_injected, parse_mix, subgraph_edge_share,
+                                      uncut_edge_share)
     from partitioning.features import normalize_store_features
     from partitioning.io import load_graph
     from partitioning.store.writer import check_destination, store_size_bytes, write_store
@@ -284,10 +293,13 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
     partition["injected_per_part"] = num_injected(sizes, cfg.ratio).tolist() if k <= 1000 else None
 
     with stages("corrupt"):
+        mix = parse_mix(cfg.corruption_mix)
         gen = corrupt_subgraphs(
-            graph.indptr, graph.indices, parts, ratio=cfg.ratio, corruptions=cfg.corruptions, seed=cfg.seed, num_parts=k
+            graph.indptr, graph.indices, parts, ratio=cfg.ratio, corruptions=cfg.corruptions, seed=cfg.seed, num_parts=k,
+            mix=mix,
         )
         subgraphs = list(tqdm(gen, total=k * cfg.corruptions, desc="corrupt", unit="subgraph", disable=not cfg.progress))
+        corruption = corruption_manifest(subgraphs, mix, cfg.ratio, format_mix(mix))
     with stages("edge stats"):
         partition["edges_kept"] = uncut_edge_share(graph.indptr, graph.indices, parts)
         partition["edges_kept_subgraphs"] = subgraph_edge_share(subgraphs, n, graph.num_edges)
@@ -309,7 +321,9 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
                    "min_part_size": cfg.min_part_size if cfg.min_part_size is not None else "auto", "threads": threads},
         "partition": partition,
         "features": features,
-        "labels": "y = 0 own node, 1 injected node (anomaly)",
+        "corruption": corruption,
+        "labels": "y = 0 own node, 1 injected node (anomaly)" if corruption["paper"] else
+                  "y = 0 own node left unchanged, 1 corrupted node (injected, feature-swapped or given planted edges)",
     }
     with stages("write"):
         manifest = write_store(
@@ -331,6 +345,42 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
             e = partition["elbow"]
             plot_path = str(plot_elbow(e["ks"], e["inertias"], e["k"], _elbow_plot_path(out)))
     return BuildResult(manifest=manifest, seconds=dict(stages.seconds), store_bytes=store_size_bytes(out), plot_path=plot_path)
+
+
+def corruption_manifest(subgraphs: list[Any], mix: dict[str, float], ratio: float, spec: str) -> dict[str, Any]:
+    """The manifest's ``corruption`` entry: kinds, weights, ratio, corrupted nodes per kind in all and per
+    subgraph (in store order; per subgraph only for at most 1000 subgraphs)."""
+    from partitioning.corrupt import EDGE_MIN
+
+    keys = [*mix, *(("planted_edges",) if "edges" in mix else ())]
+    per = {key: [int(s.counts.get(key, 0)) for s in subgraphs] for key in keys}
+    out: dict[str, Any] = {
+        "kinds": list(mix),
+        "spec": spec,
+        "weights": {k: float(w) for k, w in mix.items()},
+        "paper": list(mix) == ["inject"],
+        "ratio": ratio,
+        "counts": {key: int(sum(v)) for key, v in per.items()},
+        "per_subgraph": per if len(subgraphs) <= 1000 else None,
+    }
+    if "features" in mix:
+        out["features"] = "own node keeps its links, takes the features of a node drawn from another part"
+    if "edges" in mix:
+        out["edges"] = (f"own node keeps its features, gains max({EDGE_MIN}, degree) edges to nodes drawn uniformly "
+                        "from the rest of its subgraph (collisions dropped)")
+    return out
+
+
+def _corruption_line(m: dict[str, Any], c: dict[str, Any]) -> str:
+    """``nodes`` line of the summary: own + injected, or unchanged + corrupted by kind for a mix."""
+    cor = m.get("corruption")
+    if not cor or cor.get("paper", True):
+        return f"nodes           {c['nodes']:,} = own {c['own_nodes']:,} + injected {c['injected_nodes']:,}"
+    kinds = ", ".join(f"{k} {cor['counts'].get(k, 0):,}" for k in cor["kinds"])
+    line = f"nodes           {c['nodes']:,} = unchanged {c['own_nodes']:,} + corrupted {c['injected_nodes']:,} ({kinds})"
+    if "planted_edges" in cor["counts"]:
+        line += f"; {cor['counts']['planted_edges']:,} planted edges"
+    return line
 
 
 def _share(v: float | None) -> str:
@@ -367,7 +417,7 @@ def summary_table(result: BuildResult) -> str:
         _parts_line(p),
         _edges_line(p),
         f"subgraphs       {c['subgraphs']:,} ({m['params']['corruptions']} per part)",
-        f"nodes           {c['nodes']:,} = own {c['own_nodes']:,} + injected {c['injected_nodes']:,}",
+        _corruption_line(m, c),
         f"edges           {c['edge_entries'] // 2:,} undirected ({c['edge_entries']:,} CSR entries)",
         f"features        {describe_normalization(manifest_normalization(m))}",
         f"store size      {result.store_bytes / 2**20:,.1f} MiB",
@@ -416,7 +466,8 @@ def make_parser() -> argparse.ArgumentParser:
         prog="python -m partitioning.build",
         description="Cluster a graph's nodes (FAISS K-means on the features; one part per graph for "
         "multi-graph input), build corrupt subgraphs (METHOD.md section 4: inject nodes of other parts, "
-        "label them 1) and write them to an atomic Zarr store.",
+        "label them 1; --corruption-mix adds feature-swap and planted-edge corruptions) and write them to an "
+        "atomic Zarr store.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     d = BuildConfig(graph="", out="")
@@ -435,9 +486,17 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", type=int, default=d.sample, help="K-means is trained on this many nodes drawn "
                    "uniformly (all nodes if fewer); then every node is assigned to its nearest centroid")
     p.add_argument("--elbow-sample", type=int, default=d.elbow_sample, help="nodes drawn for the inertia curve of --k auto")
-    p.add_argument("--ratio", type=float, default=d.ratio, help="injected nodes per part = round(ratio x part size), "
-                   "0 < ratio < 1")
+    p.add_argument("--ratio", type=float, default=d.ratio, help="injected (with --corruption-mix: corrupted) nodes per "
+                   "part = round(ratio x part size), 0 < ratio < 1")
     p.add_argument("--corruptions", type=int, default=d.corruptions, help="independent corrupt subgraphs per part")
+    p.add_argument("--corruption-mix", default=d.corruption_mix, metavar="KINDS",
+                   help="corruption kinds, comma-separated, each optionally KIND:WEIGHT (round(ratio x part size) "
+                   "corrupted nodes per subgraph, split between the kinds by weight, all labelled 1): inject = nodes "
+                   "of other parts with their links (the paper's corrupt graph, METHOD.md section 4; 'inject' alone "
+                   "is exactly the paper's setting); features = an own node keeps its links but takes the features "
+                   "of a node of another part (contextual anomaly); edges = an own node keeps its features and gains "
+                   "max(5, degree) edges to random nodes of its subgraph (structural anomaly). "
+                   "E.g. inject,features,edges")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of every random choice (same seed, same store)")
     p.add_argument("--niter", type=int, default=d.niter, help="K-means (Lloyd) iterations per run")
     p.add_argument("--nredo", type=int, default=d.nredo, help="K-means runs (own seeding each) for the final "
@@ -467,7 +526,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     return BuildConfig(
         graph=args.graph, out=args.out, k=k, k_grid=grid, min_part_size=min_size, sample=args.sample,
         elbow_sample=args.elbow_sample,
-        ratio=args.ratio, corruptions=args.corruptions, seed=args.seed, niter=args.niter, nredo=args.nredo,
+        ratio=args.ratio, corruptions=args.corruptions, corruption_mix=args.corruption_mix, seed=args.seed, niter=args.niter, nredo=args.nredo,
         normalize=args.normalize, gpu=args.gpu,
         threads=args.threads, chunk_mib=args.chunk_mib, overwrite=args.overwrite, plot=not args.no_plot,
         progress=not args.no_progress,

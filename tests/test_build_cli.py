@@ -249,8 +249,9 @@ def test_cli_subprocess_help_and_one_line_error(tmp_path: Path) -> None:
     h = subprocess.run(cmd + ["--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert h.returncode == 0
     for opt in ("--graph", "--out", "--k ", "--k-grid", "--sample", "--ratio", "--corruptions", "--seed",
-                "--niter", "--gpu", "--overwrite", "--min-part-size"):
+                "--niter", "--gpu", "--overwrite", "--min-part-size", "--corruption-mix"):
         assert opt in h.stdout
+    assert "exactly the paper's setting" in " ".join(h.stdout.split())
     e = subprocess.run(cmd + ["--graph", "x.npz", "--out", str(tmp_path / "o"), "--ratio", "2"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert e.returncode == 2 and e.stderr.strip().count("\n") == 0 and e.stderr.startswith("error: --ratio")

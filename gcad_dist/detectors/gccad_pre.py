@@ -1,7 +1,9 @@
 """GCCAD-pre scored without labels, through the project's own pipeline (label-free).
 
 1. :func:`partitioning.build.build`: K-means parts (``k`` auto, Kneedle elbow) and corrupt subgraphs
-   into a Zarr store in a temporary folder (features z-scored at build, the default);
+   into a Zarr store in a temporary folder (features z-scored at build, the default; corruption kinds
+   ``corruption_mix``, default ``inject`` = the paper's: a label-free comparison with
+   ``inject,features,edges`` on books, inj_cora, disney and a generated graph showed no clear gain);
 2. :func:`gcad_dist.pretrain.run`: self-supervised pre-training on Ray Train, a private in-process Ray
    instance with one worker, ``pre_epochs`` epochs, seeded by the run's seed;
 3. :func:`gcad_dist.score.score_parts_halo`: every node scored in its K-means part with the part's 1-hop
@@ -25,7 +27,10 @@ import numpy as np
 log = logging.getLogger("gcad_dist.detectors.gccad_pre")
 
 # Pre-training settings fixed here (bench.pretrain_transfer's on real graphs); epochs come from the harness.
+#: ``corruption_mix``: ``partitioning.build --corruption-mix`` ("inject" = the paper's corrupt graphs).
+CORRUPTION_MIX = "inject"
 SETTINGS: dict[str, Any] = {"k": "auto", "build": "defaults (ratio 0.15, 1 corruption, normalize standard)",
+                            "corruption_mix": CORRUPTION_MIX,
                             "workers": 1, "lr": 5e-3, "pretrain": "PretrainConfig defaults", "context": "halo"}
 
 
@@ -40,8 +45,9 @@ def _graph(data: Any) -> Any:
 
 
 def fit_score(data: Any, split: Any, seed: int, pre_epochs: int = 10, threads: int = 1, device: str = "cpu",
-              workdir: str | None = None, **_: Any) -> np.ndarray:
-    """Build a store of ``data``, pre-train on it, score every node by parts (halo); float [N]."""
+              workdir: str | None = None, corruption_mix: str = CORRUPTION_MIX, **_: Any) -> np.ndarray:
+    """Build a store of ``data`` (corruption kinds ``corruption_mix``), pre-train on it, score every node by
+    parts (halo); float [N]."""
     from gcad_dist.pretrain import PretrainConfig, run
     from gcad_dist.score import load_checkpoint_model, prepare_data, score_parts_halo
     from partitioning.build import BuildConfig, build
@@ -53,7 +59,7 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int = 10, threads: i
     with tempfile.TemporaryDirectory(prefix="gccad-pre-", dir=workdir) as tmp:
         store = Path(tmp) / "store.zarr"
         build(BuildConfig(graph=graph.source, out=str(store), k=None, seed=seed, threads=threads, plot=False,
-                          progress=False), graph=graph)
+                          progress=False, corruption_mix=corruption_mix), graph=graph)
         run(PretrainConfig(store=str(store), out=str(Path(tmp) / "pre"), workers=1, cpus_per_worker=threads,
                            epochs=pre_epochs, lr=SETTINGS["lr"], seed=seed, overwrite=True, max_failures=0,
                            gpus_per_worker=1.0 if device.startswith("cuda") else 0.0))
