@@ -429,16 +429,8 @@ def summary_table(result: BuildResult) -> str:
     return "\n".join(lines)
 
 
-def _parse_k(text: str) -> int | None:
-    if text == "auto":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
-
-
-def _parse_min_size(text: str) -> int | None:
+def _parse_auto_int(text: str) -> int | None:
+    """``auto`` -> None (chosen by the build), else an integer (--k, --min-part-size)."""
     if text == "auto":
         return None
     try:
@@ -474,11 +466,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--graph", required=True, help="input graph: .npz, .pt (PyG Data) or a folder (see partitioning.io)")
     p.add_argument("--out", required=True, help="store folder to create, e.g. runs/tolokers.zarr (written to "
                    "<out>.tmp-<pid> then renamed)")
-    p.add_argument("--k", type=_parse_k, default="auto", help="number of parts, or 'auto' for the elbow of the "
+    p.add_argument("--k", type=_parse_auto_int, default="auto", help="number of parts, or 'auto' for the elbow of the "
                    "inertia curve over --k-grid (Kneedle on log inertia); ignored for multi-graph input")
     p.add_argument("--k-grid", type=_parse_grid, default=",".join(map(str, d.k_grid)),
                    help="K values tried by --k auto (comma-separated, at least 3, each >= 2)")
-    p.add_argument("--min-part-size", type=_parse_min_size, default="auto",
+    p.add_argument("--min-part-size", type=_parse_auto_int, default="auto",
                    help="smallest part allowed: smaller K-means parts are dissolved (smallest first) into the "
                    "nearest remaining parts and K drops accordingly (a warning says how many); auto = max(32, the "
                    "smallest part that gets 5 injected nodes at --ratio), i.e. 32 at ratio 0.15; capped at half "
@@ -520,9 +512,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> BuildConfig:
-    k = args.k if not isinstance(args.k, str) else _parse_k(args.k)
+    k = args.k if not isinstance(args.k, str) else _parse_auto_int(args.k)
     grid = args.k_grid if isinstance(args.k_grid, tuple) else _parse_grid(args.k_grid)
-    min_size = args.min_part_size if not isinstance(args.min_part_size, str) else _parse_min_size(args.min_part_size)
+    min_size = args.min_part_size if not isinstance(args.min_part_size, str) else _parse_auto_int(args.min_part_size)
     return BuildConfig(
         graph=args.graph, out=args.out, k=k, k_grid=grid, min_part_size=min_size, sample=args.sample,
         elbow_sample=args.elbow_sample,
