@@ -211,7 +211,8 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
     torch.manual_seed(cfg.seed + rank)
 
-    reader = StoreReader(cfg.store)
+    # the driver checked every file before Ray started (pretrain.validate); chunks are still checked as read
+    reader = StoreReader(cfg.store, verify=False)
     normalize = reader.feature_normalization()  # recorded in every checkpoint's extra
     shard = ShardConfig(
         sample_threshold=cfg.sample_threshold, batch_cost=cfg.graph_batch_nodes, batch_size=cfg.batch_size,
