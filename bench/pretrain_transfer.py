@@ -1,7 +1,7 @@
 """Quality without labels on real graphs: GCCAD-pre zero-shot / fine-tuned next to supervised GCCAD.
 
 Example (BENCHMARKS.md):
-    python -m bench.pretrain_transfer --datasets tolokers,reddit --seeds 0,1,2 --epochs 30 --out runs/h8/transfer
+    python -m bench.pretrain_transfer --datasets inj_cora --seeds 0,1,2 --label-fractions 0.01,0.1,1 --threads 1 --out runs/transfer10
 
 For each dataset (a name in ``--data-dir`` such as ``tolokers``, or a path to a graph file):
 
@@ -11,11 +11,18 @@ For each dataset (a name in ``--data-dir`` such as ``tolokers``, or a path to a 
 3. for each seed of ``--seeds``, on the same split (the graph's given split ``seed % S`` for tolokers, a
    seeded stratified 40/20/40 split otherwise; every CLI below uses the same split function):
    * ``python -m gcad_dist.finetune --epochs 0``: zero-shot, the pre-trained score as it is;
-   * ``python -m gcad_dist.finetune --label-fraction f`` for each ``--label-fractions``: fine-tuned on a
-     stratified fraction of the training labels, epoch chosen on validation AUPRC;
-   * ``python -m gcad_dist.train --model gccad``: supervised GCCAD from scratch on all training labels.
+   * for each fraction f of ``--label-fractions`` (default 0.01, 0.1, 1), the same seeded stratified
+     subsample of the training labels (:func:`gcad_dist.data.splits.subsample_labels`) for both:
+     ``python -m gcad_dist.finetune --label-fraction f`` (fine-tuned from the checkpoint) and
+     ``python -m gcad_dist.train --model gccad --label-fraction f`` (supervised GCCAD from scratch).
+     Both run with the same supervised settings: ``gcad_dist.train``'s defaults (lr, epochs, patience,
+     ``--link-eval expected``, ``--score-space projection``) unless ``--tune-lr`` / ``--ft-epochs`` /
+     ``--sup-epochs`` / ``--patience`` / ``--link-eval`` / ``--score-space`` say otherwise; epoch chosen on
+     validation AUPRC.
 4. Test AUROC / AUPRC / Recall@K (K = number of test anomalies) from each ``metrics.json``, mean ± std over the
-   seeds, as a Markdown table on stdout (also ``<out>/table.md`` and ``<out>/results.json``).
+   seeds, one row per (dataset, method, label fraction), then per (dataset, fraction) fine-tune minus scratch
+   (paired by seed: mean ± std of the differences, seeds where fine-tuning wins, AUPRC ratio), as Markdown
+   on stdout (also ``<out>/table.md`` and ``<out>/results.json``).
 
 Steps whose outputs exist are reused (delete ``--out`` or pass ``--overwrite`` to redo them). A failing step
 is logged with the tail of its output and left out of the table; the script exits 1 if any step failed.
@@ -54,17 +61,20 @@ class TransferConfig:
     datasets: list[str] = field(default_factory=lambda: ["tolokers", "reddit"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     epochs: int = 30
-    label_fractions: list[float] = field(default_factory=lambda: [0.1, 1.0])
+    label_fractions: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0])
     data_dir: str = str(REPO.parent / "shared" / "data")
     out: str = "runs/pretrain_transfer"
     k: str = "auto"
     workers: int = 1
     pretrain_seed: int = 0
-    ft_epochs: int = 100
-    sup_epochs: int = 100
-    lr: float = 5e-3
-    patience: int = 30
-    sup_score_space: str = "projection"
+    # None = the CLIs' own defaults, which are gcad_dist.train's (TrainConfig) for both fine-tuning and scratch
+    ft_epochs: int | None = None
+    sup_epochs: int | None = None
+    lr: float = 5e-3  # pre-training
+    tune_lr: float | None = None  # fine-tuning and supervised training
+    patience: int | None = None
+    link_eval: str | None = None
+    score_space: str | None = None
     sup_normalize: str = "standard"
     threads: int = 1
     retries: int = 3
@@ -99,18 +109,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated seeds; each seed fixes the split, label subsample and training noise")
     p.add_argument("--epochs", type=int, default=d.epochs, help="pre-training epochs (passes over the store)")
     p.add_argument("--label-fractions", type=_csv(float), default=d.label_fractions,
-                   help="fractions of the training labels used for fine-tuning, each in (0, 1]")
+                   help="fractions of the training labels, each in (0, 1]; per fraction one fine-tune and one "
+                        "from-scratch run on the same subsample")
     p.add_argument("--data-dir", default=d.data_dir, help="folder of the real datasets (<name>.npz)")
     p.add_argument("--out", default=d.out, help="output folder: stores, pre-training runs, per-run metrics, table.md")
     p.add_argument("--k", default=d.k, help="parts for partitioning.build (number or 'auto')")
     p.add_argument("--workers", type=int, default=d.workers, help="Ray Train workers for pre-training")
     p.add_argument("--pretrain-seed", type=int, default=d.pretrain_seed, help="seed of the store build and of pre-training")
-    p.add_argument("--ft-epochs", type=int, default=d.ft_epochs, help="maximum fine-tuning epochs")
-    p.add_argument("--sup-epochs", type=int, default=d.sup_epochs, help="maximum supervised training epochs")
-    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate of pre-training, fine-tuning and supervised training")
-    p.add_argument("--patience", type=int, default=d.patience, help="early-stopping patience (epochs) of fine-tuning and supervised training")
-    p.add_argument("--sup-score-space", default=d.sup_score_space, choices=("encoder", "projection"),
-                   help="score space of the supervised GCCAD (the quality benchmark's choice on validation)")
+    p.add_argument("--ft-epochs", type=int, default=d.ft_epochs, help="maximum fine-tuning epochs (default: gcad_dist.train's)")
+    p.add_argument("--sup-epochs", type=int, default=d.sup_epochs, help="maximum from-scratch epochs (default: gcad_dist.train's)")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate of pre-training")
+    p.add_argument("--tune-lr", type=float, default=d.tune_lr,
+                   help="peak learning rate of fine-tuning and of supervised training from scratch (default: gcad_dist.train's)")
+    p.add_argument("--patience", type=int, default=d.patience,
+                   help="early-stopping patience (epochs) of fine-tuning and supervised training (default: gcad_dist.train's)")
+    p.add_argument("--link-eval", default=d.link_eval, choices=("expected", "threshold"),
+                   help="GCCAD link remover at evaluation, fine-tuned and from scratch alike (default: gcad_dist.train's)")
+    p.add_argument("--score-space", "--sup-score-space", dest="score_space", default=d.score_space, choices=("encoder", "projection"),
+                   help="GCCAD score space, fine-tuned and from scratch alike (default: gcad_dist.train's); "
+                        "--sup-score-space is the old name")
     p.add_argument("--sup-normalize", default=d.sup_normalize, choices=("standard", "none"),
                    help="feature normalisation of supervised training (fine-tuning uses the checkpoint's: none, as the store holds raw features)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch / FAISS threads of every step (also OMP_NUM_THREADS)")
@@ -126,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _validate(cfg: TransferConfig) -> dict[str, Path]:
     if cfg.epochs < 1:
         raise UsageError(f"--epochs: must be >= 1, got {cfg.epochs}")
+    for name in ("ft_epochs", "sup_epochs"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
+    if cfg.patience is not None and cfg.patience < 0:
+        raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
+    if cfg.tune_lr is not None and not cfg.tune_lr > 0:
+        raise UsageError(f"--tune-lr: must be > 0, got {cfg.tune_lr}")
     if any(not (0 < f <= 1) for f in cfg.label_fractions):
         raise UsageError(f"--label-fractions: each must be in (0, 1], got {cfg.label_fractions}")
     graphs: dict[str, Path] = {}
@@ -208,53 +232,114 @@ def run_dataset(cfg: TransferConfig, name: str, graph: Path, run: Runner) -> lis
     ckpt = str(pre / "final")
     records = []
     for seed in cfg.seeds:
-        methods: list[tuple[str, str, list[str]]] = [
-            ("zero-shot", f"zs-s{seed}", ["gcad_dist.finetune", "--checkpoint", ckpt, "--epochs", "0"]),
-            *[(f"fine-tune {f:g} labels", f"ft{f:g}-s{seed}",
-               ["gcad_dist.finetune", "--checkpoint", ckpt, "--label-fraction", str(f), "--epochs", str(cfg.ft_epochs),
-                "--lr", str(cfg.lr), "--patience", str(cfg.patience)])
-              for f in cfg.label_fractions],
-            ("supervised GCCAD", f"sup-s{seed}",
-             ["gcad_dist.train", "--model", "gccad", "--epochs", str(cfg.sup_epochs), "--normalize", cfg.sup_normalize,
-              "--lr", str(cfg.lr), "--patience", str(cfg.patience), "--score-space", cfg.sup_score_space]),
-        ]
-        for method, tag, args in methods:
+        for method, fraction, tag, args in _method_runs(cfg, ckpt, seed):
             rdir = out / tag
             args = [*args, "--graph", str(graph), "--out", str(rdir), "--seed", str(seed), "--threads", str(cfg.threads),
                     "--device", "cpu", "--no-plots", "--no-progress"]
             if not run(f"{name}-{tag}", args, rdir / "metrics.json"):
                 continue
-            m = json.loads((rdir / "metrics.json").read_text())
-            records.append({
-                "dataset": name, "method": method, "seed": seed,
-                **{k: m["test"][k] for k in METRICS},
-                "val_auprc": m["val"]["auprc"], "best_epoch": m.get("best_epoch"),
-                "labels": (m.get("labels") or {}).get("train_labelled"),
-                "wall_seconds": m.get("wall_seconds"), "split": m.get("split"),
-            })
+            records.append(_record(name, method, fraction, seed, json.loads((rdir / "metrics.json").read_text())))
     return records
 
 
+def _tune_args(cfg: TransferConfig, epochs: int | None) -> list[str]:
+    """Options shared by the fine-tune and the from-scratch runs (only those set; else the CLIs' shared defaults)."""
+    args: list[str] = []
+    for flag, value in (("--epochs", epochs), ("--lr", cfg.tune_lr), ("--patience", cfg.patience),
+                        ("--link-eval", cfg.link_eval), ("--score-space", cfg.score_space)):
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _method_runs(cfg: TransferConfig, ckpt: str, seed: int) -> list[tuple[str, float | None, str, list[str]]]:
+    """(method, label fraction, run tag, CLI args) of one seed: zero-shot, then per fraction fine-tune and scratch."""
+    runs: list[tuple[str, float | None, str, list[str]]] = [
+        ("zero-shot", None, f"zs-s{seed}", ["gcad_dist.finetune", "--checkpoint", ckpt, "--epochs", "0"])]
+    for f in cfg.label_fractions:
+        runs.append(("fine-tune", f, f"ft{f:g}-s{seed}",
+                     ["gcad_dist.finetune", "--checkpoint", ckpt, "--label-fraction", str(f), *_tune_args(cfg, cfg.ft_epochs)]))
+        runs.append(("scratch", f, f"sc{f:g}-s{seed}",
+                     ["gcad_dist.train", "--model", "gccad", "--label-fraction", str(f), "--normalize", cfg.sup_normalize,
+                      *_tune_args(cfg, cfg.sup_epochs)]))
+    return runs
+
+
+def _record(dataset: str, method: str, fraction: float | None, seed: int, m: dict[str, Any]) -> dict[str, Any]:
+    """One table record from a run's metrics.json."""
+    budget = m.get("label_budget") or m.get("labels") or {}
+    zero = method == "zero-shot"
+    return {
+        "dataset": dataset, "method": method, "fraction": fraction, "seed": seed,
+        **{k: m["test"][k] for k in METRICS},
+        "val_auprc": m["val"]["auprc"], "best_epoch": m.get("best_epoch"),
+        "labels": 0 if zero else budget.get("train_labelled"),
+        "label_anomalies": 0 if zero else budget.get("train_labelled_anomalies"),
+        "link_eval": m.get("link_eval", (m.get("model_config") or {}).get("link_eval")),
+        "score_space": m.get("score_space", (m.get("model_config") or {}).get("score_space")),
+        "wall_seconds": m.get("wall_seconds"), "split": m.get("split"),
+    }
+
+
+def _mean_std(v: Any, fmt: str = ".4f", signed: bool = False) -> str:
+    v = np.asarray(v, dtype=float)
+    f = ("+" if signed else "") + fmt
+    return f"{v.mean():{f}} ± {v.std(ddof=1):{fmt}}" if v.size > 1 else f"{v.mean():{f}}"
+
+
+def _span(vals: list[Any]) -> str:
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "?"
+    lo, hi = min(vals), max(vals)
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
 def table(records: list[dict[str, Any]]) -> str:
-    """Markdown table: one row per (dataset, method), mean ± std of the test metrics over seeds."""
-    lines = ["| dataset | method | train labels | test AUROC | test AUPRC | test Rec@K | seed(s) | wall s/run |",
-             "|---|---|---|---|---|---|---|---|"]
-    seen: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    """Markdown table: one row per (dataset, method, label fraction), mean ± std of the test metrics over seeds."""
+    lines = ["| dataset | method | label fraction | train labels (anomalies) | test AUROC | test AUPRC | test Rec@K | seeds | wall s/run |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    groups: dict[tuple[str, str, float | None], list[dict[str, Any]]] = {}
     for r in records:
-        seen.setdefault((r["dataset"], r["method"]), []).append(r)
-    for (ds, method), rs in seen.items():
-        cells = []
-        for k in METRICS:
-            v = np.array([r[k] for r in rs], dtype=float)
-            cells.append(f"{v.mean():.4f} ± {v.std(ddof=1):.4f}" if v.size > 1 else f"{v.mean():.4f}")
-        labels = rs[0]["labels"]
-        if method == "zero-shot":
-            labels = 0
-        elif labels is None:
-            labels = (rs[0].get("split") or {}).get("train", "all")
+        groups.setdefault((r["dataset"], r["method"], r.get("fraction")), []).append(r)
+    for (ds, method, frac), rs in groups.items():
+        cells = [_mean_std([r[k] for r in rs]) for k in METRICS]
+        labels = f"{_span([r.get('labels') for r in rs])} ({_span([r.get('label_anomalies') for r in rs])})"
         walls = [r["wall_seconds"] for r in rs if r.get("wall_seconds") is not None]
         wall = f"{np.mean(walls):.0f}" if walls else "-"
-        lines.append(f"| {ds} | {method} | {labels} | {' | '.join(cells)} | {','.join(str(r['seed']) for r in rs)} | {wall} |")
+        fr = "-" if frac is None else f"{frac:g}"
+        lines.append(f"| {ds} | {method} | {fr} | {labels} | {' | '.join(cells)} | "
+                     f"{','.join(str(r['seed']) for r in rs)} | {wall} |")
+    return "\n".join(lines)
+
+
+def comparison(records: list[dict[str, Any]]) -> str:
+    """Markdown table: per (dataset, label fraction), fine-tune minus scratch paired by seed (mean ± std of the
+    per-seed differences), the seeds where fine-tuning has the higher test AUROC / AUPRC, and the ratio of the mean
+    test AUPRCs (fine-tune / scratch). Seeds with only one of the two runs are left out."""
+    lines = ["| dataset | label fraction | seeds | Δ test AUROC | Δ test AUPRC | Δ test Rec@K | seeds fine-tune better (AUROC, AUPRC) | "
+             "AUPRC ratio |",
+             "|---|---|---|---|---|---|---|---|"]
+    runs: dict[tuple[str, float, str], dict[int, dict[str, Any]]] = {}
+    keys: list[tuple[str, float]] = []
+    for r in records:
+        if r["method"] not in ("fine-tune", "scratch"):
+            continue
+        key = (r["dataset"], r["fraction"])
+        if key not in keys:
+            keys.append(key)
+        runs.setdefault((*key, r["method"]), {})[r["seed"]] = r
+    for ds, frac in keys:
+        ft, sc = runs.get((ds, frac, "fine-tune"), {}), runs.get((ds, frac, "scratch"), {})
+        seeds = [s for s in ft if s in sc]
+        if not seeds:
+            continue
+        diffs = {k: [ft[s][k] - sc[s][k] for s in seeds] for k in METRICS}
+        wins = ", ".join(f"{sum(d > 0 for d in diffs[k])}/{len(seeds)}" for k in ("auroc", "auprc"))
+        sc_auprc = np.mean([sc[s]["auprc"] for s in seeds])
+        ratio = f"{np.mean([ft[s]['auprc'] for s in seeds]) / sc_auprc:.2f}" if sc_auprc > 0 else "-"
+        lines.append(f"| {ds} | {frac:g} | {','.join(map(str, seeds))} | "
+                     f"{' | '.join(_mean_std(diffs[k], signed=True) for k in METRICS)} | {wins} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -268,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict[str, Any]] = []
     for name, graph in graphs.items():
         records += run_dataset(cfg, name, graph, run)
-    md = table(records)
+    md = table(records) + "\n\nFine-tune minus scratch (same label subsample, paired by seed):\n\n" + comparison(records)
     (out / "table.md").write_text(md + "\n")
     (out / "results.json").write_text(json.dumps({"config": asdict(cfg), "records": records, "step_wall_seconds": run.walls,
                                                   "failed": run.failed}, indent=2))

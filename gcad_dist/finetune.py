@@ -10,9 +10,16 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    one node of each class present. Validation and test splits are untouched. On a partly labelled
    graph (``y = -1`` / ``label_mask``) every split holds labelled nodes only, so the fraction applies
    to the labelled training nodes and all metrics are over labelled nodes.
-4. Evaluate the pre-trained model as is (zero-shot, reported as ``zero_shot`` in the metrics), then
+4. Evaluate the pre-trained model as is (zero-shot, reported as ``zero_shot`` in the metrics; the
+   checkpoint's own ``link_eval`` / ``score_space``, as ``python -m gcad_dist.score`` scores it), then
    fine-tune full-batch with :func:`gcad_dist.supervised.fit_supervised`, selecting the epoch on
    validation AUPRC. ``--epochs 0`` stops after the zero-shot evaluation.
+
+Fine-tuning uses the supervised defaults of ``python -m gcad_dist.train`` (taken from its
+:class:`~gcad_dist.train.TrainConfig`, not copied): the optimiser, epoch and patience settings and the
+evaluation-time GCCAD settings ``--link-eval`` (default ``expected``) and ``--score-space`` (default
+``projection``), which replace the checkpoint's for fine-tuning, validation, test and the written model
+(they change no weight's shape). ``--link-eval threshold --score-space encoder`` is METHOD.md's rule.
 
 Writes to ``--out``: ``final/model.pt`` (the selected weights, same format as every checkpoint, so
 ``python -m gcad_dist.score --checkpoint <out>/final`` works), ``metrics.json`` and, unless
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import logging
 import math
 import time
@@ -34,6 +42,8 @@ import numpy as np
 import torch
 
 from gcad_dist.cli import UsageError, add_runtime_options, run_cli, setup_logging
+from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
+from gcad_dist.train import LINK_EVALS, SCORE_SPACES, TrainConfig
 from partitioning.errors import GraphInputError
 
 log = logging.getLogger("gcad_dist.finetune")
@@ -49,11 +59,14 @@ class FinetuneConfig:
     graph: str
     out: str = "runs/ft"
     label_fraction: float = 1.0
-    epochs: int = 100
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    eval_every: int = 5
-    patience: int = 50
+    # Supervised defaults shared with ``python -m gcad_dist.train`` (one place: TrainConfig).
+    epochs: int = TrainConfig.epochs
+    lr: float = TrainConfig.lr
+    weight_decay: float = TrainConfig.weight_decay
+    eval_every: int = TrainConfig.eval_every
+    patience: int = TrainConfig.patience
+    link_eval: str = TrainConfig.link_eval
+    score_space: str = TrainConfig.score_space
     seed: int = 0
     split_index: int | None = None
     train_frac: float = 0.4
@@ -66,42 +79,6 @@ class FinetuneConfig:
     verbose: bool = False
 
 
-def subsample_labels(train_mask: Any, y: Any, fraction: float, seed: int = 0) -> torch.Tensor:
-    """Stratified, seeded subsample of the training nodes.
-
-    Each class c keeps ``max(1, round(fraction * n_c))`` of its ``n_c`` training nodes (classes
-    absent from the training split stay absent). ``fraction == 1`` returns the mask unchanged.
-
-    Args:
-        train_mask: bool [N] training nodes (nodes with an unknown label are dropped).
-        y: labels [N] (1 = anomaly, -1 = unknown).
-        fraction: in (0, 1].
-        seed: the same seed gives the same subsample.
-
-    Returns:
-        bool tensor [N], a subset of ``train_mask``.
-    """
-    if not (0 < fraction <= 1) or math.isnan(fraction):
-        raise ValueError(f"label fraction must be in (0, 1], got {fraction}")
-    labels = torch.as_tensor(y).cpu().numpy().astype(np.int64)
-    mask = torch.as_tensor(train_mask).bool().cpu().numpy() & (labels >= 0)  # unknown labels (-1) never count
-    if fraction == 1:
-        return torch.from_numpy(mask.copy())
-    idx = np.flatnonzero(mask)
-    cls = labels[idx]
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(idx.size)
-    order = perm[np.argsort(cls[perm], kind="stable")]  # grouped by class, random within a class
-    c_sorted = cls[order]
-    _, start, counts = np.unique(c_sorted, return_index=True, return_counts=True)
-    which = np.searchsorted(c_sorted[start], c_sorted)
-    rank = np.arange(order.size) - start[which]
-    keep_n = np.maximum(1, np.round(counts * fraction).astype(np.int64))
-    keep = np.zeros(mask.size, dtype=bool)
-    keep[idx[order[rank < keep_n[which]]]] = True
-    return torch.from_numpy(keep)
-
-
 def _validate(cfg: FinetuneConfig) -> None:
     if not (0 < cfg.label_fraction <= 1):
         raise UsageError(f"--label-fraction: must be in (0, 1], got {cfg.label_fraction}")
@@ -111,6 +88,10 @@ def _validate(cfg: FinetuneConfig) -> None:
         raise UsageError(f"--eval-every: must be >= 1, got {cfg.eval_every}")
     if cfg.patience < 0:
         raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
+    if cfg.link_eval not in LINK_EVALS:
+        raise UsageError(f"--link-eval: unknown value {cfg.link_eval!r} (choose from {', '.join(LINK_EVALS)})")
+    if cfg.score_space not in SCORE_SPACES:
+        raise UsageError(f"--score-space: unknown value {cfg.score_space!r} (choose from {', '.join(SCORE_SPACES)})")
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise UsageError(f"--lr: must be > 0, got {cfg.lr}")
     if not (0 < cfg.train_frac < 1 and 0 < cfg.val_frac < 1 and cfg.train_frac + cfg.val_frac < 1):
@@ -123,7 +104,8 @@ def _validate(cfg: FinetuneConfig) -> None:
 def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     """Run steps 1-4 of the module doc and write the outputs; returns the metrics dict."""
     from gcad_dist.checkpoint import save_model
-    from gcad_dist.data.splits import make_split
+    from gcad_dist.data.splits import make_split, subsample_split
+    from gcad_dist.model import GCCAD
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
     from gcad_dist.supervised import SupervisedConfig, fit_supervised, predict
@@ -147,25 +129,25 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     except ValueError as e:
         raise UsageError(f"--split-index: {e}") from e
     warn_split_classes(split, y)
-    train_sub = subsample_labels(split.train, y, cfg.label_fraction, seed=cfg.seed)
-    n_tr, n_sub = int(split.train.sum()), int(train_sub.sum())
-    label_counts = {
-        **counts,
-        "train_labelled": n_sub,
-        "train_labelled_anomalies": int(y[train_sub].sum()),
-        "train_total": n_tr,
-        "train_total_anomalies": int(y[split.train].sum()),
-    }
+    sub, budget = subsample_split(split, y, cfg.label_fraction, seed=cfg.seed)
+    n_tr, n_sub = budget["train_total"], budget["train_labelled"]
+    label_counts = {**counts, **budget}
     log.info("%s: %d nodes, %s; split %s %s; fine-tuning on %d of %d training labels (%d anomalies), normalize=%s",
              cfg.graph, data.num_nodes, describe_labels(y), split.source, split.sizes(), n_sub, n_tr,
              label_counts["train_labelled_anomalies"], normalize)
 
-    # Zero-shot: the pre-trained model as it is, on the same splits.
-    model = loaded.model
+    # Zero-shot: the pre-trained model as it is (its own evaluation settings), on the same splits.
+    zs_model = loaded.model
+    zs_settings = {"link_eval": getattr(loaded.config, "link_eval", "threshold"),
+                   "score_space": getattr(loaded.config, "score_space", "encoder")}
+    # Fine-tuning, validation and test: the same weights under the supervised evaluation settings.
+    ft_config = dataclasses.replace(loaded.config, link_eval=cfg.link_eval, score_space=cfg.score_space)
+    model = GCCAD(ft_config)
+    model.load_state_dict(zs_model.state_dict())
     graph_np = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()
     y_np = y.numpy()
     dev = _resolve_device(cfg.device)
-    zs_scores = predict(model.to(dev), copy.copy(data).to(dev)).cpu().numpy()
+    zs_scores = predict(zs_model.to(dev), copy.copy(data).to(dev)).cpu().numpy()
     zero_shot = {
         "val": evaluate(y_np, zs_scores, graph_np, split.val.numpy()),
         "test": evaluate(y_np, zs_scores, graph_np, split.test.numpy()),
@@ -176,6 +158,11 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         "normalize": normalize,
         "split": {"source": split.source, **split.sizes()},
         "labels": label_counts,
+        "label_budget": {"label_fraction": cfg.label_fraction, **budget},  # the same record as gcad_dist.train's
+        # evaluation settings of "val" / "test" (and of the written model); zero-shot used the checkpoint's
+        "link_eval": cfg.link_eval if cfg.epochs > 0 else zs_settings["link_eval"],
+        "score_space": cfg.score_space if cfg.epochs > 0 else zs_settings["score_space"],
+        "zero_shot_settings": zs_settings,
         "zero_shot": zero_shot,
     }
     out = Path(cfg.out)
@@ -186,18 +173,20 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         "label_fraction": cfg.label_fraction,
         "pretrain_extra": {k: v for k, v in loaded.extra.items() if isinstance(v, (int, float, str, bool))},
     }
+    saved_model, saved_config = model, ft_config
     if cfg.epochs == 0:
+        saved_model, saved_config = zs_model, loaded.config  # the checkpoint unchanged
         scores, history, best_epoch = zs_scores, None, 0
         metrics.update({"best_epoch": 0, "epochs_run": 0, "val": zero_shot["val"], "test": zero_shot["test"]})
     else:
         scfg = SupervisedConfig(epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
                                 patience=cfg.patience, seed=cfg.seed, device=cfg.device, progress=cfg.progress)
-        res = fit_supervised(model, data, (train_sub, split.val, split.test), scfg)
+        res = fit_supervised(model, data, sub, scfg)
         scores, history, best_epoch = res.scores, res.history, res.best_epoch
         metrics.update(res.summary())
         metrics["history"] = res.history
     extra.update({"best_epoch": best_epoch, "val": metrics["val"], "test": metrics["test"]})
-    save_model(out / "final", model.cpu(), loaded.config, extra=extra)
+    save_model(out / "final", saved_model.cpu(), saved_config, extra=extra)
     metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
     write_json(metrics, out / "metrics.json")
     if cfg.plots:
@@ -227,11 +216,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-fraction", type=float, default=d.label_fraction,
                    help="fraction of the training split's labels to use, in (0, 1]; stratified by class, seeded, "
                         "at least one node of each class (partly labelled graph: of its labelled training nodes)")
-    p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch fine-tuning epochs; 0 = zero-shot evaluation only")
+    p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch fine-tuning epochs; 0 = zero-shot evaluation only "
+                                                            "(optimiser, epoch and patience defaults are gcad_dist.train's)")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="Adam weight decay")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate on the validation split every n epochs")
     p.add_argument("--patience", type=int, default=d.patience, help="early stop after n epochs without better validation AUPRC (0 = off)")
+    p.add_argument("--link-eval", default=d.link_eval, choices=LINK_EVALS,
+                   help="GCCAD link remover at evaluation (fine-tuned model; zero-shot keeps the checkpoint's): "
+                        "'expected' weights each edge by its keep probability p, 'threshold' keeps iff p > 0.5 "
+                        "(METHOD.md); default = gcad_dist.train's")
+    p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
+                   help="GCCAD score 1 - cos(h, q) on the encoder outputs (METHOD.md) or after the projection head "
+                        "(fine-tuned model; zero-shot keeps the checkpoint's); default = gcad_dist.train's")
     p.add_argument("--seed", type=int, default=d.seed, help="seed for the label subsample, the random split and training noise; "
                                                           "with given split masks, split seed %% S is used")
     p.add_argument("--split-index", type=int, default=None, help="use this given split (0..S-1) instead of seed %% S")

@@ -64,6 +64,7 @@ class TrainConfig:
     split_index: int | None = None
     train_frac: float = 0.4
     val_frac: float = 0.2
+    label_fraction: float = 1.0
     device: str = "auto"
     threads: int = 0
     plots: bool = True
@@ -173,6 +174,8 @@ def _validate(cfg: TrainConfig) -> None:
         raise UsageError(f"--dropout: must be in [0, 1), got {cfg.dropout}")
     if not (0 < cfg.train_frac < 1 and 0 < cfg.val_frac < 1 and cfg.train_frac + cfg.val_frac < 1):
         raise UsageError(f"--train-frac/--val-frac: need 0 < train, val and train + val < 1, got {cfg.train_frac}/{cfg.val_frac}")
+    if not 0 < cfg.label_fraction <= 1:
+        raise UsageError(f"--label-fraction: must be in (0, 1], got {cfg.label_fraction}")
     if cfg.device not in ("auto", "cpu") and not cfg.device.startswith("cuda"):
         raise UsageError(f"--device: unknown device {cfg.device!r} (auto, cpu, cuda, cuda:N)")
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
@@ -193,7 +196,7 @@ class TrainOutcome:
 
 def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
     """Load (unless ``data`` is given), split, build and fit one model."""
-    from gcad_dist.data.splits import make_split
+    from gcad_dist.data.splits import make_split, subsample_split
 
     _validate(cfg)
     if cfg.threads > 0:
@@ -206,6 +209,8 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
     except ValueError as e:
         raise UsageError(f"--split-index: {e}") from e
     warn_split_classes(split, data.y)
+    # --label-fraction: the same seeded stratified subsample of the training labels as gcad_dist.finetune
+    fit_split, budget = subsample_split(split, data.y, cfg.label_fraction, seed=cfg.seed)
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     model, model_cfg = build_model(cfg.model, data.num_features, cfg.hidden, cfg.layers, cfg.dropout, cfg.conv, cfg.ablation,
@@ -219,12 +224,13 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
              cfg.graph, data.num_nodes, data.edge_index.shape[1], data.num_features, describe_labels(data.y),
              split.source, split.sizes(), cfg.model,
              f" (conv {cfg.conv}, ablation {cfg.ablation})" if cfg.model == "gccad" else "")
-    res = fit_supervised(model, data, split, scfg)
+    res = fit_supervised(model, data, fit_split, scfg)
     metrics = {
         "config": asdict(cfg),
         "model_config": asdict(model_cfg),
         "labels": counts,
         "split": {"source": split.source, **split.sizes()},
+        "label_budget": {"label_fraction": cfg.label_fraction, **budget},
         **res.summary(),
         "history": res.history,
     }
@@ -302,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-index", type=int, default=None, help="use this given split (0..S-1) instead of seed %% S")
     p.add_argument("--train-frac", type=float, default=d.train_frac, help="random split: train fraction (when the graph has no split masks)")
     p.add_argument("--val-frac", type=float, default=d.val_frac, help="random split: validation fraction (the rest is test)")
+    p.add_argument("--label-fraction", type=float, default=d.label_fraction,
+                   help="train on this fraction of the training split's labels, in (0, 1]: the seeded stratified subsample "
+                        "gcad_dist.finetune uses (same split and --seed -> same nodes); validation and test untouched")
     add_runtime_options(p, d)
     return p
 

@@ -109,9 +109,10 @@ def test_finetune_honours_label_fraction_and_writes_checkpoint(small_graph, pre_
     for part in ("val", "test"):
         assert 0.0 <= m[part]["auroc"] <= 1.0 and 0.0 <= m["zero_shot"][part]["auroc"] <= 1.0
     assert m["split"]["test"] == int(split.test.sum())
-    # The written checkpoint loads, keeps the pre-training config and says where it came from.
+    # The written checkpoint loads, keeps the pre-training config (bar the evaluation settings, which are
+    # gcad_dist.train's defaults) and says where it came from.
     ck = load_model_file(out / "final")
-    assert ck["config"] == load_model_file(pre_checkpoint)["config"]
+    assert ck["config"] == {**load_model_file(pre_checkpoint)["config"], "link_eval": "expected", "score_space": "projection"}
     assert ck["extra"]["finetuned_from"] == str(pre_checkpoint) and ck["extra"]["label_fraction"] == 0.25
     loaded = load_checkpoint_model(out / "final")
     assert isinstance(loaded.model, GCCAD)
@@ -414,3 +415,199 @@ def test_halo_scores_each_part_with_its_one_hop_halo(small_graph, pre_checkpoint
 
     np.testing.assert_array_equal(t["graph_id"].to_numpy(), StoreReader(str(store)).node_part())
     assert np.isfinite(t["score"].to_numpy()).all() and "AUROC" in stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# fine-tuning against supervised training from scratch: shared defaults, shared label subsample
+
+
+def test_finetune_defaults_are_train_defaults() -> None:
+    """Optimiser, epoch, patience and evaluation-time GCCAD settings come from gcad_dist.train (one place)."""
+    from gcad_dist.finetune import FinetuneConfig, build_parser
+    from gcad_dist.train import TrainConfig
+    from gcad_dist.train import build_parser as train_parser
+
+    ft = FinetuneConfig(checkpoint="", graph="")
+    tr = TrainConfig(graph="", out="")
+    ft_args = vars(build_parser().parse_args(["--checkpoint", "c", "--graph", "g"]))
+    tr_args = vars(train_parser().parse_args(["--graph", "g", "--out", "o"]))
+    for name in ("epochs", "lr", "weight_decay", "eval_every", "patience", "link_eval", "score_space"):
+        assert getattr(ft, name) == getattr(tr, name) == ft_args[name] == tr_args[name], name
+    assert (ft.link_eval, ft.score_space) == ("expected", "projection")
+    assert ft_args["label_fraction"] == tr_args["label_fraction"] == 1.0
+
+
+def test_finetune_overrides_checkpoint_eval_settings_unless_flags_given(small_graph, pre_checkpoint, tmp_path,
+                                                                         capsys) -> None:
+    g, path = small_graph
+    pre_cfg = load_model_file(pre_checkpoint)["config"]
+    assert (pre_cfg["link_eval"], pre_cfg["score_space"]) == ("threshold", "encoder")  # METHOD.md's, as pre-training saves
+    base = ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--epochs", "4", "--eval-every", "2",
+            "--label-fraction", "0.5", "--no-progress", "--no-plots", "--threads", "1"]
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.metrics import evaluate
+
+    test = make_split(g.to_data(), seed=0).test.numpy()
+    for flags, want in (([], ("expected", "projection")),
+                        (["--link-eval", "threshold", "--score-space", "encoder"], ("threshold", "encoder")),
+                        (["--score-space", "encoder"], ("expected", "encoder"))):
+        out = tmp_path / "-".join(want)
+        code, _, err = _run(finetune_main, [*base, "--out", str(out), *flags], capsys)
+        assert code == 0, err
+        m = json.loads((out / "metrics.json").read_text())
+        assert (m["link_eval"], m["score_space"]) == want
+        assert (m["config"]["link_eval"], m["config"]["score_space"]) == want
+        assert m["zero_shot_settings"] == {"link_eval": "threshold", "score_space": "encoder"}  # zero-shot: as saved
+        ck = load_model_file(out / "final")["config"]
+        assert (ck["link_eval"], ck["score_space"]) == want
+        assert {k: v for k, v in ck.items() if k not in ("link_eval", "score_space")} == \
+            {k: v for k, v in pre_cfg.items() if k not in ("link_eval", "score_space")}
+        # The written model scores with the settings the reported test metrics used.
+        s = score_graph(out / "final", path)
+        assert evaluate(g.y, s, mask=test)["auprc"] == pytest.approx(m["test"]["auprc"], abs=1e-6)
+    # --epochs 0 reports (and keeps) the checkpoint's own settings.
+    out = tmp_path / "zs"
+    code, _, err = _run(finetune_main, [*base[:4], "--out", str(out), "--epochs", "0", "--no-progress", "--no-plots"], capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert (m["link_eval"], m["score_space"]) == ("threshold", "encoder")
+    assert load_model_file(out / "final")["config"] == pre_cfg
+
+
+@pytest.mark.parametrize("fraction,split_index", [(0.25, None), (0.05, None), (1.0, None), (0.3, 1)])
+def test_train_label_fraction_trains_on_the_finetune_nodes(small_graph, pre_checkpoint, tmp_path, capsys, monkeypatch,
+                                                           fraction, split_index) -> None:
+    """gcad_dist.train --label-fraction f and gcad_dist.finetune --label-fraction f (same seed, same split) hand
+    fit_supervised exactly the same training nodes, and the same validation / test nodes."""
+    import dataclasses
+
+    import gcad_dist.supervised as supervised
+    import gcad_dist.train as train
+    from partitioning.io import save_npz
+
+    g, path = small_graph
+    if split_index is not None:  # a graph with given split masks (like tolokers')
+        rng = np.random.default_rng(5)
+        part = rng.integers(0, 3, size=(2, g.num_nodes))
+        g = dataclasses.replace(g, masks={"train": part == 0, "val": part == 1, "test": part == 2})
+        path = tmp_path / "masks.npz"
+        save_npz(g, path)
+    seen: dict[str, tuple[torch.Tensor, ...]] = {}
+    real_fit = supervised.fit_supervised
+
+    def spy(tag):
+        def fit(model, data, split, cfg):
+            seen[tag] = tuple(torch.as_tensor(m).clone().cpu() for m in split)
+            return real_fit(model, data, split, cfg)
+        return fit
+
+    monkeypatch.setattr(supervised, "fit_supervised", spy("ft"))  # finetune imports it at call time
+    monkeypatch.setattr(train, "fit_supervised", spy("sc"))
+    common = ["--graph", str(path), "--label-fraction", str(fraction), "--seed", "7", "--epochs", "2",
+              "--eval-every", "1", "--no-progress", "--no-plots", "--threads", "1"]
+    if split_index is not None:
+        common += ["--split-index", str(split_index)]
+    code, _, err = _run(finetune_main, ["--checkpoint", str(pre_checkpoint), "--out", str(tmp_path / "ft"), *common], capsys)
+    assert code == 0, err
+    code, _, err = _run(train.main, ["--model", "gccad", "--hidden", "16", "--out", str(tmp_path / "sc"), *common], capsys)
+    assert code == 0, err
+    for a, b in zip(seen["ft"], seen["sc"]):
+        assert torch.equal(a, b)
+    from gcad_dist.data.splits import make_split
+
+    split = make_split(g.to_data(), seed=7, split_index=split_index)
+    if split_index is not None:
+        assert split.source == f"given[{split_index}]"
+    keep = subsample_labels(split.train, torch.from_numpy(g.y), fraction, seed=7)
+    assert torch.equal(seen["sc"][0], keep)
+    if fraction < 1:
+        assert int(keep.sum()) < int(split.train.sum())
+    ft_m = json.loads((tmp_path / "ft" / "metrics.json").read_text())
+    sc_m = json.loads((tmp_path / "sc" / "metrics.json").read_text())
+    assert ft_m["label_budget"] == sc_m["label_budget"]
+    assert sc_m["label_budget"]["train_labelled"] == int(keep.sum())
+    assert sc_m["label_budget"]["label_fraction"] == fraction
+    assert sc_m["split"] == ft_m["split"]  # the whole split is recorded, not the subsample
+
+
+def test_train_label_fraction_rejects_bad_values(small_graph, tmp_path, capsys) -> None:
+    import gcad_dist.train as train
+
+    _, path = small_graph
+    for bad in ("0", "1.5", "-0.1"):
+        code, _, err = _run(train.main, ["--graph", str(path), "--out", str(tmp_path / "x"), "--label-fraction", bad], capsys)
+        assert code == 2 and "--label-fraction" in err and "Traceback" not in err
+
+
+def test_subsample_labels_is_shared_from_splits() -> None:
+    import gcad_dist.data.splits as splits
+    import gcad_dist.finetune as finetune
+
+    assert finetune.subsample_labels is splits.subsample_labels
+
+
+# ---------------------------------------------------------------------------------------------
+# bench.pretrain_transfer: runs and tables (no heavy run)
+
+
+def _fake_records() -> list[dict]:
+    recs = []
+    for seed in (0, 1, 2):
+        recs.append({"dataset": "cora", "method": "zero-shot", "fraction": None, "seed": seed, "auroc": 0.5, "auprc": 0.05,
+                     "recall_at_k": 0.04, "labels": 0, "label_anomalies": 0, "wall_seconds": 2.0})
+        for f, n, a in ((0.1, 108, 6), (1.0, 1083, 60)):
+            for method, base in (("fine-tune", 0.70 + 0.01 * seed), ("scratch", 0.65)):
+                recs.append({"dataset": "cora", "method": method, "fraction": f, "seed": seed, "auroc": base,
+                             "auprc": base / 2, "recall_at_k": 0.3, "labels": n, "label_anomalies": a, "wall_seconds": 4.0})
+    return recs
+
+
+def test_transfer_table_one_row_per_method_and_fraction() -> None:
+    from bench.pretrain_transfer import table
+
+    md = table(_fake_records()).splitlines()
+    assert md[0].startswith("| dataset | method | label fraction | train labels (anomalies) | test AUROC")
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in md[2:]]
+    assert [(r[1], r[2]) for r in rows] == [("zero-shot", "-"), ("fine-tune", "0.1"), ("scratch", "0.1"),
+                                            ("fine-tune", "1"), ("scratch", "1")]
+    ft01 = rows[1]
+    assert ft01[3] == "108 (6)" and ft01[4] == "0.7100 ± 0.0100" and ft01[7] == "0,1,2" and ft01[8] == "4"
+    assert rows[2][4] == "0.6500 ± 0.0000" and rows[0][3] == "0 (0)"
+    one = table([r for r in _fake_records() if r["seed"] == 0]).splitlines()[3]
+    assert "| 0.7000 |" in one  # one seed: no ± std
+
+
+def test_transfer_comparison_pairs_fine_tune_and_scratch_by_seed() -> None:
+    from bench.pretrain_transfer import comparison
+
+    recs = _fake_records()
+    recs = [r for r in recs if not (r["method"] == "scratch" and r["fraction"] == 1.0 and r["seed"] == 2)]
+    md = comparison(recs).splitlines()
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in md[2:]]
+    assert [(r[0], r[1], r[2]) for r in rows] == [("cora", "0.1", "0,1,2"), ("cora", "1", "0,1")]
+    assert rows[0][3] == "+0.0600 ± 0.0100" and rows[0][5] == "+0.0000 ± 0.0000"
+    assert rows[0][6] == "3/3, 3/3" and rows[0][7] == f"{0.355 / 0.325:.2f}"
+    assert rows[1][3] == "+0.0550 ± 0.0071"
+
+
+def test_transfer_runs_share_fraction_seed_and_settings() -> None:
+    from bench.pretrain_transfer import TransferConfig, _method_runs, build_parser
+
+    cfg = TransferConfig(**vars(build_parser().parse_args(["--datasets", "inj_cora"])))
+    assert cfg.label_fractions == [0.01, 0.1, 1.0]
+    runs = _method_runs(cfg, "ck", 3)
+    assert [(m, f) for m, f, _, _ in runs] == [("zero-shot", None), ("fine-tune", 0.01), ("scratch", 0.01),
+                                               ("fine-tune", 0.1), ("scratch", 0.1), ("fine-tune", 1.0), ("scratch", 1.0)]
+    for _, f, tag, args in runs[1:]:
+        assert args[args.index("--label-fraction") + 1] == str(f)
+        assert "--lr" not in args and "--epochs" not in args  # both use gcad_dist.train's defaults
+    assert len({tag for _, _, tag, _ in runs}) == len(runs)
+    # The old options still parse; the shared settings go to both kinds of run.
+    cfg = TransferConfig(**vars(build_parser().parse_args(
+        ["--datasets", "inj_cora", "--label-fractions", "0.1", "--ft-epochs", "50", "--sup-epochs", "60", "--patience", "20",
+         "--lr", "5e-3", "--tune-lr", "2e-3", "--sup-score-space", "encoder", "--link-eval", "threshold"])))
+    (_, _, _, ft), (_, _, _, sc) = _method_runs(cfg, "ck", 0)[1:]
+    for args, epochs in ((ft, "50"), (sc, "60")):
+        opts = dict(zip(args[::1], args[1::1]))
+        assert (opts["--epochs"], opts["--lr"], opts["--patience"], opts["--score-space"], opts["--link-eval"]) == \
+            (epochs, "0.002", "20", "encoder", "threshold")

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Split", "stratified_split", "split_from_masks", "make_split"]
+__all__ = ["Split", "stratified_split", "split_from_masks", "make_split", "subsample_labels", "subsample_split"]
 
 
 @dataclass
@@ -156,3 +157,56 @@ def make_split(
     if y is None:
         raise ValueError("graph has no labels (y): cannot make a supervised split")
     return stratified_split(y, seed=seed, train=train, val=val, graph_id=getattr(data, "graph_id", None))
+
+
+def subsample_labels(train_mask: Any, y: Any, fraction: float, seed: int = 0) -> torch.Tensor:
+    """Stratified, seeded subsample of the training nodes (the label budget of fine-tuning and of
+    ``gcad_dist.train --label-fraction``: the same mask, labels, fraction and seed give the same nodes).
+
+    Each class c keeps ``max(1, round(fraction * n_c))`` of its ``n_c`` training nodes (classes
+    absent from the training split stay absent). ``fraction == 1`` returns the mask unchanged.
+
+    Args:
+        train_mask: bool [N] training nodes (nodes with an unknown label are dropped).
+        y: labels [N] (1 = anomaly, -1 = unknown).
+        fraction: in (0, 1].
+        seed: the same seed gives the same subsample.
+
+    Returns:
+        bool tensor [N], a subset of ``train_mask``.
+    """
+    if not (0 < fraction <= 1) or math.isnan(fraction):
+        raise ValueError(f"label fraction must be in (0, 1], got {fraction}")
+    labels = torch.as_tensor(y).cpu().numpy().astype(np.int64)
+    mask = torch.as_tensor(train_mask).bool().cpu().numpy() & (labels >= 0)  # unknown labels (-1) never count
+    if fraction == 1:
+        return torch.from_numpy(mask.copy())
+    idx = np.flatnonzero(mask)
+    cls = labels[idx]
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(idx.size)
+    order = perm[np.argsort(cls[perm], kind="stable")]  # grouped by class, random within a class
+    c_sorted = cls[order]
+    _, start, counts = np.unique(c_sorted, return_index=True, return_counts=True)
+    which = np.searchsorted(c_sorted[start], c_sorted)
+    rank = np.arange(order.size) - start[which]
+    keep_n = np.maximum(1, np.round(counts * fraction).astype(np.int64))
+    keep = np.zeros(mask.size, dtype=bool)
+    keep[idx[order[rank < keep_n[which]]]] = True
+    return torch.from_numpy(keep)
+
+
+def subsample_split(split: Split, y: Any, fraction: float, seed: int = 0) -> tuple[Split, dict[str, int]]:
+    """``split`` with its training part cut to :func:`subsample_labels` (validation and test untouched),
+    and the label budget: ``train_labelled`` / ``train_labelled_anomalies`` (kept) and ``train_total`` /
+    ``train_total_anomalies`` (the whole training part). Shared by ``gcad_dist.finetune`` and
+    ``gcad_dist.train --label-fraction``, so both train on the same nodes for the same split and seed."""
+    yt = torch.as_tensor(y)
+    train = subsample_labels(split.train, yt, fraction, seed=seed).to(split.train.device)
+    budget = {
+        "train_labelled": int(train.sum()),
+        "train_labelled_anomalies": int((yt[train.cpu()] == 1).sum()),
+        "train_total": int(split.train.sum()),
+        "train_total_anomalies": int((yt[split.train.cpu()] == 1).sum()),
+    }
+    return Split(train, split.val, split.test, split.source), budget
