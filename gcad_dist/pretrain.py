@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.model.precision import PRECISIONS
 from partitioning.features import describe_normalization
 
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
@@ -108,6 +109,9 @@ class PretrainConfig:
     max_failures: int = 3
     placement_strategy: str = "PACK"
     collective_timeout: float = 600.0
+    # "fp32" | "bf16": bf16 autocast for each step's forward pass and loss on GPUs / CPUs with native bf16
+    # (the edge kernels and every sum stay fp32; elsewhere fp32 with a warning): gcad_dist.model.precision
+    precision: str = "fp32"
     resume: bool = False
     overwrite: bool = False
     seed: int = 0
@@ -181,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
       help="seconds a worker waits in a collective (gloo/NCCL all-reduce, the DDP gradient sync) for a peer "
       "before failing, e.g. when a host's network is cut and Ray has not noticed; must exceed the longest "
       "gap between two steps of any worker (checkpoint writes, the first reads of the store)")
+    a("--precision", default=d.precision, choices=list(PRECISIONS),
+      help="bf16: forward pass and loss under bf16 autocast (GPUs, and CPUs with native bf16; elsewhere fp32 "
+      "with a warning); the per-edge kernels, the context sums, the weights and the optimizer stay fp32")
     a("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     a("--overwrite", action="store_true", help="delete a previous run in --out and start over")
     a("--seed", type=int, default=d.seed, help="random seed")
@@ -223,6 +230,7 @@ def validate(cfg: PretrainConfig) -> dict:
         (cfg.placement_strategy in PLACEMENT_STRATEGIES, "--placement-strategy",
          f"must be one of {', '.join(PLACEMENT_STRATEGIES)}"),
         (cfg.collective_timeout > 0, "--collective-timeout", "must be > 0"),
+        (cfg.precision in PRECISIONS, "--precision", f"must be one of {', '.join(PRECISIONS)}"),
         (not (cfg.resume and cfg.overwrite), "--resume", "cannot be combined with --overwrite"),
     ]
     for ok, opt, problem in checks:

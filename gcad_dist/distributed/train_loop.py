@@ -62,6 +62,7 @@ from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
 from gcad_dist.distributed.context import AllReduceContextSync
 from gcad_dist.model import GCCAD, GCCADConfig
+from gcad_dist.model.precision import autocast, resolve_precision
 
 log = logging.getLogger("gcad_dist.pretrain")
 
@@ -319,6 +320,10 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     fail_marker = config.get("fail_marker")
     step_delay = float(config.get("step_delay_s") or 0)
 
+    precision = resolve_precision(getattr(cfg, "precision", "fp32"), device)
+    if rank == 0 and precision != "fp32":
+        log.info("precision: %s autocast for the forward pass and loss", precision)
+
     # -- train --------------------------------------------------------------------------------
     last_checkpoint = time.perf_counter()  # a restarted group counts from its start
     net.train()
@@ -331,10 +336,11 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                 break
             tb = tb.to(device)
             sync.set_subgraph(tb.key, shared=tb.shared)
-            out = net(tb.x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,
-                      context_mask=tb.context_mask, sync=sync, num_sampled_nodes=tb.num_sampled_nodes,
-                      num_sampled_edges=tb.num_sampled_edges)
-            losses = model.loss(out, tb.y, mask=tb.loss_mask, sync=sync)
+            with autocast(precision, device):
+                out = net(tb.x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,
+                          context_mask=tb.context_mask, sync=sync, num_sampled_nodes=tb.num_sampled_nodes,
+                          num_sampled_edges=tb.num_sampled_edges)
+                losses = model.loss(out, tb.y, mask=tb.loss_mask, sync=sync)
             optimizer.zero_grad(set_to_none=True)
             losses["total"].backward()
             optimizer.step()
