@@ -53,6 +53,9 @@ class BuildConfig:
     niter: int = 20
     nredo: int = 3  # K-means restarts of the final clustering (best inertia kept); the elbow uses 1
     normalize: str = "standard"  # z-score every feature over all nodes before K-means and storing; "none" = raw
+    # K-means on features averaged over 0..H hops of the graph (partitioning.smoothing); 0 = on the features
+    # themselves (the paper's). The store keeps the features themselves either way.
+    cluster_hops: int = 0
     gpu: str = "auto"
     threads: int = 0  # 0 = every core this process may use
     chunk_mib: float = 8.0
@@ -107,6 +110,8 @@ def check_config(cfg: BuildConfig) -> None:
         raise UsageError(f"--corruption-mix: {e}") from None
     if cfg.threads < 0:
         raise UsageError(f"--threads: must be >= 0, got {cfg.threads}")
+    if cfg.cluster_hops < 0:
+        raise UsageError(f"--cluster-hops: must be >= 0, got {cfg.cluster_hops}")
     if cfg.chunk_mib <= 0:
         raise UsageError(f"--chunk-mib: must be > 0, got {cfg.chunk_mib}")
     if cfg.normalize not in NORMALIZE_CHOICES:
@@ -208,10 +213,17 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
             raise UsageError(f"--k: K={cfg.k} exceeds the number of nodes ({n})")
         elbow = None
         k = cfg.k
+        xc = graph.x  # what K-means clusters: the features, or their graph-smoothed version (--cluster-hops)
+        if cfg.cluster_hops > 0:
+            from partitioning.smoothing import smooth_features
+
+            with stages("smooth"):
+                xc = smooth_features(graph.x, graph.indptr, graph.indices, cfg.cluster_hops)
+            log.info("K-means on features averaged over 0..%d hops (--cluster-hops)", cfg.cluster_hops)
         if k is None:
             with stages("elbow"):
                 rows = km.sample_rows(n, cfg.elbow_sample, cfg.seed + 1)
-                xe = np.ascontiguousarray(graph.x[rows])
+                xe = np.ascontiguousarray(xc[rows])
                 distinct = km.count_distinct_rows(xe)
                 if max(cfg.k_grid) > distinct:
                     raise UsageError(
@@ -233,7 +245,7 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
             k = k_cap
         with stages("kmeans"):
             rows = km.sample_rows(n, cfg.sample, cfg.seed)
-            xs = np.ascontiguousarray(graph.x[rows])
+            xs = np.ascontiguousarray(xc[rows])
             if k > xs.shape[0]:
                 raise UsageError(f"--sample: {xs.shape[0]} training points cannot fit K={k} centroids")
             distinct = km.count_distinct_rows(xs)
@@ -246,14 +258,14 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
                 xs, k, niter=cfg.niter, seed=cfg.seed, use_gpu=use_gpu, nredo=cfg.nredo
             )
             del xs
-            labels, inertia = km.assign(graph.x, centroids, use_gpu=use_gpu)
+            labels, inertia = km.assign(xc, centroids, use_gpu=use_gpu)
             parts, kept = _dense(labels)
             if kept.size < k:
                 log.warning("%d of %d clusters are empty after assignment; dropped", k - kept.size, k)
             centroids = centroids[kept]
         k_assigned = int(kept.size)
         with stages("merge"):
-            merge = km.merge_small_parts(graph.x, parts, centroids, min_size)
+            merge = km.merge_small_parts(xc, parts, centroids, min_size)
             parts, centroids = merge.labels, merge.centroids
             inertia += merge.inertia_delta
         if merge.merged or merge.moved:
@@ -262,6 +274,7 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
                         merge.kept.size)
         partition = {
             "method": "faiss-kmeans",
+            "cluster_hops": int(cfg.cluster_hops),  # K-means (and the centroids) on features smoothed over 0..H hops
             "k": int(merge.kept.size),
             "k_requested": cfg.k if cfg.k is not None else "auto",
             "k_trained": int(k),
@@ -413,7 +426,8 @@ def summary_table(result: BuildResult) -> str:
     c, p = m["counts"], m["partition"]
     lines = [
         f"store           {m.get('path', '')}",
-        f"partition       {p['method']}, K={p['k']}" + (f" (elbow of {p['elbow']['ks']})" if p.get("elbow") else ""),
+        f"partition       {p['method']}, K={p['k']}" + (f" (elbow of {p['elbow']['ks']})" if p.get("elbow") else "")
+        + (f", on features smoothed over {p['cluster_hops']} hop(s)" if p.get("cluster_hops") else ""),
         _parts_line(p),
         _edges_line(p),
         f"subgraphs       {c['subgraphs']:,} ({m['params']['corruptions']} per part)",
@@ -497,6 +511,12 @@ def make_parser() -> argparse.ArgumentParser:
                    help="label-free z-score of every feature over all nodes of the input graph (unbiased std; "
                    "constant features divided by 1), applied before K-means and stored, with its mean and std "
                    "recorded in the manifest; none keeps the raw features")
+    p.add_argument("--cluster-hops", type=int, default=d.cluster_hops, metavar="H",
+                   help="K-means on the features averaged over the node and its 1..H-hop neighbourhoods (mean over "
+                   "neighbours, hop by hop) instead of on its features alone: linked nodes land in the same part "
+                   "(more edges kept) and a node whose features do not fit its neighbours lands in their part, "
+                   "against whose context it stands out. The store keeps the features themselves. 0 = K-means on "
+                   "the features (the paper's)")
     p.add_argument("--gpu", choices=["auto", "yes", "no"], default=d.gpu, help="FAISS on GPU: auto = when FAISS "
                    "sees one")
     p.add_argument("--threads", type=int, default=d.threads, help="FAISS OpenMP threads (0 = all usable cores)")
@@ -519,7 +539,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         graph=args.graph, out=args.out, k=k, k_grid=grid, min_part_size=min_size, sample=args.sample,
         elbow_sample=args.elbow_sample,
         ratio=args.ratio, corruptions=args.corruptions, corruption_mix=args.corruption_mix, seed=args.seed, niter=args.niter, nredo=args.nredo,
-        normalize=args.normalize, gpu=args.gpu,
+        normalize=args.normalize, gpu=args.gpu, cluster_hops=args.cluster_hops,
         threads=args.threads, chunk_mib=args.chunk_mib, overwrite=args.overwrite, plot=not args.no_plot,
         progress=not args.no_progress,
     )

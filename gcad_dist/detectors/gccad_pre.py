@@ -29,8 +29,10 @@ log = logging.getLogger("gcad_dist.detectors.gccad_pre")
 # Pre-training settings fixed here (bench.pretrain_transfer's on real graphs); epochs come from the harness.
 #: ``corruption_mix``: ``partitioning.build --corruption-mix`` ("inject" = the paper's corrupt graphs).
 CORRUPTION_MIX = "inject"
+#: ``partitioning.build --cluster-hops``: K-means on features smoothed over 0..H hops (0 = the paper's)
+CLUSTER_HOPS = 0
 SETTINGS: dict[str, Any] = {"k": "auto", "build": "defaults (ratio 0.15, 1 corruption, normalize standard)",
-                            "corruption_mix": CORRUPTION_MIX,
+                            "corruption_mix": CORRUPTION_MIX, "cluster_hops": CLUSTER_HOPS,
                             "workers": 1, "lr": 5e-3, "pretrain": "PretrainConfig defaults", "context": "halo"}
 
 
@@ -45,7 +47,8 @@ def _graph(data: Any) -> Any:
 
 
 def fit_score(data: Any, split: Any, seed: int, pre_epochs: int = 10, threads: int = 1, device: str = "cpu",
-              workdir: str | None = None, corruption_mix: str = CORRUPTION_MIX, **_: Any) -> np.ndarray:
+              workdir: str | None = None, corruption_mix: str = CORRUPTION_MIX, cluster_hops: int = CLUSTER_HOPS,
+              **_: Any) -> np.ndarray:
     """Build a store of ``data`` (corruption kinds ``corruption_mix``), pre-train on it, score every node by
     parts (halo); float [N]."""
     from gcad_dist.pretrain import PretrainConfig, run
@@ -59,7 +62,7 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int = 10, threads: i
     with tempfile.TemporaryDirectory(prefix="gccad-pre-", dir=workdir) as tmp:
         store = Path(tmp) / "store.zarr"
         build(BuildConfig(graph=graph.source, out=str(store), k=None, seed=seed, threads=threads, plot=False,
-                          progress=False, corruption_mix=corruption_mix), graph=graph)
+                          progress=False, corruption_mix=corruption_mix, cluster_hops=cluster_hops), graph=graph)
         run(PretrainConfig(store=str(store), out=str(Path(tmp) / "pre"), workers=1, cpus_per_worker=threads,
                            epochs=pre_epochs, lr=SETTINGS["lr"], seed=seed, overwrite=True, max_failures=0,
                            gpus_per_worker=1.0 if device.startswith("cuda") else 0.0))
