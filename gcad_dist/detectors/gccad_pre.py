@@ -32,8 +32,10 @@ CORRUPTION_MIX = "inject"
 #: ``partitioning.build --cluster-hops``: K-means on features smoothed over 0..H hops (0 = the paper's)
 CLUSTER_HOPS = 0
 SETTINGS: dict[str, Any] = {"k": "auto", "build": "defaults (ratio 0.15, 1 corruption, normalize standard)",
-                            "corruption_mix": CORRUPTION_MIX, "cluster_hops": CLUSTER_HOPS,
+                            "corruption_mix": CORRUPTION_MIX,
                             "workers": 1, "lr": 5e-3, "pretrain": "PretrainConfig defaults", "context": "halo"}
+if CLUSTER_HOPS:  # 0 (the paper's K-means on the features) was the only behaviour before the option existed
+    SETTINGS["cluster_hops"] = CLUSTER_HOPS
 
 
 def _graph(data: Any) -> Any:
