@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from gcad_dist.cli import run_cli, setup_logging
 
@@ -41,12 +40,12 @@ CONTEXTS = ("halo", "links", "global", "nbr-enc", "nbr-proj", "nbr-l0", "edge-l0
 
 
 def neighbour_contrast(h: torch.Tensor, edge_index: torch.Tensor) -> np.ndarray:
-    """1 - cos(h_i, mean of h_j over i's in-neighbours) [N] (0-degree nodes: against 0 -> 1)."""
-    src, dst = edge_index
-    n = h.size(0)
-    deg = torch.bincount(dst, minlength=n).clamp_min(1).to(h.dtype).unsqueeze(1)
-    q = torch.zeros_like(h).index_add_(0, dst, h.index_select(0, src)) / deg
-    return (1 - F.cosine_similarity(h, q, dim=-1)).numpy()
+    """1 - cos(h_i, mean of h_j over i's neighbours) [N]: the ``nbr-cosine`` detector on the rows of ``h``."""
+    from torch_geometric.data import Data
+
+    from gcad_dist.detectors.neighbor_cosine import fit_score
+
+    return fit_score(Data(x=h.detach(), edge_index=edge_index, num_nodes=h.size(0)), None, 0)
 
 
 def edge_suspicion(p: torch.Tensor, edge_index: torch.Tensor, n: int) -> np.ndarray:
