@@ -1,14 +1,21 @@
-"""Full-batch GCCAD training step on a real graph: fused, blocked edge kernels against plain autograd.
+"""Full-batch GCCAD training step on a real graph: native (C++) and fused edge kernels against plain autograd.
 
 Example (BENCHMARKS.md):
     python -m bench.model_step --graph ../shared/data/tolokers.npz --threads 1
 
 Times forward + loss + backward + Adam of GCCAD on the whole graph (as ``gcad_dist.train`` does) with
-the fused kernels (:mod:`gcad_dist.model.aggregate`, the link MLP of
-:mod:`gcad_dist.model.edge_update`) and with the plain autograd versions they replace, alternately in
-one run, plus an evaluation forward, and prints a table with the ratio. ``--precision fp32 bf16`` also
-times the step under bf16 autocast (:mod:`gcad_dist.model.precision`; forward and loss under autocast,
-the edge kernels in fp32), interleaved with fp32; ``--fused-only`` skips the plain autograd variant.
+each variant of the per-edge kernels (the weighted sum of :mod:`gcad_dist.model.aggregate`, the link
+MLP of :mod:`gcad_dist.model.edge_update`), alternately in one run, plus an evaluation forward, and
+prints a table with the ratios to the first variant:
+
+* ``native``: the C++ kernels of :mod:`gcad_dist.model.native` (forced on, ``GCAD_NATIVE=1``; skipped
+  with a warning when they cannot be built);
+* ``fused``: the blocked PyTorch kernels (``GCAD_NATIVE=0``);
+* ``plain``: plain autograd (gather, multiply, scatter; the reference).
+
+``--precision fp32 bf16`` also times the step under bf16 autocast (:mod:`gcad_dist.model.precision`;
+forward and loss under autocast, the edge kernels in fp32), interleaved with fp32; ``--fused-only``
+drops the ``plain`` variant.
 
     python -m bench.model_step --graph ../shared/data/reddit.npz --threads 1 --precision fp32 bf16 --fused-only
 """
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import resource
 import sys
 import time
@@ -27,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.model_step")
 
@@ -42,12 +50,22 @@ class ModelStepConfig:
     threads: int = 0
     precision: tuple[str, ...] = ("fp32",)
     fused_only: bool = False
+    variants: tuple[str, ...] = ("native", "fused", "plain")
 
 
-def _set_fused(model: torch.nn.Module, fused: bool) -> None:
+VARIANTS = ("native", "fused", "plain")
+LABELS = {"native": "native", "fused": "fused (PyTorch)", "plain": "plain autograd"}
+
+
+def _set_variant(model: torch.nn.Module, variant: str) -> None:
+    import os
+
     import gcad_dist.model.aggregate as agg
+    from gcad_dist.model import native
     from gcad_dist.model.edge_update import LinkPredictor
 
+    fused = variant != "plain"
+    os.environ[native.ENV] = "1" if variant == "native" else "0"
     agg.FUSED = fused
     for m in model.modules():
         if isinstance(m, LinkPredictor):
@@ -66,11 +84,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch default)")
     p.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=list(d.precision),
                    help="precisions to time (bf16: autocast, see gcad_dist.model.precision)")
-    p.add_argument("--fused-only", action="store_true", help="time the fused kernels only (no plain autograd)")
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(d.variants),
+                   help="edge-kernel variants to time (the first one is the reference of the ratios)")
+    p.add_argument("--fused-only", action="store_true", help="drop the plain autograd variant")
     cfg = ModelStepConfig(**vars(p.parse_args(argv)))
     setup_logging()
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    from gcad_dist.model import native
+
+    names = [v for v in dict.fromkeys(cfg.variants) if not (cfg.fused_only and v == "plain")]
+    if "native" in names and not native.available():
+        log.warning("native kernels unavailable: %s", native.status())
+        names.remove("native")
+    if not names:
+        raise UsageError("--variants: nothing to time")
     from gcad_dist.model import GCCAD, GCCADConfig
     from gcad_dist.model.precision import autocast, bf16_supported
     from gcad_dist.train import load_labelled
@@ -101,34 +129,41 @@ def main(argv: list[str] | None = None) -> int:
         with autocast(prec, "cpu"):
             model.score(model(data.x, data.edge_index))
 
-    variants = [(f, pr) for f in ((True,) if cfg.fused_only else (True, False)) for pr in cfg.precision]
-    times: dict[tuple[str, bool, str], list[float]] = {}
-    for fused, prec in variants:  # warm-up all
-        _set_fused(model, fused)
+    env_before = os.environ.get(native.ENV)
+    variants = [(v, pr) for v in names for pr in cfg.precision]
+    times: dict[tuple[str, str, str], list[float]] = {}
+    for v, prec in variants:  # warm-up all
+        _set_variant(model, v)
         step()
     for _ in range(cfg.repeats):  # alternate, so that machine load affects all alike
-        for fused, prec in variants:
-            _set_fused(model, fused)
+        for v, prec in variants:
+            _set_variant(model, v)
             for kind, fn in (("train step", step), ("eval forward", evaluate)):
                 t0 = time.perf_counter()
                 fn()
-                times.setdefault((kind, fused, prec), []).append(time.perf_counter() - t0)
-    _set_fused(model, True)
+                times.setdefault((kind, v, prec), []).append(time.perf_counter() - t0)
+    if env_before is None:
+        os.environ.pop(native.ENV, None)
+    else:
+        os.environ[native.ENV] = env_before
     print(f"\n{cfg.graph}: {data.num_nodes:,} nodes, {data.edge_index.size(1):,} directed edges; GCCAD conv {cfg.conv}, "
           f"hidden {cfg.hidden}, {cfg.layers} layers, torch threads {torch.get_num_threads()}; "
           f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB; best of {cfg.repeats}")
-    if not cfg.fused_only:
-        print("\n| | precision | fused s | plain autograd s | plain / fused |\n|---|---|---|---|---|")
-        for kind in ("train step", "eval forward"):
-            for pr in cfg.precision:
-                f, pl = min(times[(kind, True, pr)]), min(times[(kind, False, pr)])
-                print(f"| {kind} | {pr} | {f:.3f} | {pl:.3f} | {pl / f:.2f}x |")
-    if len(cfg.precision) > 1 or cfg.fused_only:
-        print("\n| fused | " + " | ".join(f"{pr} s" for pr in cfg.precision)
+    ref = names[0]
+    print("\n| | precision | " + " | ".join(f"{LABELS[v]} s" for v in names)
+          + "".join(f" | {LABELS[v]} / {LABELS[ref]}" for v in names[1:]) + " |")
+    print("|---|---|" + "---|" * (2 * len(names) - 1))
+    for kind in ("train step", "eval forward"):
+        for pr in cfg.precision:
+            t = {v: min(times[(kind, v, pr)]) for v in names}
+            print(f"| {kind} | {pr} | " + " | ".join(f"{t[v]:.3f}" for v in names)
+                  + "".join(f" | {t[v] / t[ref]:.2f}x" for v in names[1:]) + " |")
+    if len(cfg.precision) > 1:
+        print(f"\n| {LABELS[ref]} | " + " | ".join(f"{pr} s" for pr in cfg.precision)
               + (" | fp32 / bf16 |" if {"fp32", "bf16"} <= set(cfg.precision) else " |"))
         print("|---|" + "---|" * (len(cfg.precision) + ({"fp32", "bf16"} <= set(cfg.precision))))
         for kind in ("train step", "eval forward"):
-            t = {pr: min(times[(kind, True, pr)]) for pr in cfg.precision}
+            t = {pr: min(times[(kind, ref, pr)]) for pr in cfg.precision}
             row = f"| {kind} | " + " | ".join(f"{t[pr]:.3f}" for pr in cfg.precision)
             if {"fp32", "bf16"} <= set(cfg.precision):
                 row += f" | {t['fp32'] / t['bf16']:.2f}x"

@@ -12,7 +12,8 @@ Measures, in one run:
 2. on the same pre-sampled minibatches of the largest subgraph (one process): the time of a GCCAD
    training step (forward, loss, backward, Adam) against a plain GraphSAGE step (PyG ``GraphSAGE`` of
    the same width and depth, linear head, cross-entropy on the same labels), each with every layer on
-   all sampled hops and hop-trimmed (PyG ``trim_to_layer``), interleaved;
+   all sampled hops and hop-trimmed (PyG ``trim_to_layer``), interleaved; GCCAD with the native (C++)
+   edge kernels of :mod:`gcad_dist.model.native` (when they can be built) and with the PyTorch ones;
 3. the neighbour samplers on that subgraph's CSR (``bench/sampler.measure_sampler``): the built-in one
    against torch-sparse (and pyg-lib) when installed.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -78,7 +80,7 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
     from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
     from gcad_dist.data.sampler import available_backends
     from gcad_dist.distributed.context import AllReduceContextSync
-    from gcad_dist.model import GCCAD, GCCADConfig
+    from gcad_dist.model import GCCAD, GCCADConfig, native
     from partitioning.store.reader import StoreReader
 
     reader = StoreReader(cfg.store)
@@ -122,18 +124,46 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
         loss.backward()
         opt_s.step()
 
+    def with_kernels(value: str, fn):
+        """``fn`` with GCAD_NATIVE set to ``value`` (1: native kernels, 0: the PyTorch ones)."""
+        def run(b, trim: bool) -> None:
+            before = os.environ.get(native.ENV)
+            os.environ[native.ENV] = value
+            try:
+                fn(b, trim)
+            finally:
+                if before is None:
+                    os.environ.pop(native.ENV, None)
+                else:
+                    os.environ[native.ENV] = before
+        return run
+
+    models = [("gccad_pytorch", with_kernels("0", gccad_step)), ("sage", sage_step)]
+    use_native = native.available()
+    if use_native:
+        models.insert(0, ("gccad_native", with_kernels("1", gccad_step)))
+    else:
+        log.warning("%s: GCCAD timed with the PyTorch kernels only", native.status())
     gccad.train()
     sage.train()
-    # Both models, untrimmed and hop-trimmed, interleaved so that machine load affects all alike.
+    # All models, untrimmed and hop-trimmed, interleaved so that machine load affects all alike.
     times: dict[tuple[str, bool], list[float]] = {}
     for _ in range(2):
         for trim in (False, True):
-            for name, fn in (("gccad", gccad_step), ("sage", sage_step)):
+            for name, fn in models:
                 times.setdefault((name, trim), []).append(_time_steps(lambda b: fn(b, trim), batches))
-    steps = [{"layers": "hop-trimmed" if trim else "untrimmed", "gccad_step_ms": 1000 * min(times[("gccad", trim)]),
-              "sage_step_ms": 1000 * min(times[("sage", trim)])} for trim in (False, True)]
-    for r in steps:
+    steps = []
+    for trim in (False, True):
+        r = {"layers": "hop-trimmed" if trim else "untrimmed",
+             "gccad_pytorch_step_ms": 1000 * min(times[("gccad_pytorch", trim)]),
+             "sage_step_ms": 1000 * min(times[("sage", trim)])}
+        if use_native:
+            r["gccad_native_step_ms"] = 1000 * min(times[("gccad_native", trim)])
+        # the GCCAD step as training runs it: native kernels where available
+        r["gccad_step_ms"] = r.get("gccad_native_step_ms", r["gccad_pytorch_step_ms"])
         r["gccad_over_sage"] = r["gccad_step_ms"] / r["sage_step_ms"]
+        r["gccad_pytorch_over_sage"] = r["gccad_pytorch_step_ms"] / r["sage_step_ms"]
+        steps.append(r)
 
     rowptr, col = loader.rowptr, loader.col
     samplers = []
@@ -142,7 +172,8 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
         samplers.append({k: r[k] for k in ("backend", "seeds_per_s", "edges_per_s", "ms_per_batch",
                                            "cpu_ms_per_batch", "mean_edges")})
     return {"subgraph": sg, "subgraph_nodes": int(data.num_nodes), "steps": steps, "samplers": samplers,
-            "mean_sampled_edges": sum(b.edge_index.size(1) for b in batches) / len(batches)}
+            "mean_sampled_edges": sum(b.edge_index.size(1) for b in batches) / len(batches),
+            "native_kernels": use_native}
 
 
 def ray_runs(cfg: TrainBenchConfig) -> list[dict]:
@@ -204,9 +235,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['workers']} | {r['steps']} | {r['seeds_per_s']:,.0f} | {r['edges_per_s']:,.0f} | "
                   f"{100 * r['wait_frac']:.1f}% | {r['epoch_s']:.1f} |")
     print(f"\nTraining step on the same minibatches (mean {comp['mean_sampled_edges']:,.0f} sampled edges):")
-    print("\n| layers | GCCAD ms/step | GraphSAGE ms/step | GCCAD / GraphSAGE |\n|---|---|---|---|")
-    for r in comp["steps"]:
-        print(f"| {r['layers']} | {r['gccad_step_ms']:.1f} | {r['sage_step_ms']:.1f} | {r['gccad_over_sage']:.2f}x |")
+    if comp["native_kernels"]:
+        print("\n| layers | GCCAD native ms/step | GCCAD PyTorch kernels ms/step | GraphSAGE ms/step | "
+              "GCCAD native / GraphSAGE | GCCAD PyTorch / GraphSAGE |\n|---|---|---|---|---|---|")
+        for r in comp["steps"]:
+            print(f"| {r['layers']} | {r['gccad_native_step_ms']:.1f} | {r['gccad_pytorch_step_ms']:.1f} | "
+                  f"{r['sage_step_ms']:.1f} | {r['gccad_over_sage']:.2f}x | {r['gccad_pytorch_over_sage']:.2f}x |")
+    else:
+        print("\n| layers | GCCAD ms/step (PyTorch kernels) | GraphSAGE ms/step | GCCAD / GraphSAGE |\n|---|---|---|---|")
+        for r in comp["steps"]:
+            print(f"| {r['layers']} | {r['gccad_step_ms']:.1f} | {r['sage_step_ms']:.1f} | {r['gccad_over_sage']:.2f}x |")
     u, t = comp["steps"]
     print(f"hop trimming: GCCAD {u['gccad_step_ms'] / t['gccad_step_ms']:.2f}x, "
           f"GraphSAGE {u['sage_step_ms'] / t['sage_step_ms']:.2f}x faster")

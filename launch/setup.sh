@@ -20,6 +20,9 @@ echo "[setup] installing gcad-dist and its dependencies"
 pip install -q -e ".[cpu,dev,baselines]" 2>&1 | grep -v "is ignored: it is neither" || true
 python -c "import gcad_dist, partitioning, torch_geometric, ray, zarr, faiss" \
   || { echo "[setup] install failed" >&2; exit 1; }
+# the native CPU edge kernels: compiled once here (~15 s) instead of in the first training step
+python -c "from gcad_dist.model import native; print('[setup]', native.status())" \
+  || echo "[setup] native kernels not built: the PyTorch kernels will be used" >&2
 if [ "${GCAD_WITH_TORCH_SPARSE:-0}" = 1 ] && ! python -c "import torch_sparse" 2>/dev/null; then
   echo "[setup] building torch-scatter + torch-sparse from source (about 11 min on 2 cores; cached by pip afterwards)"
   MAX_JOBS=${MAX_JOBS:-2} pip install -q --no-build-isolation torch-scatter torch-sparse 2>&1 \

@@ -4,9 +4,10 @@ PyG's ``propagate`` materialises the [E, d] message tensor, and autograd keeps i
 ``x_j``) for the backward pass: on a graph of a million edges that is gigabytes of memory traffic per
 layer. :func:`weighted_sum` computes the same sum (and its gradients for ``x`` and ``w``) block by
 block with ``index_select`` / ``index_add_``, storing nothing per edge. It runs on CPU and GPU tensors
-alike; the node updates of :mod:`gcad_dist.model.node_update` use it as their aggregation. Under
-autocast it runs in fp32 (inputs cast, autocast off; :mod:`gcad_dist.model.precision`): a bf16
-``index_add_`` accumulator would lose a high-degree node's small messages.
+alike (on CPU, the native C++ kernel of :mod:`gcad_dist.model.native` when that is available); the
+node updates of :mod:`gcad_dist.model.node_update` use it as their aggregation. Under autocast it
+runs in fp32 (inputs cast, autocast off; :mod:`gcad_dist.model.precision`): a bf16 accumulator
+would lose a high-degree node's small messages.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from . import native
 from .precision import fp32_kernel
 
 EDGE_CHUNK = 32_768  # edges per block: [block, d] temporaries stay in cache
@@ -67,4 +69,6 @@ def weighted_sum(x: Tensor, edge_index: Tensor, edge_weight: Tensor | None, num_
         if not FUSED:
             msg = x.index_select(0, src) * edge_weight.to(x.dtype).unsqueeze(-1)
             return x.new_zeros(n, x.size(1)).index_add(0, dst, msg)
+        if native.enabled(x, src):
+            return native.weighted_sum(x, edge_weight, src, dst, n)
         return _WeightedSum.apply(x, edge_weight.to(x.dtype), src, dst, n, EDGE_CHUNK)

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributions import RelaxedBernoulli
 
+from . import native
 from .precision import fp32_kernel
 
 
@@ -129,8 +130,10 @@ class LinkPredictor(nn.Module):
     The first Linear is applied without materialising the [E, 3h] concatenation: its weight is
     split into three [h, h] blocks; the two ``h - q`` blocks (and the bias) are applied once per
     *node* ([N, h]) and gathered per edge, so the per-edge work is one [E, h] x [h, h] product
-    (identical result). The per-edge part runs in the fused, blocked :class:`_LinkMLP` (set
-    ``fused = False`` for the plain autograd version, kept as the reference in the tests). Under
+    (identical result). The per-edge part runs in the fused, blocked :class:`_LinkMLP`, or on CPU in
+    its native (C++) version :func:`gcad_dist.model.native.link_mlp` when available (see
+    :mod:`gcad_dist.model.native`; its dropout draws another random stream); set ``fused = False`` for
+    the plain autograd version, kept as the reference in the tests. Under
     autocast the fused part runs in fp32 (inputs cast, autocast off; see
     :mod:`gcad_dist.model.precision`), so the per-edge logits are fp32 either way.
     """
@@ -167,7 +170,10 @@ class LinkPredictor(nn.Module):
                     h, w1, w2 = h.float(), w1.float(), w2.float()
                     ud = None if ud is None else ud.float()
                     us = None if us is None else us.float()
-                logits = _LinkMLP.apply(h, ud, us, w1, w2, src, dst, drop, seed, EDGE_CHUNK)
+                if native.enabled(h, src):
+                    logits = native.link_mlp(h, ud, us, w1, w2, src, dst, drop, seed)
+                else:
+                    logits = _LinkMLP.apply(h, ud, us, w1, w2, src, dst, drop, seed, EDGE_CHUNK)
                 return logits + self.lin2.bias
         diff = (h.index_select(0, dst) - h.index_select(0, src)).abs()
         if us is None:

@@ -1,0 +1,212 @@
+"""Native (C++) CPU kernels for the per-edge work of GCCAD: the link MLP and the weighted sum.
+
+The C++ source (``csrc/edge_kernels.cpp``) is compiled at first use with
+``torch.utils.cpp_extension.load`` (g++ and ninja, ~15 s once) into torch's extension cache
+(``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``), under a name that hashes the
+source, the compiler flags, torch's version and this CPU's instruction-set flags (``-march=native``), so
+a cache shared between different machines never loads a binary built for another CPU. Pre-build it
+(and see whether the kernels are in use) with
+``python -c "from gcad_dist.model import native; print(native.status())"``.
+
+When the kernels are used (:func:`enabled`): CPU tensors of dtype float32 or float64, and
+
+* ``GCAD_NATIVE`` unset or ``auto``: when torch runs on one thread (``torch.get_num_threads() == 1``;
+  the kernels are serial, so with more threads the multithreaded PyTorch kernels may be faster);
+* ``GCAD_NATIVE=1``: always (any thread count);
+* ``GCAD_NATIVE=0``: never (the PyTorch kernels of :mod:`gcad_dist.model.edge_update` and
+  :mod:`gcad_dist.model.aggregate`).
+
+If the extension cannot be built or loaded (no compiler, build error) one warning is logged and the
+PyTorch kernels are used for the rest of the process.
+
+Dropout of the native link MLP: unit ``j`` of edge ``e`` is kept iff a counter-based hash of
+``(seed, e, j)`` (splitmix64 of the edge, murmur3's 32-bit finaliser per unit) is at least
+``round(p * 2^32)``: a Bernoulli(1 - p) mask (to within 2^-33) scaled by the exact inverse keep
+probability. The forward pass keeps, for the backward, one bit per edge and hidden unit
+(ReLU(z) * keep > 0; h / 8 bytes per edge, nothing else per edge), so forward and backward use the
+same mask by construction and the backward needs no recomputation of the [E, h] pre-activation. The
+seed is drawn from torch's generator as on the PyTorch path, so results follow ``torch.manual_seed``,
+but the random stream differs from the PyTorch path's
+(:func:`gcad_dist.model.edge_update._chunk_keep_mask`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import threading
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+ENV = "GCAD_NATIVE"
+SOURCE = Path(__file__).with_name("csrc") / "edge_kernels.cpp"
+CFLAGS = ["-O3", "-march=native", "-fopenmp-simd"]
+BLOCK = 512  # edges per block of the native link MLP: its [block, h] buffers stay in L2
+
+__all__ = ["ENV", "BLOCK", "available", "enabled", "link_mlp", "weighted_sum", "link_threshold", "status"]
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}  # "ops": the loaded op namespace, or "error": why it is unavailable
+
+
+def _mode() -> str:
+    v = os.environ.get(ENV, "auto").strip().lower()
+    if v in ("0", "false", "off", "no"):
+        return "off"
+    if v in ("1", "true", "on", "yes"):
+        return "on"
+    return "auto"
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build_name() -> str:
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), " ".join(CFLAGS).encode(), _cpu_flags().encode(), torch.__version__.encode()):
+        key.update(part)
+        key.update(b"\0")
+    return f"gcad_native_{key.hexdigest()[:12]}"
+
+
+def _summary(exc: Exception) -> str:
+    """The first compiler error line of a failed build (else the exception's last line)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error:" in ln]
+    return f"{type(exc).__name__}: {(errors or lines or [''])[0 if errors else -1][:300]}"
+
+
+def _load():
+    """The op namespace ``torch.ops.gcad_native`` (building the extension if needed), or None."""
+    if "ops" in _state or "error" in _state:
+        return _state.get("ops")
+    with _lock:
+        if "ops" in _state or "error" in _state:
+            return _state.get("ops")
+        try:
+            from torch.utils.cpp_extension import load
+
+            load(name=_build_name(), sources=[str(SOURCE)], extra_cflags=CFLAGS, is_python_module=False,
+                 verbose=False)
+            _state["ops"] = torch.ops.gcad_native
+        except Exception as exc:  # noqa: BLE001 - any build/load failure means: use the PyTorch kernels
+            _state["error"] = _summary(exc)
+            log.warning("native edge kernels unavailable, using the PyTorch kernels (%s)", _state["error"])
+    return _state.get("ops")
+
+
+def available() -> bool:
+    """Whether the native kernels are built and loaded (builds them on first call unless ``GCAD_NATIVE=0``)."""
+    return _mode() != "off" and _load() is not None
+
+
+def enabled(*tensors: Tensor) -> bool:
+    """Whether to run the native kernels on ``tensors`` (see the module docstring)."""
+    mode = _mode()
+    if mode == "off" or (mode == "auto" and torch.get_num_threads() != 1):
+        return False
+    t0 = tensors[0]
+    if t0.device.type != "cpu" or t0.dtype not in (torch.float32, torch.float64):
+        return False
+    if any(t.device.type != "cpu" for t in tensors[1:]):
+        return False
+    return _load() is not None
+
+
+def link_threshold(p: float) -> tuple[int, float]:
+    """(uint32 threshold, 1 / keep probability) of the native dropout with drop probability ``p``:
+    unit kept iff its 32-bit hash >= threshold; threshold 0 means no dropout (scale 1)."""
+    if p <= 0:
+        return 0, 1.0
+    if p >= 1:
+        raise ValueError(f"dropout probability must be < 1, got {p}")
+    thr = min(round(p * 2**32), 2**32 - 1)
+    return thr, (1.0 / (1.0 - thr / 2**32)) if thr > 0 else 1.0
+
+
+class _LinkMLP(torch.autograd.Function):
+    """The native link MLP (same contract as :class:`gcad_dist.model.edge_update._LinkMLP`). Keeps for
+    the backward pass, besides the inputs, one bit per edge and hidden unit (ReLU(z) * keep > 0), h / 8
+    bytes per edge, and only when a gradient is needed."""
+
+    @staticmethod
+    def forward(ctx, h, ud, us, w1, w2, src, dst, drop: float, seed: int, block: int):  # noqa: D102
+        thr, scale = link_threshold(drop)
+        w2s = (w2 * scale).contiguous()
+        save = any(ctx.needs_input_grad[:5])
+        out, bits = _state["ops"].link_mlp_forward(h, ud, us, w1, w2s, src, dst, thr, seed, block, save)
+        ctx.save_for_backward(h, ud, us, w1, w2s, src, dst, bits)
+        ctx.scale, ctx.block = scale, block
+        return out
+
+    @staticmethod
+    def backward(ctx, g_out):  # noqa: D102
+        h, ud, us, w1, w2s, src, dst, bits = ctx.saved_tensors
+        need = ctx.needs_input_grad[:5]
+        grads = _state["ops"].link_mlp_backward(
+            g_out.to(h.dtype).contiguous(), h, ud, us, w1, w2s, ctx.scale, src, dst, bits, ctx.block,
+            need[0], need[1] and ud is not None, need[2] and us is not None, need[3], need[4])
+        g_h, g_ud, g_us, g_w1, g_w2 = (g if n else None for g, n in zip(grads, need))
+        if ud is None:
+            g_ud = None
+        if us is None:
+            g_us = None
+        return g_h, g_ud, g_us, g_w1, g_w2, None, None, None, None, None
+
+
+def link_mlp(h: Tensor, ud: Tensor | None, us: Tensor | None, w1: Tensor, w2: Tensor, src: Tensor, dst: Tensor,
+             drop: float, seed: int, block: int | None = None) -> Tensor:
+    """logits_e = w2 . Dropout_p(ReLU(W1 |h[dst] - h[src]| + ud[dst] + us[src])), [E], without the output
+    bias; ``ud`` is [N, h], one [h] vector for every edge, or None, ``us`` [N, h] or None; dropout from
+    ``seed`` (module docstring). Differentiable in h, ud, us, w1, w2. Check :func:`enabled` first."""
+    c = lambda t: None if t is None else t.contiguous()  # noqa: E731
+    return _LinkMLP.apply(h.contiguous(), c(ud), c(us), w1.contiguous(), w2.contiguous(), src.contiguous(),
+                          dst.contiguous(), float(drop), int(seed), int(block or BLOCK))
+
+
+class _WeightedSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, w: Tensor, src: Tensor, dst: Tensor, num_nodes: int):  # noqa: D102
+        ctx.save_for_backward(x, w, src, dst)
+        return _state["ops"].weighted_sum_forward(x, w, src, dst, num_nodes)
+
+    @staticmethod
+    def backward(ctx, g_out: Tensor):  # noqa: D102
+        x, w, src, dst = ctx.saved_tensors
+        need_x, need_w = ctx.needs_input_grad[:2]
+        g_x, g_w = _state["ops"].weighted_sum_backward(g_out.to(x.dtype).contiguous(), x, w, src, dst, need_x, need_w)
+        return (g_x if need_x else None), (g_w if need_w else None), None, None, None
+
+
+def weighted_sum(x: Tensor, w: Tensor, src: Tensor, dst: Tensor, num_nodes: int) -> Tensor:
+    """``out[i] = sum over edges e = (j -> i) of w[e] x[j]``, [num_nodes, d]; differentiable in x and w.
+    An edge of weight exactly 0 is skipped (the PyTorch kernel adds 0 * x[j], which differs only where
+    x[j] is not finite). Check :func:`enabled` first."""
+    return _WeightedSum.apply(x.contiguous(), w.to(x.dtype).contiguous(), src.contiguous(), dst.contiguous(),
+                              int(num_nodes))
+
+
+def status() -> str:
+    """One line: whether the native kernels are in use, and why not."""
+    mode = _mode()
+    if mode == "off":
+        return f"native edge kernels: off ({ENV}=0)"
+    if _load() is None:
+        return f"native edge kernels: unavailable ({_state['error']})"
+    if mode == "auto" and torch.get_num_threads() != 1:
+        return (f"native edge kernels: built, used with 1 torch thread (now {torch.get_num_threads()}; "
+                f"{ENV}=1 to use them anyway)")
+    return "native edge kernels: in use"

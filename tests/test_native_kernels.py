@@ -1,0 +1,223 @@
+"""Native (C++) edge kernels (gcad_dist/model/native.py): values and gradients against the plain autograd
+versions, the counter-based dropout, and the fallback to the PyTorch kernels."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import gcad_dist.model.aggregate as agg
+from gcad_dist.model import native
+from gcad_dist.model.edge_update import LinkPredictor
+
+
+@pytest.fixture(scope="module")
+def built() -> None:
+    """Build (or load from torch's extension cache) once per session; skip where it cannot be built."""
+    if not native.available():
+        pytest.skip(native.status())
+
+
+@pytest.fixture
+def force_native(monkeypatch, built) -> None:
+    monkeypatch.setenv(native.ENV, "1")
+
+
+def _graph(n: int, m: int, k: int, seed: int, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(n, k, generator=g, dtype=dtype)
+    ei = torch.randint(0, n, (2, m), generator=g)
+    ei[:, :3] = torch.tensor([[0, 1, 2], [0, 1, 2]])  # self-loops: diff exactly 0
+    return h, ei
+
+
+def _terms(n: int, k: int, kind: str, dtype=torch.float64):
+    g = torch.Generator().manual_seed(1)
+    w1 = torch.randn(k, k, generator=g, dtype=dtype) / k**0.5
+    w2 = torch.randn(k, generator=g, dtype=dtype)
+    if kind == "global":
+        return torch.randn(n, k, generator=g, dtype=dtype), torch.randn(n, k, generator=g, dtype=dtype), w1, w2
+    if kind == "bias":
+        return torch.randn(k, generator=g, dtype=dtype), None, w1, w2
+    return None, None, w1, w2
+
+
+def _plain(h, ud, us, w1, w2, src, dst, keep=None, scale=1.0):
+    z = (h[dst] - h[src]).abs() @ w1.t()
+    if ud is not None:
+        z = z + (ud[dst] if ud.dim() == 2 else ud)
+    if us is not None:
+        z = z + us[src]
+    r = torch.relu(z)
+    if keep is not None:
+        r = r * keep * scale
+    return r @ w2
+
+
+@pytest.mark.parametrize("kind", ["global", "bias", "none"])
+def test_link_mlp_gradcheck_float64(built, kind):
+    n, k = 9, 5
+    h, ei = _graph(n, 40, k, seed=0)
+    ud, us, w1, w2 = _terms(n, k, kind)
+    inputs = [t.requires_grad_() for t in (h, ud, us, w1, w2) if t is not None]
+
+    def f(*args):
+        it = iter(args)
+        a = [next(it) if t is not None else None for t in (h, ud, us, w1, w2)]
+        return native.link_mlp(*a, ei[0], ei[1], drop=0.0, seed=0, block=7)  # several blocks, last one partial
+
+    assert torch.autograd.gradcheck(f, tuple(inputs), eps=1e-6, atol=1e-6)
+    torch.testing.assert_close(f(*inputs), _plain(h, ud, us, w1, w2, ei[0], ei[1]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("link_global", [True, False])
+def test_link_predictor_native_matches_plain_autograd(force_native, monkeypatch, dtype, link_global):
+    calls = []
+    real = native.link_mlp
+    monkeypatch.setattr(native, "link_mlp", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    torch.manual_seed(0)
+    n, k = 70, 64  # h = 64: the vectorised mask paths of the kernel
+    h = torch.randn(n, k, dtype=dtype, requires_grad=True)
+    q = torch.randn(2, k, dtype=dtype)
+    batch = (torch.arange(n) >= 35).long()
+    ei = torch.randint(0, n, (2, 1500))
+    fused = LinkPredictor(k, link_global).to(dtype).eval()
+    plain = LinkPredictor(k, link_global, fused=False).to(dtype).eval()
+    plain.load_state_dict(fused.state_dict())
+    a, b = fused(h, q, ei, batch), plain(h, q, ei, batch)
+    assert calls, "the native kernel was not used"
+    tol = {} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(a, b, **tol)
+    ga = torch.autograd.grad(a.sin().sum(), [h, *fused.parameters()], allow_unused=True)
+    gb = torch.autograd.grad(b.sin().sum(), [h, *plain.parameters()], allow_unused=True)
+    for x, y in zip(ga, gb):
+        if x is None or y is None:
+            assert x is None and y is None
+            continue
+        torch.testing.assert_close(x, y, **tol)
+
+
+def test_dropout_is_bernoulli_and_scaled(built):
+    """With W1 = 0 and ud = 1 every pre-activation is 1, so the logit counts the kept units: kept
+    fraction 1 - p, units and edges independent, scale exactly the inverse keep probability."""
+    p, n, e, k = 0.3, 50, 20_000, 64
+    h = torch.randn(n, k)
+    ei = torch.randint(0, n, (2, e))
+    ones = torch.ones(k)
+    thr, scale = native.link_threshold(p)
+    out, bits = torch.ops.gcad_native.link_mlp_forward(h, ones, None, torch.zeros(k, k), ones * scale, ei[0], ei[1],
+                                                        thr, 12345, 333, True)
+    keep = ((bits.view(-1, 1) >> torch.arange(64)) & 1).view(e, k).float()  # unit j of edge e
+    assert abs(keep.mean().item() - (1 - p)) < 0.003
+    assert abs(keep.mean(0) - (1 - p)).max() < 0.015  # every unit
+    both = (keep[:, :-1] * keep[:, 1:]).mean().item()  # neighbouring units
+    assert abs(both - (1 - p) ** 2) < 0.004
+    both_e = (keep[:-1] * keep[1:]).mean().item()  # neighbouring edges
+    assert abs(both_e - (1 - p) ** 2) < 0.004
+    torch.testing.assert_close(out, keep.sum(1) * scale)
+    assert abs(scale - 1 / (1 - p)) < 1e-8
+
+
+def test_dropout_same_mask_forward_and_backward_and_follows_seed(built):
+    torch.manual_seed(0)
+    n, k = 20, 16
+    h, ei = _graph(n, 200, k, seed=3)
+    ud, us, w1, w2 = _terms(n, k, "global")
+    h.requires_grad_()
+    f = lambda x, seed=7: native.link_mlp(x, ud, us, w1, w2, ei[0], ei[1], drop=0.4, seed=seed, block=64)  # noqa: E731
+    torch.testing.assert_close(f(h), f(h))
+    assert not torch.equal(f(h), f(h, seed=8))
+    assert not torch.allclose(f(h), native.link_mlp(h, ud, us, w1, w2, ei[0], ei[1], 0.0, 7, 64))
+    # finite differences re-run the forward with the same seed: they match the analytic backward only
+    # if the backward uses the forward's mask
+    assert torch.autograd.gradcheck(f, (h,), eps=1e-6, atol=1e-6)
+
+
+def test_link_predictor_training_mode_follows_manual_seed(force_native):
+    lp = LinkPredictor(8, dropout=0.5).train()
+    h, ei = _graph(30, 300, 8, seed=1, dtype=torch.float32)
+    q, batch = torch.randn(1, 8), torch.zeros(30, dtype=torch.long)
+
+    def run():
+        torch.manual_seed(5)
+        return lp(h, q, ei, batch)
+
+    torch.testing.assert_close(run(), run())
+    assert not torch.allclose(run(), lp.eval()(h, q, ei, batch))
+
+
+@pytest.mark.parametrize("with_weight", [True, False])
+def test_weighted_sum_native_matches_plain(force_native, monkeypatch, with_weight):
+    calls = []
+    real = native.weighted_sum
+    monkeypatch.setattr(native, "weighted_sum", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    torch.manual_seed(0)
+    x = torch.randn(25, 4, dtype=torch.float64, requires_grad=True)
+    ei = torch.randint(0, 25, (2, 300))
+    w = torch.rand(300, dtype=torch.float64) if with_weight else None
+    if w is not None:
+        w[::5] = 0.0  # removed edges
+        w.requires_grad_()
+    out = agg.weighted_sum(x, ei, w, num_nodes=30)
+    assert calls
+    ref = torch.zeros(30, 4, dtype=torch.float64).index_add(0, ei[1], x[ei[0]] * (w[:, None] if with_weight else 1.0))
+    torch.testing.assert_close(out, ref)
+    inputs = (x, w) if with_weight else (x,)
+    assert torch.autograd.gradcheck(lambda *a: agg.weighted_sum(a[0], ei, a[1] if with_weight else None, 30),
+                                    inputs, eps=1e-6, atol=1e-6)
+    empty = agg.weighted_sum(x, torch.empty(2, 0, dtype=torch.long), torch.empty(0, dtype=torch.float64))
+    assert empty.shape == (25, 4) and empty.abs().sum() == 0
+
+
+def test_env_var_forces_the_pytorch_kernels(monkeypatch):
+    monkeypatch.setenv(native.ENV, "0")
+    assert not native.enabled(torch.zeros(2, 2))
+    assert not native.available()
+
+    def boom(*a, **kw):
+        raise AssertionError("native kernel called with GCAD_NATIVE=0")
+
+    monkeypatch.setattr(native, "link_mlp", boom)
+    monkeypatch.setattr(native, "weighted_sum", boom)
+    torch.manual_seed(0)
+    lp = LinkPredictor(6, dropout=0.2).train()
+    h, ei = _graph(12, 60, 6, seed=2, dtype=torch.float32)
+    h.requires_grad_()
+    logits = lp(h, torch.randn(1, 6), ei, torch.zeros(12, dtype=torch.long))
+    out = agg.weighted_sum(h, ei, torch.sigmoid(logits))
+    out.sum().backward()
+    assert torch.isfinite(h.grad).all() and h.grad.abs().sum() > 0
+
+
+def test_auto_mode_only_on_one_thread_and_cpu_float(monkeypatch, built):
+    monkeypatch.delenv(native.ENV, raising=False)
+    x = torch.zeros(2, 2)
+    monkeypatch.setattr(native.torch, "get_num_threads", lambda: 1)
+    assert native.enabled(x)
+    assert not native.enabled(x.to(torch.bfloat16))
+    assert not native.enabled(torch.zeros(2, 2, device="meta"))  # any non-CPU device: PyTorch kernels
+    monkeypatch.setattr(native.torch, "get_num_threads", lambda: 4)
+    assert not native.enabled(x)
+    monkeypatch.setenv(native.ENV, "1")
+    assert native.enabled(x)
+
+
+def test_build_failure_warns_once_and_falls_back(monkeypatch, tmp_path, caplog):
+    bad = tmp_path / "broken.cpp"
+    bad.write_text("this is not C++\n")
+    monkeypatch.setattr(native, "SOURCE", bad)
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setenv(native.ENV, "1")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    with caplog.at_level(logging.WARNING, logger=native.__name__):
+        assert not native.enabled(torch.zeros(2, 2))
+        assert not native.enabled(torch.zeros(2, 2))
+    warnings = [r for r in caplog.records if "native edge kernels unavailable" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "unavailable" in native.status()
+    lp = LinkPredictor(4).eval()  # the PyTorch kernels
+    h, ei = _graph(6, 20, 4, seed=0, dtype=torch.float32)
+    assert lp(h, torch.zeros(1, 4), ei, torch.zeros(6, dtype=torch.long)).shape == (20,)
