@@ -55,7 +55,8 @@ def edge_suspicion(p: torch.Tensor, edge_index: torch.Tensor, n: int) -> np.ndar
     return (torch.zeros(n).index_add_(0, dst, 1 - p.float()) / deg).numpy()
 
 
-def run_one(dataset: str, mix: str, seed: int, epochs: int, out: Path, hops: int = 0) -> dict[str, Any]:
+def run_one(dataset: str, mix: str, seed: int, epochs: int, out: Path, hops: int = 0,
+            contrast: str = "graph", swap: float = 0.0) -> dict[str, Any]:
     """Pre-train (unless cached) and score with every context; validation AUROC per context."""
     from gcad_dist.data.splits import make_split
     from gcad_dist.detectors.gccad_pre import SETTINGS, _graph
@@ -71,7 +72,8 @@ def run_one(dataset: str, mix: str, seed: int, epochs: int, out: Path, hops: int
     split = make_split(std, seed=0)
     y = std.y.numpy()
     val = split.val.numpy() & (y >= 0)
-    work = out / (f"{path.stem}-{mix.replace(',', '+')}-e{epochs}-s{seed}" + (f"-h{hops}" if hops else ""))
+    work = out / (f"{path.stem}-{mix.replace(',', '+')}-e{epochs}-s{seed}" + (f"-h{hops}" if hops else "")
+                  + (f"-c{contrast}" if contrast != "graph" else "") + (f"-sw{swap:g}" if swap else ""))
     graph = _graph(std)
     store = work / "store.zarr"
     t0 = time.perf_counter()
@@ -80,7 +82,8 @@ def run_one(dataset: str, mix: str, seed: int, epochs: int, out: Path, hops: int
         build(BuildConfig(graph=graph.source, out=str(store), k=None, seed=seed, threads=1, plot=False,
                           progress=False, corruption_mix=mix, overwrite=True, cluster_hops=hops), graph=graph)
         run(PretrainConfig(store=str(store), out=str(work / "pre"), workers=1, cpus_per_worker=1, epochs=epochs,
-                           lr=SETTINGS["lr"], seed=seed, overwrite=True, max_failures=0, progress=False))
+                           lr=SETTINGS["lr"], seed=seed, overwrite=True, max_failures=0, progress=False,
+                           contrast=contrast, swap_features=swap))
     pre_s = time.perf_counter() - t0
     loaded = load_checkpoint_model(work / "pre" / "final")
     model = loaded.model.eval()
@@ -101,19 +104,20 @@ def run_one(dataset: str, mix: str, seed: int, epochs: int, out: Path, hops: int
         s["nbr-cosine"] = neighbour_contrast(data.x, data.edge_index)
     res = {c: round(auroc(y[val], v[val]), 4) for c, v in s.items()}
     edges_kept = StoreReader(str(store)).manifest["partition"].get("edges_kept")
-    return {"dataset": path.stem, "mix": mix, "hops": hops, "edges_kept": edges_kept, "seed": seed, "epochs": epochs, "val_nodes": int(val.sum()),
+    return {"dataset": path.stem, "mix": mix, "hops": hops, "contrast": contrast, "swap": swap, "edges_kept": edges_kept, "seed": seed, "epochs": epochs, "val_nodes": int(val.sum()),
             "val_anomalies": int((y[val] == 1).sum()), "pretrain_s": round(pre_s, 1), "val_auroc": res}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown: one row per (graph, mix, seed), one column per context."""
     cols = [c for c in CONTEXTS if any(c in r["val_auroc"] for r in rows)]
-    lines = ["| graph (val nodes / anomalies) | mix | cluster hops | edges kept | seed | " + " | ".join(cols) + " |",
-             "|---|---|---|---|---|" + "---|" * len(cols)]
+    lines = ["| graph (val nodes / anomalies) | mix | cluster hops | contrast | edges kept | seed | " + " | ".join(cols)
+             + " |", "|---|---|---|---|---|---|" + "---|" * len(cols)]
     for r in rows:
         v = r["val_auroc"]
         ek = r.get("edges_kept")
         lines.append(f"| {r['dataset']} ({r['val_nodes']} / {r['val_anomalies']}) | {r['mix']} | {r.get('hops', 0)} | "
+                     f"{r.get('contrast', 'graph')}{' swap ' + format(r['swap'], 'g') if r.get('swap') else ''} | "
                      f"{'' if ek is None else f'{100 * ek:.0f}%'} | {r['seed']} | "
                      + " | ".join(f"{v[c]:.3f}" if c in v else "" for c in cols) + " |")
     return "\n".join(lines)
@@ -126,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="names under ../shared/data or .npz paths")
     p.add_argument("--mixes", nargs="+", default=["inject", "inject,features,edges"], help="--corruption-mix values")
     p.add_argument("--cluster-hops", nargs="+", type=int, default=[0], help="partitioning.build --cluster-hops values")
+    p.add_argument("--contrasts", nargs="+", default=["graph"], choices=["graph", "neighbors", "ego"],
+                   help="pretrain --contrast values (with a local contrast, 'global' and 'halo' score with it)")
+    p.add_argument("--swaps", nargs="+", type=float, default=[0.0], help="pretrain --swap-features values")
     p.add_argument("--seeds", nargs="+", type=int, default=[0], help="build / pre-training seeds")
     p.add_argument("--epochs", type=int, default=10, help="pre-training epochs")
     p.add_argument("--out", default="runs/lf", help="checkpoints, stores and results.jsonl")
@@ -140,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for ds, mix, hops, seed in itertools.product(args.datasets, args.mixes, args.cluster_hops, args.seeds):
-        r = run_one(ds, mix, seed, args.epochs, out, hops)
+    for ds, mix, hops, contrast, swap, seed in itertools.product(args.datasets, args.mixes, args.cluster_hops,
+                                                                 args.contrasts, args.swaps, args.seeds):
+        r = run_one(ds, mix, seed, args.epochs, out, hops, contrast, swap)
         log.info("%s", json.dumps(r))
         with open(out / "results.jsonl", "a") as f:
             f.write(json.dumps(r) + "\n")

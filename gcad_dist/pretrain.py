@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.model.gccad import CONTRASTS
 from gcad_dist.model.precision import PRECISIONS
 from partitioning.features import describe_normalization
 
@@ -97,6 +98,8 @@ class PretrainConfig:
     readout: str = "memory"
     dropout: float = 0.1
     tau: float = 0.1
+    contrast: str = "graph"
+    swap_features: float = 0.0
     memory_momentum: float = 0.5
     backend: str = "auto"
     cache_gb: float = 4.0
@@ -156,6 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
     a("--readout", default=d.readout, choices=["memory", "mean", "sum", "max"], help="graph-update readout")
     a("--dropout", type=float, default=d.dropout, help="dropout")
     a("--tau", type=float, default=d.tau, help="temperature of the contrastive loss")
+    a("--swap-features", type=float, default=d.swap_features,
+      help="at every step, this fraction of each batch's normal nodes take another node's features (and the "
+      "label abnormal), drawn afresh each step, beside the store's fixed corruptions; a small store repeats "
+      "its few subgraphs hundreds of times, and a fixed corruption is then learnt by heart")
+    a("--contrast", default=d.contrast, choices=list(CONTRASTS),
+      help="what each node is contrasted with: graph = its subgraph's context q (the paper's); neighbors = the "
+      "mean of its neighbours' embeddings; ego = its own features' projection against that neighbour mean "
+      "(local anomalies: a node unlike its neighbours; pair with --corruption-mix features at build)")
     a("--memory-momentum", type=float, default=d.memory_momentum,
       help="EMA momentum of the per-subgraph context memory on large subgraphs (0 = no memory)")
     a("--backend", default=d.backend, help="neighbour-sampling backend: auto, pyg-lib, torch-sparse, builtin")
@@ -219,6 +230,7 @@ def validate(cfg: PretrainConfig) -> dict:
         (cfg.hidden >= 1 and cfg.layers >= 1, "--hidden/--layers", "must be >= 1"),
         (0 <= cfg.dropout < 1, "--dropout", "must be in [0, 1)"),
         (cfg.tau > 0, "--tau", "must be > 0"),
+        (0 <= cfg.swap_features < 1, "--swap-features", "must be in [0, 1)"),
         (0 <= cfg.memory_momentum < 1, "--memory-momentum", "must be in [0, 1)"),
         (cfg.cache_gb >= 0 and cfg.prefetch >= 0, "--cache-gb/--prefetch", "must be >= 0"),
         (cfg.checkpoint_every >= 0, "--checkpoint-every", "must be >= 0"),

@@ -33,4 +33,6 @@ def test_table_has_one_row_per_run_and_only_the_contexts_present() -> None:
              "seed": 0, "val_auroc": {"halo": 0.61, "nbr-cosine": 0.7}}]
     t = table(rows).splitlines()
     assert len(t) == 3 and "| halo | nbr-cosine |" in t[0] and "links" not in t[0]
-    assert "| g (10 / 2) | inject | 2 | 50% | 0 | 0.610 | 0.700 |" == t[2]
+    assert "| g (10 / 2) | inject | 2 | graph | 50% | 0 | 0.610 | 0.700 |" == t[2]
+    rows[0].update(contrast="ego", swap=0.15)
+    assert "| inject | 2 | ego swap 0.15 | 50% |" in table(rows).splitlines()[2]

@@ -218,3 +218,26 @@ def test_precision_option_is_validated() -> None:
 
     with pytest.raises(UsageError, match="--precision"):
         validate(PretrainConfig(store="s", precision="fp16"))
+
+
+def test_local_contrast_with_fresh_feature_swaps_trains(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--contrast ego --swap-features 0.2``: each step sees a fresh draw of swapped nodes (labelled 1 on top
+    of the store's injected ones), the model is built with the contrast, and the loss stays finite."""
+    import gcad_dist.distributed.train_loop as loop
+
+    draws: list[torch.Tensor] = []
+    real = loop.swap_features
+
+    def spy(x, y, mask, fraction, generator=None):
+        x2, y2 = real(x, y, mask, fraction, generator)
+        draws.append((y2 != y).nonzero().squeeze(1))
+        return x2, y2
+
+    monkeypatch.setattr(loop, "swap_features", spy)
+    cfg = PretrainConfig(store=str(store), epochs=1, min_steps_per_epoch=6, contrast="ego", swap_features=0.2, **FAST)
+    rep = LocalReporter(tmp_path)
+    _run(cfg, rep)
+    assert len(draws) == 6 and all(d.numel() > 0 for d in draws)
+    assert len({tuple(d.tolist()) for d in draws}) > 1  # redrawn, not fixed
+    assert load_model_file(rep.checkpoints[-1])["config"]["contrast"] == "ego"
+    assert np.isfinite(rep.state()["history"][0]["loss"])

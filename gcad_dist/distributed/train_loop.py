@@ -58,6 +58,7 @@ import torch
 import torch.distributed as dist
 
 from gcad_dist.checkpoint import load_model_file, load_train_state, rng_state, save_model, save_train_state, set_rng_state
+from gcad_dist.data.online_corruption import swap_features
 from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
 from gcad_dist.distributed.context import AllReduceContextSync
@@ -84,7 +85,7 @@ def model_config(cfg, in_dim: int) -> GCCADConfig:
     """The GCCAD settings of a pre-training run."""
     return GCCADConfig(
         in_dim=in_dim, hidden=cfg.hidden, num_layers=cfg.layers, conv=cfg.conv, readout=cfg.readout,
-        dropout=cfg.dropout, tau=cfg.tau,
+        dropout=cfg.dropout, tau=cfg.tau, contrast=getattr(cfg, "contrast", "graph"),
     )
 
 
@@ -335,12 +336,13 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             if pos >= steps_per_epoch:
                 break
             tb = tb.to(device)
+            x, y = swap_features(tb.x, tb.y, tb.loss_mask, getattr(cfg, "swap_features", 0.0))
             sync.set_subgraph(tb.key, shared=tb.shared)
             with autocast(precision, device):
-                out = net(tb.x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,
+                out = net(x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,
                           context_mask=tb.context_mask, sync=sync, num_sampled_nodes=tb.num_sampled_nodes,
                           num_sampled_edges=tb.num_sampled_edges)
-                losses = model.loss(out, tb.y, mask=tb.loss_mask, sync=sync)
+                losses = model.loss(out, y, mask=tb.loss_mask, sync=sync)
             optimizer.zero_grad(set_to_none=True)
             losses["total"].backward()
             optimizer.step()

@@ -54,8 +54,9 @@ class GCCADEncoder(nn.Module):
         sync: ContextSync,
         num_sampled_nodes: list[int] | None = None,
         num_sampled_edges: list[int] | None = None,
-    ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor], Tensor | None]:
-        """Return (h^(L) [N', hidden], q^(L) [G, hidden], per-layer p [E_l], per-layer logits [E_l], w^(L)).
+    ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor]:
+        """Return (h^(L) [N', hidden], q^(L) [G, hidden], per-layer p [E_l], per-layer logits [E_l], w^(L),
+        h^(0) [N, hidden]) where h^(0) is the input projection of every node (its own features only).
 
         With ``num_sampled_nodes`` / ``num_sampled_edges`` of a neighbour-sampled minibatch (nodes and
         edges ordered by hop, as the loaders yield them) and as many hops as layers, layer ``l`` runs
@@ -65,7 +66,7 @@ class GCCADEncoder(nn.Module):
         (edge tensors stay prefixes of ``edge_index``). Not applied with conv ``gcn``, whose
         normalisation depends on the source nodes' degrees.
         """
-        h = self.input_proj(x)
+        h = h0 = self.input_proj(x)
         q = mean_context(h, batch, num_graphs, context_mask, sync)
         w = edge_weight
         if self.config.edge_update and w is None:
@@ -88,4 +89,4 @@ class GCCADEncoder(nn.Module):
             h = self.node_updates[layer](h, edge_index, w)
             q = self.readouts[layer](h, q, batch, num_graphs, context_mask, sync)
             q = sync.memory(layer, q)
-        return h, q, probs, logits, w
+        return h, q, probs, logits, w, h0

@@ -10,6 +10,14 @@ Choices where METHOD.md leaves room (all documented here, tested in tests/test_m
   scores with the projection head's outputs instead (what the reference code did).
 * **CE ablation**: a classifier head on ``h_i^(L)`` trained with cross-entropy (plus the link
   loss); the score is the softmax anomaly probability. ``loss()["con"]`` then holds the CE term.
+* **Contrast** (``contrast``, beyond METHOD.md): ``"graph"`` (default, the paper's) contrasts each node with
+  its graph's context q. ``"neighbors"`` contrasts h_i^(L) with the mean of its neighbours' h_j^(L)
+  (a local context, one per node); ``"ego"`` contrasts the node's own input projection h_i^(0) (its
+  features only, no message passing) with that neighbour mean, so that a node's representation does
+  not already contain the context it is compared with. Same loss shape (normal nodes' agreement against
+  every abnormal node's of the graph), same score 1 - cos(self, context). The local contrasts score in
+  the projection space, where they are trained (``"neighbors"`` honours ``score_space``), and turn off
+  hop trimming (the neighbours' final embeddings are needed).
 * **Graphs without an abnormal node** contribute no contrastive term and their normal nodes do not
   count in the average (see :mod:`gcad_dist.model.loss`).
 """
@@ -26,13 +34,14 @@ from .context import IDENTITY, ContextSync
 from .edge_update import EVAL_RULES
 from .encoder import GCCADEncoder
 from .heads import ClassifierHead, ProjectionHead
-from .loss import ce_loss, contrastive_loss, link_loss
+from .loss import ce_loss, contrastive_loss, contrastive_loss_from_cosines, link_loss
 from .node_update import CONVS
-from .readout import READOUTS
+from .readout import READOUTS, neighbour_context
 
 __all__ = ["GCCADConfig", "GCCADOutput", "GCCAD"]
 
 LOSSES = ("contrastive", "ce")
+CONTRASTS = ("graph", "neighbors", "ego")
 SCORE_SPACES = ("encoder", "projection")
 
 
@@ -54,12 +63,14 @@ class GCCADConfig:
     link_eval: str = "threshold"  # evaluation keep rule: "threshold" (p > 0.5, METHOD.md) | "expected" (I = p)
     dropout: float = 0.1
     score_space: str = "encoder"  # "encoder" (METHOD section 3) | "projection" (reference code)
+    contrast: str = "graph"  # "graph" (METHOD.md) | "neighbors" | "ego": the context each node is contrasted with
 
     def __post_init__(self) -> None:
         checks = [
             (self.conv in CONVS, f"conv must be one of {sorted(CONVS)}, got {self.conv!r}"),
             (self.readout in READOUTS, f"readout must be one of {READOUTS}, got {self.readout!r}"),
             (self.loss in LOSSES, f"loss must be one of {LOSSES}, got {self.loss!r}"),
+            (self.contrast in CONTRASTS, f"contrast must be one of {CONTRASTS}, got {self.contrast!r}"),
             (self.score_space in SCORE_SPACES, f"score_space must be one of {SCORE_SPACES}"),
             (self.link_eval in EVAL_RULES, f"link_eval must be one of {EVAL_RULES}, got {self.link_eval!r}"),
             (self.in_dim >= 1 and self.hidden >= 1, "in_dim and hidden must be >= 1"),
@@ -81,7 +92,8 @@ class GCCADOutput:
     batch: [N] graph id per node; edge_index: [2, E] the edges used (the input edges; removed edges
     carry weight 0); edge_probs / edge_logits: per layer [E] link probabilities p_ij and their
     logits (empty when edge_update=False); edge_weight: [E] final edge weights w^(L) or None;
-    logits: [N, 2] classifier logits (CE ablation) or None.
+    logits: [N, 2] classifier logits (CE ablation) or None; h0: [N, hidden] the input projection (local
+    contrasts only, else None).
     """
 
     h: Tensor
@@ -93,6 +105,7 @@ class GCCADOutput:
     edge_logits: list[Tensor] = field(default_factory=list)
     edge_weight: Tensor | None = None
     num_graphs: int = 1
+    h0: Tensor | None = None
 
 
 class GCCAD(torch.nn.Module):
@@ -134,7 +147,9 @@ class GCCAD(torch.nn.Module):
             num_graphs = 1 if num_graphs is None else num_graphs
         elif num_graphs is None:
             num_graphs = int(batch.max().item()) + 1 if n > 0 else 1
-        h, q, probs, logits, w = self.encoder(
+        if self.config.contrast != "graph":  # the neighbours' final embeddings are needed: no hop trimming
+            num_sampled_nodes = num_sampled_edges = None
+        h, q, probs, logits, w, h0 = self.encoder(
             x, edge_index, batch, num_graphs, edge_weight=edge_weight, context_mask=context_mask, sync=sync,
             num_sampled_nodes=num_sampled_nodes, num_sampled_edges=num_sampled_edges,
         )
@@ -142,7 +157,20 @@ class GCCAD(torch.nn.Module):
         return GCCADOutput(
             h=h, q=q, batch=batch[: h.size(0)], edge_index=edge_index, edge_probs=probs, logits=cls,
             edge_logits=logits, edge_weight=w, num_graphs=num_graphs,
+            h0=h0 if self.config.contrast == "ego" else None,
         )
+
+    def local_pair(self, out: GCCADOutput, idx: Tensor | None = None, project: bool = True) -> tuple[Tensor, Tensor]:
+        """(self, context) rows of the local contrasts for nodes ``idx`` (default all): the node's h^(L)
+        (``neighbors``) or h^(0) (``ego``) and the mean of its neighbours' h^(L), through the projection
+        head if ``project``."""
+        ctx = neighbour_context(out.h, out.edge_index, out.h.size(0))
+        own = out.h0 if self.config.contrast == "ego" else out.h
+        if idx is not None:
+            own, ctx = own.index_select(0, idx), ctx.index_select(0, idx)
+        if project:
+            own, ctx = self.head(own), self.head(ctx)
+        return own, ctx
 
     def loss(
         self, out: GCCADOutput, y: Tensor, mask: Tensor | None = None, sync: ContextSync | None = None
@@ -164,6 +192,12 @@ class GCCAD(torch.nn.Module):
         if cfg.loss == "ce":
             assert out.logits is not None, "CE ablation needs the classifier logits"
             con = ce_loss(out.logits, y, mask)
+        elif cfg.contrast != "graph":
+            idx = mask.nonzero().squeeze(1)
+            own, ctx = self.local_pair(out, idx)
+            cos = F.cosine_similarity(own.float(), ctx.float(), dim=-1)
+            con = contrastive_loss_from_cosines(cos, y.index_select(0, idx), out.batch.index_select(0, idx),
+                                                out.num_graphs, torch.ones_like(idx, dtype=torch.bool), cfg.tau, sync)
         else:
             # only the labelled nodes enter the loss: project just those (a neighbour-sampled
             # minibatch labels its ~1k seeds out of ~20k sampled nodes)
@@ -186,6 +220,10 @@ class GCCAD(torch.nn.Module):
         if self.config.loss == "ce":
             assert out.logits is not None
             return torch.softmax(out.logits.float(), dim=-1)[:, 1]
+        if self.config.contrast != "graph":
+            project = self.config.contrast == "ego" or self.config.score_space == "projection"
+            own, ctx = self.local_pair(out, project=project)
+            return 1.0 - F.cosine_similarity(own.float(), ctx.float(), dim=-1)
         h, q = out.h, out.q
         if self.config.score_space == "projection":
             h, q = self.head(h), self.head(q)

@@ -36,8 +36,17 @@ def contrastive_loss(
     scale exp(-1/tau) keeps every summand <= 1 for any tau). Computed in fp32 as
     ``softplus(log A_g - l_i)``, which is stable for any tau.
     """
-    logit = (z.float() * c.float().index_select(0, batch)).sum(-1) / tau
-    shifted = logit - 1.0 / tau  # <= 0 since |z . c| <= 1
+    cos = (z.float() * c.float().index_select(0, batch)).sum(-1)
+    return contrastive_loss_from_cosines(cos, y, batch, num_graphs, mask, tau, sync)
+
+
+def contrastive_loss_from_cosines(
+    cos: Tensor, y: Tensor, batch: Tensor, num_graphs: int, mask: Tensor, tau: float, sync: ContextSync,
+) -> Tensor:
+    """:func:`contrastive_loss` given each node's cosine ``cos_i`` in [-1, 1] with *its* context: the graph's
+    (``c_g . z_i``) or a context of its own (the neighbourhood contrast of :mod:`gcad_dist.model.gccad`).
+    The normal nodes' agreement is contrasted with every abnormal node's of the same graph."""
+    shifted = cos.float() / tau - 1.0 / tau  # <= 0 since |cos| <= 1
     abnormal = (y == 1) & mask
     normal = (y == 0) & mask
     abn_f = abnormal.to(shifted.dtype)

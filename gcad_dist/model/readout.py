@@ -101,3 +101,14 @@ class Readout(nn.Module):
         if self.kind == "sum":
             return sum_context(h, batch, num_graphs, context_mask, sync)
         return max_context(h, batch, num_graphs, context_mask)
+
+
+def neighbour_context(h: Tensor, edge_index: Tensor, num_nodes: int | None = None) -> Tensor:
+    """Local context of every node: the mean of its in-neighbours' rows of ``h`` ([N, h]; 0 for a node
+    without neighbours). Edges ``j -> i`` with ``j = edge_index[0]``; self-loops count as neighbours."""
+    from .aggregate import weighted_sum
+
+    n = h.size(0) if num_nodes is None else num_nodes
+    total = weighted_sum(h, edge_index, None, n)
+    deg = torch.bincount(edge_index[1], minlength=n).clamp_min(1).to(total.dtype)
+    return total / deg.unsqueeze(-1)

@@ -1,0 +1,178 @@
+"""Local contrasts of GCCAD (``GCCADConfig.contrast``): neighbour context, loss, score, trimming, training."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gcad_dist.model import GCCAD, GCCADConfig
+from gcad_dist.model.loss import contrastive_loss, contrastive_loss_from_cosines
+from gcad_dist.model.context import ContextSync
+from gcad_dist.model.readout import neighbour_context
+
+IDENT = ContextSync()
+
+
+def _ring(n: int, f: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ring graph with a chord per node (both directions), random features."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, f, generator=g)
+    i = torch.arange(n)
+    src = torch.cat([i, i])
+    dst = torch.cat([(i + 1) % n, (i + 7) % n])
+    ei = torch.stack([src, dst])
+    return x, torch.cat([ei, ei.flip(0)], 1)
+
+
+def test_neighbour_context_by_hand():
+    h = torch.tensor([[1.0, 0.0], [0.0, 2.0], [4.0, 4.0], [9.0, 9.0]])
+    ei = torch.tensor([[1, 2, 0, 1], [0, 0, 1, 2]])  # 0 <- 1, 2;  1 <- 0;  2 <- 1;  3 isolated
+    c = neighbour_context(h, ei)
+    assert torch.allclose(c, torch.tensor([[2.0, 3.0], [1.0, 0.0], [0.0, 2.0], [0.0, 0.0]]))
+
+
+def test_loss_from_cosines_equals_graph_loss():
+    torch.manual_seed(0)
+    z = F.normalize(torch.randn(12, 4), dim=-1)
+    c = F.normalize(torch.randn(2, 4), dim=-1)
+    batch = torch.tensor([0] * 6 + [1] * 6)
+    y = torch.tensor([0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0])
+    mask = torch.ones(12, dtype=torch.bool)
+    a = contrastive_loss(z, c, y, batch, 2, mask, 0.1, IDENT)
+    b = contrastive_loss_from_cosines((z * c[batch]).sum(-1), y, batch, 2, mask, 0.1, IDENT)
+    assert torch.allclose(a, b)
+
+
+@pytest.mark.parametrize("contrast", ["neighbors", "ego"])
+def test_local_score_is_one_minus_cosine_with_neighbour_mean(contrast):
+    torch.manual_seed(0)
+    x, ei = _ring(30, 6)
+    model = GCCAD(GCCADConfig(in_dim=6, contrast=contrast, score_space="projection")).eval()
+    with torch.no_grad():
+        out = model(x, ei)
+        s = model.score(out)
+        own = out.h0 if contrast == "ego" else out.h
+        ctx = torch.zeros_like(out.h).index_add_(0, ei[1], out.h[ei[0]]) / torch.bincount(ei[1], minlength=30)[:, None]
+        want = 1 - F.cosine_similarity(model.head(own), model.head(ctx), dim=-1)
+    assert torch.allclose(s, want, atol=1e-5)
+    if contrast == "ego":  # h0 is the node's own input projection: no neighbour enters it
+        assert torch.allclose(out.h0, model.encoder.input_proj(x))
+
+
+def test_ego_self_term_ignores_neighbours_features():
+    torch.manual_seed(0)
+    x, ei = _ring(30, 6)
+    model = GCCAD(GCCADConfig(in_dim=6, contrast="ego")).eval()
+    x2 = x.clone()
+    x2[1] += 5.0  # a neighbour of node 0 changes: node 0's own term must not, its context must
+    with torch.no_grad():
+        a, b = model(x, ei), model(x2, ei)
+    assert torch.allclose(a.h0[0], b.h0[0])
+    assert not torch.allclose(a.h[0], b.h[0])
+
+
+def test_graph_contrast_unchanged_by_the_option():
+    torch.manual_seed(0)
+    x, ei = _ring(20, 5)
+    y = (torch.arange(20) % 5 == 0).long()
+    torch.manual_seed(1)
+    m = GCCAD(GCCADConfig(in_dim=5)).eval()
+    with torch.no_grad():
+        out = m(x, ei)
+        want = 1 - F.cosine_similarity(out.h, out.q[out.batch], dim=-1)
+        assert torch.allclose(m.score(out), want)
+        assert out.h0 is None
+        assert torch.isfinite(m.loss(out, y)["total"])
+
+
+def test_local_contrast_turns_off_hop_trimming():
+    torch.manual_seed(0)
+    x = torch.randn(40, 4)
+    # a 2-hop sample: seeds 0-4, hop-1 nodes 5-19, hop-2 nodes 20-39; edges ordered by hop
+    e1 = torch.stack([torch.arange(5, 20), torch.arange(15) % 5])
+    e2 = torch.stack([torch.arange(20, 40), 5 + torch.arange(20) % 15])
+    ei = torch.cat([e1, e2], 1)
+    nodes, edges = [5, 15, 20], [15, 20]
+    for contrast, rows in (("graph", 20), ("neighbors", 40)):  # graph: layer 2 runs on seeds + hop 1 only
+        m = GCCAD(GCCADConfig(in_dim=4, contrast=contrast))
+        out = m(x, ei, num_sampled_nodes=nodes, num_sampled_edges=edges)
+        assert out.h.size(0) == rows
+
+
+def test_config_rejects_unknown_contrast():
+    with pytest.raises(ValueError, match="contrast"):
+        GCCADConfig(in_dim=3, contrast="halo")
+
+
+def test_ego_learns_planted_feature_swaps():
+    """Trained on corrupt copies whose corrupted nodes carry features unlike their neighbours', the ego
+    contrast scores fresh feature-swapped nodes of an unseen graph above chance."""
+    from gcad_dist.metrics import auroc
+
+    def graph(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(seed)
+        n, k = 300, 6
+        comm = torch.arange(n) % k
+        centers = torch.randn(k, 8, generator=g) * 2
+        x = centers[comm] + 0.5 * torch.randn(n, 8, generator=g)
+        src = torch.randint(0, n, (3000,), generator=g)
+        dst = src.clone()  # links inside a community: same residue mod k
+        dst = (torch.randint(0, n // k, (3000,), generator=g) * k + comm[src]) % n
+        keep = src != dst
+        ei = torch.stack([src[keep], dst[keep]])
+        ei = torch.cat([ei, ei.flip(0)], 1)
+        y = torch.zeros(n, dtype=torch.long)
+        bad = torch.randperm(n, generator=g)[:30]
+        y[bad] = 1
+        x[bad] = centers[(comm[bad] + 3) % k] + 0.5 * torch.randn(30, 8, generator=g)  # another community's look
+        return x, ei, y
+
+    torch.manual_seed(0)
+    model = GCCAD(GCCADConfig(in_dim=8, hidden=32, contrast="ego", edge_update=False))
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    for step in range(60):
+        x, ei, y = graph(step % 4)
+        loss = model.loss(model(x, ei), y)["total"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    x, ei, y = graph(99)
+    model.eval()
+    with torch.no_grad():
+        s = model.score(model(x, ei)).numpy()
+    assert auroc(y.numpy(), s) > 0.8
+
+
+def test_swap_features_changes_only_chosen_normal_rows():
+    from gcad_dist.data.online_corruption import swap_features
+
+    torch.manual_seed(0)
+    x = torch.arange(40.0).view(20, 2)
+    y = torch.tensor([0] * 16 + [1] * 2 + [-1] * 2)
+    mask = torch.ones(20, dtype=torch.bool)
+    mask[:4] = False  # not labelled (e.g. not a seed): never chosen
+    g = torch.Generator().manual_seed(1)
+    x2, y2 = swap_features(x, y, mask, 0.25, generator=g)
+    changed = (x2 != x).any(1)
+    assert int(changed.sum()) == 3  # round(0.25 * 12 normal labelled nodes)
+    assert torch.equal(changed, (y2 != y))
+    assert not changed[:4].any() and not changed[16:].any()
+    assert (y2[changed] == 1).all()
+    for i in changed.nonzero().squeeze(1).tolist():  # every new row is some other node's row
+        assert any(torch.equal(x2[i], x[j]) for j in range(20) if j != i)
+    assert torch.equal(x, torch.arange(40.0).view(20, 2))  # inputs untouched
+    a, b = swap_features(x, y, mask, 0.0)
+    assert a is x and b is y
+
+
+def test_pretrain_cli_takes_contrast_and_swap():
+    from gcad_dist.cli import UsageError
+    from gcad_dist.pretrain import parse_config, validate
+
+    cfg = parse_config(["--store", "s.zarr", "--contrast", "ego", "--swap-features", "0.15"])
+    assert cfg.contrast == "ego" and cfg.swap_features == 0.15
+    with pytest.raises(SystemExit):
+        parse_config(["--store", "s.zarr", "--contrast", "halo"])
+    with pytest.raises(UsageError, match="--swap-features"):
+        validate(parse_config(["--store", "s.zarr", "--swap-features", "1.5"]))
