@@ -4,7 +4,9 @@ Used to choose the defaults of ``gcad_dist.train`` / ``gcad_dist.finetune`` with
 label: every run trains on the train split, selects its epoch on validation AUPRC and records only
 validation metrics (the test split is never scored here). Variants are ``name=key:value,...`` with
 keys ``link_eval`` (threshold|expected), ``score_space`` (encoder|projection), ``edge_update``
-(0|1), ``lr``, ``epochs``, ``patience``, ``loss`` (contrastive|ce), ``conv``, ``dropout``.
+(0|1), ``lr``, ``epochs``, ``patience``, ``loss`` (contrastive|ce), ``conv``, ``dropout``, ``contrast``
+(graph|neighbors|ego), ``ensemble`` (N models, seeds ``seed + 1000 m``, m = 0..N-1, each choosing its own
+epoch on validation; their scores' ranks averaged, then scored on validation).
 
     python -m bench.supervised_sweep --datasets tolokers reddit --seeds 0 1 \\
         --variants base= expected=link_eval:expected --out runs/sweep
@@ -32,8 +34,9 @@ from gcad_dist.cli import UsageError, run_cli, setup_logging
 log = logging.getLogger("bench.supervised_sweep")
 
 MODEL_KEYS = {"link_eval": str, "score_space": str, "edge_update": lambda v: bool(int(v)), "loss": str,
-              "conv": str, "dropout": float, "link_loss_weight": float}
-FIT_KEYS = {"lr": float, "epochs": int, "patience": int, "weight_decay": float, "eval_every": int}
+              "conv": str, "dropout": float, "link_loss_weight": float, "contrast": str}
+FIT_KEYS = {"lr": float, "epochs": int, "patience": int, "weight_decay": float, "eval_every": int,
+            "ensemble": int}
 
 
 def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -58,19 +61,29 @@ def run_one(data: Any, dataset: str, seed: int, model_o: dict, fit_o: dict) -> d
     from gcad_dist.model import GCCAD, GCCADConfig
     from gcad_dist.supervised import SupervisedConfig, fit_supervised
 
+    from gcad_dist.metrics import evaluate
+
     split = make_split(data, seed=seed)
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    mcfg = GCCADConfig(in_dim=data.num_features, **model_o)
-    model = GCCAD(mcfg)
     fit = {"epochs": 200, "lr": 1e-3, "patience": 50, **fit_o}
-    scfg = SupervisedConfig(seed=seed, progress=False, **fit)
+    members = int(fit.pop("ensemble", 1))
     # the test split is replaced by an empty mask: nothing here can read a test label
     empty = torch.zeros_like(split.test)
     t0 = time.perf_counter()
-    res = fit_supervised(model, data, (split.train, split.val, empty), scfg)
-    return {"dataset": dataset, "seed": seed, "model": asdict(mcfg), "fit": fit, "val": res.val,
-            "best_epoch": res.best_epoch, "epochs_run": res.epochs_run,
+    ranks, epochs = [], []
+    for m in range(members):
+        torch.manual_seed(seed + 1000 * m)
+        np.random.seed(seed + 1000 * m)
+        mcfg = GCCADConfig(in_dim=data.num_features, **model_o)
+        model = GCCAD(mcfg)
+        scfg = SupervisedConfig(seed=seed + 1000 * m, progress=False, **fit)
+        res = fit_supervised(model, data, (split.train, split.val, empty), scfg)
+        ranks.append(np.argsort(np.argsort(res.scores)) / max(1, len(res.scores) - 1))
+        epochs.append(res.best_epoch)
+    val = res.val if members == 1 else evaluate(data.y, np.mean(ranks, 0), mask=split.val)
+    if members > 1:
+        fit["ensemble"] = members
+    return {"dataset": dataset, "seed": seed, "model": asdict(mcfg), "fit": fit, "val": val,
+            "best_epoch": epochs[0], "member_epochs": epochs, "epochs_run": res.epochs_run,
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
