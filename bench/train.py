@@ -13,7 +13,8 @@ Measures, in one run:
    training step (forward, loss, backward, Adam) against a plain GraphSAGE step (PyG ``GraphSAGE`` of
    the same width and depth, linear head, cross-entropy on the same labels), each with every layer on
    all sampled hops and hop-trimmed (PyG ``trim_to_layer``), interleaved; GCCAD with the native (C++)
-   edge kernels of :mod:`gcad_dist.model.native` (when they can be built) and with the PyTorch ones;
+   edge kernels of :mod:`gcad_dist.model.native` (when they can be built) and the CPU dropout of
+   :mod:`gcad_dist.model.dropout`, against the session-5 step (PyTorch kernels, torch's dropout);
 3. the neighbour samplers on that subgraph's CSR (``bench/sampler.measure_sampler``): the built-in one
    against torch-sparse (and pyg-lib) when installed.
 
@@ -80,7 +81,7 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
     from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
     from gcad_dist.data.sampler import available_backends
     from gcad_dist.distributed.context import AllReduceContextSync
-    from gcad_dist.model import GCCAD, GCCADConfig, native
+    from gcad_dist.model import GCCAD, GCCADConfig, dropout, native
     from partitioning.store.reader import StoreReader
 
     reader = StoreReader(cfg.store)
@@ -125,13 +126,16 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
         opt_s.step()
 
     def with_kernels(value: str, fn):
-        """``fn`` with GCAD_NATIVE set to ``value`` (1: native kernels, 0: the PyTorch ones)."""
+        """``fn`` with GCAD_NATIVE set to ``value``: 1 = native kernels and the fast dropout (as training runs),
+        0 = the PyTorch kernels and torch's dropout (the session-5 step)."""
         def run(b, trim: bool) -> None:
             before = os.environ.get(native.ENV)
             os.environ[native.ENV] = value
+            dropout.FAST = value == "1"  # the session-5 step: PyTorch kernels and torch's dropout
             try:
                 fn(b, trim)
             finally:
+                dropout.FAST = True
                 if before is None:
                     os.environ.pop(native.ENV, None)
                 else:

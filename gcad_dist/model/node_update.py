@@ -27,6 +27,7 @@ from torch_geometric.nn import GCNConv, MessagePassing
 from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
 
 from .aggregate import weighted_sum
+from .dropout import Dropout
 
 
 class WeightedGINConv(MessagePassing):
@@ -142,7 +143,7 @@ class NodeUpdate(nn.Module):
         super().__init__()
         self.conv = make_conv(conv, hidden)
         self.norm = nn.LayerNorm(hidden)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, h: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
         h = self.conv(h, edge_index, edge_weight)
