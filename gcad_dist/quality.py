@@ -68,6 +68,7 @@ class QualityConfig:
     conv: str = "gin"
     score_space: str = "projection"
     link_eval: str = "expected"
+    contrast: str = TrainConfig.contrast
     hidden: int = 64
     layers: int = 2
     epochs: int = 200
@@ -120,7 +121,7 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
     """The :class:`TrainConfig` of one GNN run."""
     return TrainConfig(
         graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, link_eval=cfg.link_eval,
-        hidden=cfg.hidden,
+        contrast=cfg.contrast, hidden=cfg.hidden,
         layers=cfg.layers, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience, seed=seed,
         device=cfg.device, progress=False, plots=False,
     )
@@ -141,6 +142,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
         keep = ("hidden", "layers", "dropout", "epochs", "lr", "weight_decay", "eval_every", "patience",
                 "class_weight", "normalize", "train_frac", "val_frac", "conv", "score_space", "link_eval")
         s["train"] = {k: tc[k] for k in keep if model in ("gccad", "gccad-ce") or k not in GCCAD_ONLY}
+        if model == "gccad" and tc["contrast"] != "graph":  # absent = graph: keeps earlier runs' keys
+            s["train"]["contrast"] = tc["contrast"]
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
         from gcad_dist.detectors import DETECTORS, settings_of
@@ -336,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conv", default=d.conv, choices=CONVS, help="GCCAD node-update convolution")
     p.add_argument("--link-eval", default=d.link_eval, choices=LINK_EVALS,
                    help="GCCAD link remover at evaluation: expected (edge weight x p) or threshold (p > 0.5, METHOD.md)")
+    p.add_argument("--contrast", default=d.contrast, choices=("graph", "neighbors", "ego", "auto"),
+                   help="GCCAD's contrast (gcad_dist.train --contrast)")
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
                    help="GCCAD score on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (GNNs)")

@@ -179,3 +179,33 @@ def test_quality_cli_writes_table_and_resumes(tmp_path, capsys, caplog):
     r = _cli(args, capsys)
     assert r[0] == 0 and "0 runs to do" in caplog.text
     assert runs[0].stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("winner", ["graph", "ego"])
+def test_contrast_auto_keeps_the_candidate_with_the_better_validation_auprc(tmp_path, monkeypatch, winner):
+    """``--contrast auto`` trains graph and ego and keeps the one whose *validation* AUPRC is higher; the
+    fit is never handed the test split as anything but the held-out part, and the choice reads only ``val``."""
+    import gcad_dist.train as train_mod
+    from gcad_dist.supervised import FitResult
+
+    g = _generate(tmp_path / "g.npz", nodes=200)
+    seen = []
+
+    def fake_fit(model, data, split, cfg):
+        c = model.config.contrast
+        seen.append(c)
+        val = {"auroc": 0.6, "auprc": 0.9 if c == winner else 0.4}
+        test = {"auroc": 0.99 if c != winner else 0.1, "auprc": 0.99 if c != winner else 0.1}  # must not matter
+        return FitResult(best_epoch=1, epochs_run=1, seconds=0.0, device="cpu", val=val, test=test,
+                         history={}, state_dict={}, scores=np.zeros(data.num_nodes, dtype=np.float32))
+
+    monkeypatch.setattr(train_mod, "fit_supervised", fake_fit)
+    out = train_mod.train_one(train_mod.TrainConfig(graph=str(g), out="", contrast="auto", hidden=8, progress=False,
+                                                    threads=1))
+    assert seen == ["graph", "ego"]
+    assert out.model_config.contrast == winner and out.model.config.contrast == winner
+    assert out.metrics["contrast_selection"] == {"chosen": winner,
+                                                 "val_auprc": {"graph": 0.9 if winner == "graph" else 0.4,
+                                                               "ego": 0.9 if winner == "ego" else 0.4}}
+    with pytest.raises(Exception, match="--contrast"):
+        train_mod.train_one(train_mod.TrainConfig(graph=str(g), out="", contrast="halo"))
