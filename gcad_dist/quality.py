@@ -252,7 +252,8 @@ def header(cfg: QualityConfig, models: list[str]) -> str:
     if gnn:
         parts.append(f"GNNs ({', '.join(gnn)}): epoch selected on validation AUPRC; hidden={cfg.hidden}, "
                      f"layers={cfg.layers}, epochs<={cfg.epochs}, lr={cfg.lr}, eval every {cfg.eval_every}, "
-                     f"patience {cfg.patience}; GCCAD conv={cfg.conv}, score space {cfg.score_space}, link eval {cfg.link_eval}.")
+                     f"patience {cfg.patience}; GCCAD conv={cfg.conv}, score space {cfg.score_space}, link eval {cfg.link_eval}"
+                     + (f", contrast {cfg.contrast}" if cfg.contrast != "graph" else "") + ".")
     det = [m for m in models if m in DETECTOR_MODELS]
     if det:
         parts.append(f"Detectors ({', '.join(det)}): the published defaults of gcad_dist.detectors; label-free ones "
