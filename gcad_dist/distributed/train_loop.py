@@ -85,7 +85,7 @@ def model_config(cfg, in_dim: int) -> GCCADConfig:
     """The GCCAD settings of a pre-training run."""
     return GCCADConfig(
         in_dim=in_dim, hidden=cfg.hidden, num_layers=cfg.layers, conv=cfg.conv, readout=cfg.readout,
-        dropout=cfg.dropout, tau=cfg.tau, contrast=getattr(cfg, "contrast", "graph"),
+        dropout=cfg.dropout, tau=cfg.tau, contrast=cfg.contrast,
     )
 
 
@@ -336,7 +336,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             if pos >= steps_per_epoch:
                 break
             tb = tb.to(device)
-            x, y = swap_features(tb.x, tb.y, tb.loss_mask, getattr(cfg, "swap_features", 0.0))
+            x, y = swap_features(tb.x, tb.y, tb.loss_mask, cfg.swap_features)
             sync.set_subgraph(tb.key, shared=tb.shared)
             with autocast(precision, device):
                 out = net(x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,

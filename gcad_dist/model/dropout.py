@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .edge_update import _chunk_keep_mask, _drop_threshold
+
 FAST = True  # False: torch's own dropout everywhere (bench/train.py times both)
 
 
@@ -24,8 +26,6 @@ def fast_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return x
     if not FAST or x.device.type != "cpu" or x.dim() == 0:
         return F.dropout(x, p, training=True)
-    from .edge_update import _chunk_keep_mask, _drop_threshold
-
     seed = int(torch.randint(0, 2**62, (1,)).item())
     cols = x.size(-1)
     rows = x.numel() // max(1, cols)
