@@ -4,7 +4,8 @@ Used to choose the defaults of ``gcad_dist.train`` / ``gcad_dist.finetune`` with
 label: every run trains on the train split, selects its epoch on validation AUPRC and records only
 validation metrics (the test split is never scored here). Variants are ``name=key:value,...`` with
 keys ``link_eval`` (threshold|expected), ``score_space`` (encoder|projection), ``edge_update``
-(0|1), ``lr``, ``epochs``, ``patience``, ``loss`` (contrastive|ce), ``conv``, ``dropout``, ``contrast``
+(0|1), ``lr``, ``epochs``, ``patience``, ``weight_decay``, ``loss`` (contrastive|ce), ``conv``, ``dropout``,
+``tau`` (the contrastive temperature), ``hidden``, ``num_layers``, ``contrast``
 (graph|neighbors|ego), ``ensemble`` (N models, seeds ``seed + 1000 m``, m = 0..N-1, each choosing its own
 epoch on validation; their scores' ranks averaged, then scored on validation).
 
@@ -34,7 +35,8 @@ from gcad_dist.cli import UsageError, run_cli, setup_logging
 log = logging.getLogger("bench.supervised_sweep")
 
 MODEL_KEYS = {"link_eval": str, "score_space": str, "edge_update": lambda v: bool(int(v)), "loss": str,
-              "conv": str, "dropout": float, "link_loss_weight": float, "contrast": str}
+              "conv": str, "dropout": float, "link_loss_weight": float, "contrast": str, "tau": float,
+              "hidden": int, "num_layers": int}
 FIT_KEYS = {"lr": float, "epochs": int, "patience": int, "weight_decay": float, "eval_every": int,
             "ensemble": int}
 

@@ -39,6 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE
 from gcad_dist.train import CONVS, LINK_EVALS, SCORE_SPACES, TrainConfig, load_labelled, normalize_features, train_one, write_json
 
 log = logging.getLogger("gcad_dist.quality")
@@ -144,6 +145,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
         s["train"] = {k: tc[k] for k in keep if model in ("gccad", "gccad-ce") or k not in GCCAD_ONLY}
         if model == "gccad" and tc["contrast"] != "graph":  # absent = graph: keeps earlier runs' keys
             s["train"]["contrast"] = tc["contrast"]
+            if tc["contrast"] == "auto":  # session 6's auto kept the higher validation AUPRC: another key
+                s["train"]["contrast_rule"] = f"bootstrap p >= {SWITCH_CONFIDENCE}, >= {MIN_POSITIVES} val anomalies"
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
         from gcad_dist.detectors import DETECTORS, settings_of
@@ -239,6 +242,11 @@ def markdown_tables(results: dict[tuple[str, str], list[dict]], datasets: list[s
             secs = float(np.mean([r.get("wall_seconds", float("nan")) for r in runs]))
             secs_txt = f"{secs:.1f}" if secs < 10 else f"{secs:.0f}"
             lines.append(f"| {m} | {labels_used(m)} | {' | '.join(cells)} | {val} | {len(runs)} | {secs_txt} |")
+        for m in models:  # --contrast auto: which contrast each seed kept
+            kept = [r["contrast_selection"]["chosen"] for r in results.get((ds, m), []) if r.get("contrast_selection")]
+            if kept:
+                counts = ", ".join(f"{c} {kept.count(c)}" for c in sorted(set(kept)))
+                lines.append(f"\n{m}: contrast kept on validation ({len(kept)} seeds): {counts}.")
         lines.append("")
     return "\n".join(lines)
 

@@ -98,6 +98,22 @@ def test_run_key_covers_result_settings(tiny):
     assert key("iforest", epochs=7, hidden=32) == key("iforest")  # GNN settings do not touch detectors
     assert key("gccad-pre", pre_epochs=3) != key("gccad-pre")
     assert key("iforest") != key("nbr-cosine")
+    # the contrast (auto, the default, names its selection rule) keys GCCAD runs only
+    settings = run_settings(QualityConfig(), "tiny", tiny, "gccad")
+    assert settings["train"]["contrast"] == "auto" and "bootstrap" in settings["train"]["contrast_rule"]
+    assert "contrast" not in run_settings(QualityConfig(contrast="graph"), "tiny", tiny, "gccad")["train"]
+    assert key("gccad", contrast="ego") != key("gccad") != key("gccad", contrast="graph")
+    assert key("mlp", contrast="graph") == key("mlp")
+
+
+def test_table_counts_the_contrast_each_seed_kept():
+    from gcad_dist.quality import markdown_tables
+
+    run = {"test": {"auroc": 0.8, "auprc": 0.5, "recall_at_k": 0.5}, "val": {"auprc": 0.5}, "wall_seconds": 1.0}
+    runs = [dict(run, contrast_selection={"chosen": c}) for c in ("graph", "ego", "graph")]
+    text = markdown_tables({("tiny", "gccad"): runs, ("tiny", "mlp"): [run]}, ["tiny"], ["gccad", "mlp"])
+    assert "gccad: contrast kept on validation (3 seeds): ego 1, graph 2." in text
+    assert "mlp: contrast" not in text
 
 
 def test_run_key_covers_dataset_content(tiny, tmp_path):
