@@ -36,3 +36,5 @@ def test_table_has_one_row_per_run_and_only_the_contexts_present() -> None:
     assert "| g (10 / 2) | inject | 2 | graph | 50% | 0 | 0.610 | 0.700 |" == t[2]
     rows[0].update(contrast="ego", swap=0.15)
     assert "| inject | 2 | ego swap 0.15 | 50% |" in table(rows).splitlines()[2]
+    rows[0].update(hidden=256)
+    assert "| inject | 2 | ego swap 0.15 hidden 256 | 50% |" in table(rows).splitlines()[2]
