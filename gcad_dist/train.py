@@ -404,7 +404,10 @@ def main(argv: list[str] | None = None) -> int:
         y_np = o.data.y.cpu().numpy()
         test = o.split.test.cpu().numpy() & (y_np >= 0)
         plot_roc_pr(y_np[test], res.scores[test], out / "roc_pr_test.png", title=f"test, {title}")
-    print(f"{cfg.model}: {describe_labels(o.data.y)} | best epoch {res.best_epoch}/{res.epochs_run}, {res.seconds:.1f} s | "
+    kept = (f" | contrast {o.model_config.contrast} (kept of {', '.join(metrics['contrast_selection']['candidates'])})"
+            if "contrast_selection" in metrics else "")
+    print(f"{cfg.model}: {describe_labels(o.data.y)}{kept} | best epoch {res.best_epoch}/{res.epochs_run}, "
+          f"{metrics['wall_seconds']:.1f} s | "
           f"val AUROC {res.val['auroc']:.4f} AUPRC {res.val['auprc']:.4f} | "
           f"test ({res.test['num_nodes']} labelled nodes) AUROC {res.test['auroc']:.4f} AUPRC {res.test['auprc']:.4f} "
           f"Rec@K {res.test['recall_at_k']:.4f} -> {out}")
