@@ -39,7 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gcad_dist.cli import UsageError, run_cli, setup_logging
-from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE
+from gcad_dist.selection import SWITCH_RULE
 from gcad_dist.train import CONVS, LINK_EVALS, SCORE_SPACES, TrainConfig, load_labelled, normalize_features, train_one, write_json
 
 log = logging.getLogger("gcad_dist.quality")
@@ -146,7 +146,7 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
         if model == "gccad" and tc["contrast"] != "graph":  # absent = graph: keeps earlier runs' keys
             s["train"]["contrast"] = tc["contrast"]
             if tc["contrast"] == "auto":  # session 6's auto kept the higher validation AUPRC: another key
-                s["train"]["contrast_rule"] = f"bootstrap p >= {SWITCH_CONFIDENCE}, >= {MIN_POSITIVES} val anomalies"
+                s["train"]["contrast_rule"] = SWITCH_RULE
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
         from gcad_dist.detectors import DETECTORS, settings_of

@@ -20,19 +20,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SWITCH_CONFIDENCE", "MIN_POSITIVES", "BootstrapComparison", "bootstrap_auprc", "compare_auprc"]
+from gcad_dist.metrics import _np
+
+__all__ = ["SWITCH_CONFIDENCE", "MIN_POSITIVES", "SWITCH_RULE", "BootstrapComparison", "bootstrap_auprc",
+           "compare_auprc"]
 
 SWITCH_CONFIDENCE = 0.95  # an alternative replaces the default when P(better AUPRC) >= this
 #: with fewer validation anomalies than this the default is kept: a bootstrap over one or two anomalies says
 #: "always better" whenever they rank higher, which is no evidence about the anomalies not seen
 MIN_POSITIVES = 10
+#: the rule in words (run keys of gcad_dist.quality and metrics.json name it)
+SWITCH_RULE = f"bootstrap p >= {SWITCH_CONFIDENCE}, >= {MIN_POSITIVES} val anomalies"
 _BLOCK_ELEMENTS = 1 << 23  # resamples x nodes per block (64 MiB of float64)
-
-
-def _np(a: Any) -> np.ndarray:
-    if hasattr(a, "detach"):
-        a = a.detach().cpu().numpy()
-    return np.asarray(a)
 
 
 def _weighted_ap(y_sorted: np.ndarray, group_end: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -237,8 +237,8 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
         model, model_cfg = build_model(cfg.model, data.num_features, cfg.hidden, cfg.layers, cfg.dropout, cfg.conv,
                                        cfg.ablation, cfg.score_space, cfg.link_eval, contrast)
         fits.append((fit_supervised(model, data, fit_split, scfg), model, model_cfg))
-    selection = choose_contrast(fits, data.y, split.val, seed=cfg.seed) if len(fits) > 1 else None
-    res, model, model_cfg = fits[selection["chosen_index"] if selection else 0]
+    chosen, selection = choose_contrast(fits, data.y, split.val, seed=cfg.seed) if len(fits) > 1 else (0, None)
+    res, model, model_cfg = fits[chosen]
     metrics = {
         "config": asdict(cfg),
         "model_config": asdict(model_cfg),
@@ -249,30 +249,29 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
         "history": res.history,
     }
     if selection:
-        selection.pop("chosen_index")
         metrics["contrast_selection"] = selection
     return TrainOutcome(res, metrics, model, model_cfg, data, split)
 
 
-def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any, seed: int = 0) -> dict[str, Any]:
+def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any,
+                    seed: int = 0) -> tuple[int, dict[str, Any]]:
     """Keep the first candidate (the paper's graph contrast) unless an alternative's validation AUPRC is
     better with bootstrap confidence >= :data:`gcad_dist.selection.SWITCH_CONFIDENCE` (paired Poisson
     bootstrap over the validation nodes; among several such alternatives, the surest wins). With fewer than
     :data:`gcad_dist.selection.MIN_POSITIVES` validation anomalies the first candidate is kept.
 
-    Reads the validation nodes' labels and scores only. Returns a JSON-ready record: the choice, the rule,
-    each candidate's validation AUPRC and bootstrap comparison, and (for reports, read after the choice)
-    each candidate's selected epoch and held-out metrics.
+    Reads the validation nodes' labels and scores only. Returns the kept candidate's index and a JSON-ready
+    record: the choice, the rule, each candidate's validation AUPRC and bootstrap comparison, and (for
+    reports, read after the choice) each candidate's selected epoch and held-out metrics.
     """
-    from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE, compare_auprc
+    from gcad_dist.selection import SWITCH_RULE, compare_auprc
 
     vm = torch.as_tensor(val_mask, dtype=torch.bool).cpu().numpy()
     yv = torch.as_tensor(y).cpu().numpy()[vm]
     names = [m_cfg.contrast for _, _, m_cfg in fits]
     default = fits[0][0].scores[vm]
-    record: dict[str, Any] = {"rule": f"keep {names[0]} unless P(alternative's val AUPRC is higher) >= "
-                                      f"{SWITCH_CONFIDENCE} (paired bootstrap over validation nodes, at least "
-                                      f"{MIN_POSITIVES} validation anomalies)",
+    record: dict[str, Any] = {"rule": f"keep {names[0]} unless an alternative's validation AUPRC is higher by "
+                                      f"paired bootstrap over the validation nodes: {SWITCH_RULE}",
                               "val_auprc": {}, "bootstrap": {}, "candidates": {}}
     chosen, best_p = 0, -1.0
     for i, (res, _, _) in enumerate(fits):
@@ -285,12 +284,11 @@ def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
         if cmp.switch and cmp.p_alternative_better > best_p:
             chosen, best_p = i, cmp.p_alternative_better
     record["chosen"] = names[chosen]
-    record["chosen_index"] = chosen
     log.info("contrast kept on validation: %s (%s)", names[chosen], "; ".join(
         f"{n}: val AUPRC {record['val_auprc'][n]:.4f}"
         + (f", P(better than {names[0]}) {record['bootstrap'][n]['p_alternative_better']:.3f}" if n in record["bootstrap"] else "")
         for n in names))
-    return record
+    return chosen, record
 
 
 def warn_split_classes(split: Any, y: Any) -> None:
