@@ -12,13 +12,18 @@
 //   [E, h] mask. Keep probability 1 - threshold / 2^32.
 // * weighted sum (gcad_dist/model/aggregate.py): out[d] += w_e x[s], and its backward.
 //
-// All loops are serial (one thread): the kernels are meant for single-threaded workers.
+// Threads: the edges are split into T contiguous ranges run by at::parallel_for (torch's intra-op threads,
+// torch.set_num_threads). T = 1 runs the serial loops, bit for bit. With T > 1 the per-edge outputs are
+// written in place and the per-node sums (scatters) go to T private [N, h] copies that are summed at the end,
+// so T is capped by kPrivateBudget bytes of copies (and by kMinEdgesPerTask). The result then depends on T
+// (summation order), not on the scheduling.
 
 #include <ATen/ATen.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -188,37 +193,78 @@ inline void unpack_scaled(const uint64_t* __restrict words, int64_t h, scalar_t 
   for (; j < h; ++j) out[j] = ((words[j >> 6] >> (j & 63)) & 1) ? g : scalar_t(0);
 }
 
-// Forward: logits, and (when `bits` is given) the mask m_e[j] = [ReLU(z_e)[j] * keep_e[j] > 0] as bits, the
-// only per-edge state the backward pass needs besides the indices (h / 8 bytes per edge).
+constexpr int64_t kMinEdgesPerTask = 8192;        // fewer edges per task: thread start-up dominates
+constexpr int64_t kPrivateBudget = int64_t(1) << 30;  // bytes of private per-node copies over all tasks
+
+// number of edge ranges to run in parallel: <= torch's threads, >= kMinEdgesPerTask edges each, and T private
+// copies of `private_bytes` each within kPrivateBudget
+int64_t num_tasks(int64_t edges, int64_t private_bytes) {
+  if (at::in_parallel_region()) return 1;
+  int64_t t = std::min<int64_t>(at::get_num_threads(), edges / kMinEdgesPerTask);
+  if (private_bytes > 0) t = std::min<int64_t>(t, kPrivateBudget / private_bytes);
+  return std::max<int64_t>(t, 1);
+}
+
+// run fn(task, lo, hi) on the T contiguous edge ranges of [0, edges), their bounds multiples of `align` (the
+// block size: the blocks, hence the BLAS calls, are then the serial loop's)
+template <typename Fn>
+void for_ranges(int64_t edges, int64_t tasks, const Fn& fn, int64_t align = 1) {
+  if (tasks <= 1) {
+    fn(int64_t(0), int64_t(0), edges);
+    return;
+  }
+  const int64_t units = (edges + align - 1) / align;
+  at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      fn(t, std::min(edges, units * t / tasks * align), std::min(edges, units * (t + 1) / tasks * align));
+  });
+}
+
+// raw pointers and sizes of the link MLP's inputs (checked by check_link_inputs); an absent per-node term is null
 template <typename scalar_t>
-void link_mlp_forward_impl(const Tensor& h, NodeTerm ud, NodeTerm us, const Tensor& w1, const Tensor& w2s,
-                           const Tensor& src, const Tensor& dst, int64_t threshold, int64_t seed, int64_t block,
-                           Tensor& out, uint64_t* bits) {
-  const int64_t e_total = src.numel(), k = h.size(1), words = (k + 63) / 64;
-  const scalar_t* hp = h.data_ptr<scalar_t>();
-  const scalar_t* w1p = w1.data_ptr<scalar_t>();
-  const scalar_t* w2p = w2s.data_ptr<scalar_t>();
-  const int64_t* sp = src.data_ptr<int64_t>();
-  const int64_t* dp = dst.data_ptr<int64_t>();
-  const scalar_t* udp = static_cast<const scalar_t*>(ud.ptr);
-  const scalar_t* usp = static_cast<const scalar_t*>(us.ptr);
-  scalar_t* op = out.data_ptr<scalar_t>();
-  const bool drop = threshold > 0;
-  const uint32_t thr = static_cast<uint32_t>(threshold);
+struct LinkArgs {
+  const scalar_t *h, *ud, *us, *w1, *w2;
+  const int64_t *src, *dst;
+  int64_t ud_stride, us_stride, k, n, edges;
+  LinkArgs(const Tensor& h_, NodeTerm ud_, NodeTerm us_, const Tensor& w1_, const Tensor& w2s_, const Tensor& src_,
+           const Tensor& dst_)
+      : h(h_.data_ptr<scalar_t>()),
+        ud(static_cast<const scalar_t*>(ud_.ptr)),
+        us(static_cast<const scalar_t*>(us_.ptr)),
+        w1(w1_.data_ptr<scalar_t>()),
+        w2(w2s_.data_ptr<scalar_t>()),
+        src(src_.data_ptr<int64_t>()),
+        dst(dst_.data_ptr<int64_t>()),
+        ud_stride(ud_.stride),
+        us_stride(us_.stride),
+        k(h_.size(1)),
+        n(h_.size(0)),
+        edges(src_.numel()) {}
+};
+
+// Forward over edges e0 .. e1: logits, and (when `bits` is given) the mask m_e[j] = [ReLU(z_e)[j] * keep_e[j] > 0]
+// as bits, the only per-edge state the backward pass needs besides the indices (h / 8 bytes per edge).
+template <typename scalar_t>
+void link_mlp_forward_range(const LinkArgs<scalar_t>& a, uint32_t thr, int64_t seed, int64_t block, int64_t e0,
+                            int64_t e1, scalar_t* op, uint64_t* bits) {
+  const int64_t k = a.k, words = (k + 63) / 64;
+  const int64_t *sp = a.src, *dp = a.dst;
   std::vector<scalar_t> abuf(block * k), zbuf(block * k), keep(k, scalar_t(1)), zero(k, scalar_t(0));
   // an absent term reads a row of zeros (branch-free inner loop)
-  if (udp == nullptr) udp = zero.data(), ud.stride = 0;
-  if (usp == nullptr) usp = zero.data(), us.stride = 0;
-  for (int64_t lo = 0; lo < e_total; lo += block) {
-    const int64_t rows = std::min(block, e_total - lo);
-    gather_abs_diff(hp, sp, dp, lo, rows, k, abuf.data(), static_cast<scalar_t*>(nullptr));
-    gemm_rm<scalar_t>(false, true, rows, k, k, 1, abuf.data(), k, w1p, k, 0, zbuf.data(), k);
+  const scalar_t* udp = a.ud ? a.ud : zero.data();
+  const scalar_t* usp = a.us ? a.us : zero.data();
+  const int64_t ud_stride = a.ud ? a.ud_stride : 0, us_stride = a.us ? a.us_stride : 0;
+  for (int64_t lo = e0; lo < e1; lo += block) {
+    const int64_t rows = std::min(block, e1 - lo);
+    gather_abs_diff(a.h, sp, dp, lo, rows, k, abuf.data(), static_cast<scalar_t*>(nullptr));
+    gemm_rm<scalar_t>(false, true, rows, k, k, 1, abuf.data(), k, a.w1, k, 0, zbuf.data(), k);
     for (int64_t b = 0; b < rows; ++b) {
       const int64_t e = lo + b;
       scalar_t* __restrict z = zbuf.data() + b * k;
-      const scalar_t* __restrict u1 = udp + dp[e] * ud.stride;
-      const scalar_t* __restrict u2 = usp + sp[e] * us.stride;
-      if (drop) keep_mask(static_cast<uint64_t>(seed), e, k, thr, keep.data());
+      const scalar_t* __restrict u1 = udp + dp[e] * ud_stride;
+      const scalar_t* __restrict u2 = usp + sp[e] * us_stride;
+      const scalar_t* __restrict w2p = a.w2;
+      if (thr > 0) keep_mask(static_cast<uint64_t>(seed), e, k, thr, keep.data());
       const scalar_t* __restrict kp = keep.data();
       scalar_t acc = 0;
 #pragma omp simd reduction(+ : acc)
@@ -234,6 +280,69 @@ void link_mlp_forward_impl(const Tensor& h, NodeTerm ud, NodeTerm us, const Tens
   }
 }
 
+template <typename scalar_t>
+void link_mlp_forward_impl(const LinkArgs<scalar_t>& a, int64_t threshold, int64_t seed, int64_t block, Tensor& out,
+                           uint64_t* bits) {
+  scalar_t* op = out.data_ptr<scalar_t>();
+  const uint32_t thr = static_cast<uint32_t>(threshold);
+  // every output is per edge: no private copies
+  for_ranges(a.edges, num_tasks(a.edges, 0), [&](int64_t, int64_t lo, int64_t hi) {
+    link_mlp_forward_range<scalar_t>(a, thr, seed, block, lo, hi, op, bits);
+  }, block);
+}
+
+// the backward's accumulators over a range of edges: dh (or null), P_d, P_s (or null), M [h, h] (or null)
+template <typename scalar_t>
+struct BackwardSums {
+  scalar_t* gh;
+  scalar_t* pd;
+  scalar_t* ps;
+  scalar_t* m;
+};
+
+// Backward over edges e0 .. e1, accumulated into `o` (see link_mlp_backward_impl); w1s = diag(w2s) W1
+template <typename scalar_t>
+void link_mlp_backward_range(const LinkArgs<scalar_t>& a, const scalar_t* gp, const scalar_t* w1s,
+                             const uint64_t* bits, int64_t block, int64_t e0, int64_t e1, BackwardSums<scalar_t> o) {
+  const int64_t k = a.k, words = (k + 63) / 64;
+  const int64_t *sp = a.src, *dp = a.dst;
+  std::vector<scalar_t> abuf(block * k), dbuf(o.gh ? block * k : 0), gbuf(block * k), gabuf(o.gh ? block * k : 0);
+  for (int64_t lo = e0; lo < e1; lo += block) {
+    const int64_t rows = std::min(block, e1 - lo);
+    if (o.m || o.gh)
+      gather_abs_diff(a.h, sp, dp, lo, rows, k, abuf.data(), o.gh ? dbuf.data() : static_cast<scalar_t*>(nullptr));
+    for (int64_t b = 0; b < rows; ++b) {
+      const int64_t e = lo + b;
+      scalar_t* __restrict gh = gbuf.data() + b * k;
+      unpack_scaled(bits + e * words, k, gp[e], gh);
+      if (o.pd) {
+        scalar_t* __restrict od = o.pd + dp[e] * a.ud_stride;
+#pragma omp simd
+        for (int64_t j = 0; j < k; ++j) od[j] += gh[j];
+      }
+      if (o.ps) {
+        scalar_t* __restrict os = o.ps + sp[e] * a.us_stride;
+#pragma omp simd
+        for (int64_t j = 0; j < k; ++j) os[j] += gh[j];
+      }
+    }
+    if (o.m) gemm_rm<scalar_t>(true, false, k, k, rows, 1, gbuf.data(), k, abuf.data(), k, 1, o.m, k);
+    if (o.gh) {
+      gemm_rm<scalar_t>(false, false, rows, k, k, 1, gbuf.data(), k, w1s, k, 0, gabuf.data(), k);
+      for (int64_t b = 0; b < rows; ++b) {
+        const scalar_t* __restrict ga = gabuf.data() + b * k;
+        const scalar_t* __restrict df = dbuf.data() + b * k;
+        scalar_t* __restrict od = o.gh + dp[lo + b] * k;
+#pragma omp simd
+        for (int64_t j = 0; j < k; ++j) od[j] += df[j] > 0 ? ga[j] : (df[j] < 0 ? -ga[j] : scalar_t(0));
+        scalar_t* __restrict os = o.gh + sp[lo + b] * k;
+#pragma omp simd
+        for (int64_t j = 0; j < k; ++j) os[j] -= df[j] > 0 ? ga[j] : (df[j] < 0 ? -ga[j] : scalar_t(0));
+      }
+    }
+  }
+}
+
 // Backward from the forward's mask bits, with G^_e = g_e m_e (the gradient of the pre-activation is
 // dz_e = w2s * G^_e) and its per-node sums P_d[n] = sum_{e: d_e = n} G^_e, P_s[n] = sum_{e: s_e = n} G^_e:
 //   dud = w2s * P_d, dus = w2s * P_s, dW1 = diag(w2s) M with M = sum_e G^_e^T |diff_e| (one GEMM per block),
@@ -242,23 +351,16 @@ void link_mlp_forward_impl(const Tensor& h, NodeTerm ud, NodeTerm us, const Tens
 // (r_e = m_e * z_e, z_e = W1 |diff_e| + ud[d_e] + us[s_e]): no recomputation of z, no per-edge gathers
 // of ud, us.
 template <typename scalar_t>
-void link_mlp_backward_impl(const Tensor& g_out, const Tensor& h, NodeTerm ud, NodeTerm us, const Tensor& w1,
-                            const Tensor& w2s, double scale, const Tensor& src, const Tensor& dst, const uint64_t* bits,
-                            int64_t block, Tensor& g_h, Tensor& g_ud, Tensor& g_us, Tensor& g_w1, Tensor& g_w2) {
-  const int64_t e_total = src.numel(), k = h.size(1), words = (k + 63) / 64, n = h.size(0);
+void link_mlp_backward_impl(const LinkArgs<scalar_t>& a, const Tensor& g_out, const Tensor& h, double scale,
+                            const uint64_t* bits, int64_t block, Tensor& g_h, Tensor& g_ud, Tensor& g_us, Tensor& g_w1,
+                            Tensor& g_w2) {
+  const int64_t e_total = a.edges, k = a.k, n = a.n;
   const scalar_t* gp = g_out.data_ptr<scalar_t>();
-  const scalar_t* hp = h.data_ptr<scalar_t>();
-  const scalar_t* w1p = w1.data_ptr<scalar_t>();
-  const scalar_t* w2p = w2s.data_ptr<scalar_t>();
-  const int64_t* sp = src.data_ptr<int64_t>();
-  const int64_t* dp = dst.data_ptr<int64_t>();
-  const scalar_t* udp = static_cast<const scalar_t*>(ud.ptr);
-  const scalar_t* usp = static_cast<const scalar_t*>(us.ptr);
-  scalar_t* ghp = g_h.defined() ? g_h.data_ptr<scalar_t>() : nullptr;
+  const scalar_t *w1p = a.w1, *w2p = a.w2, *udp = a.ud, *usp = a.us;
   const bool need_m = g_w1.defined() || g_w2.defined(), need_w2 = g_w2.defined();
   // per-node sums of G^ (into the gradient tensor when it is wanted, else a scratch buffer)
   const bool want_pd = udp && (g_ud.defined() || need_w2), want_ps = usp && (g_us.defined() || need_w2);
-  const int64_t rows_d = ud.stride ? n : 1, rows_s = us.stride ? n : 1;
+  const int64_t rows_d = a.ud_stride ? n : 1, rows_s = a.us_stride ? n : 1;
   Tensor pd_t = want_pd ? (g_ud.defined() ? g_ud : at::zeros({rows_d, k}, h.options())) : Tensor();
   Tensor ps_t = want_ps ? (g_us.defined() ? g_us : at::zeros({rows_s, k}, h.options())) : Tensor();
   scalar_t* pdp = want_pd ? pd_t.data_ptr<scalar_t>() : nullptr;
@@ -267,39 +369,28 @@ void link_mlp_backward_impl(const Tensor& g_out, const Tensor& h, NodeTerm ud, N
   std::vector<scalar_t> w1s(k * k), m(k * k, scalar_t(0));
   for (int64_t j = 0; j < k; ++j)
     for (int64_t i = 0; i < k; ++i) w1s[j * k + i] = w2p[j] * w1p[j * k + i];
-  std::vector<scalar_t> abuf(block * k), dbuf(ghp ? block * k : 0), gbuf(block * k), gabuf(ghp ? block * k : 0);
-  for (int64_t lo = 0; lo < e_total; lo += block) {
-    const int64_t rows = std::min(block, e_total - lo);
-    if (need_m || ghp)
-      gather_abs_diff(hp, sp, dp, lo, rows, k, abuf.data(), ghp ? dbuf.data() : static_cast<scalar_t*>(nullptr));
-    for (int64_t b = 0; b < rows; ++b) {
-      const int64_t e = lo + b;
-      scalar_t* __restrict gh = gbuf.data() + b * k;
-      unpack_scaled(bits + e * words, k, gp[e], gh);
-      if (pdp) {
-        scalar_t* __restrict o = pdp + dp[e] * ud.stride;
-#pragma omp simd
-        for (int64_t j = 0; j < k; ++j) o[j] += gh[j];
-      }
-      if (psp) {
-        scalar_t* __restrict o = psp + sp[e] * us.stride;
-#pragma omp simd
-        for (int64_t j = 0; j < k; ++j) o[j] += gh[j];
-      }
-    }
-    if (need_m) gemm_rm<scalar_t>(true, false, k, k, rows, 1, gbuf.data(), k, abuf.data(), k, 1, m.data(), k);
-    if (ghp) {
-      gemm_rm<scalar_t>(false, false, rows, k, k, 1, gbuf.data(), k, w1s.data(), k, 0, gabuf.data(), k);
-      for (int64_t b = 0; b < rows; ++b) {
-        const scalar_t* __restrict ga = gabuf.data() + b * k;
-        const scalar_t* __restrict df = dbuf.data() + b * k;
-        scalar_t* __restrict od = ghp + dp[lo + b] * k;
-#pragma omp simd
-        for (int64_t j = 0; j < k; ++j) od[j] += df[j] > 0 ? ga[j] : (df[j] < 0 ? -ga[j] : scalar_t(0));
-        scalar_t* __restrict os = ghp + sp[lo + b] * k;
-#pragma omp simd
-        for (int64_t j = 0; j < k; ++j) os[j] -= df[j] > 0 ? ga[j] : (df[j] < 0 ? -ga[j] : scalar_t(0));
-      }
+  const BackwardSums<scalar_t> direct{g_h.defined() ? g_h.data_ptr<scalar_t>() : nullptr, pdp, psp,
+                                      need_m ? m.data() : nullptr};
+  const int64_t per_task = static_cast<int64_t>(sizeof(scalar_t)) * k *
+                           ((direct.gh ? n : 0) + (pdp ? rows_d : 0) + (psp ? rows_s : 0) + k);
+  const int64_t tasks = num_tasks(e_total, per_task);
+  if (tasks <= 1) {
+    link_mlp_backward_range<scalar_t>(a, gp, w1s.data(), bits, block, 0, e_total, direct);
+  } else {  // private sums per task, then reduced
+    auto priv = [&](bool want, int64_t rows) { return want ? at::zeros({tasks, rows, k}, h.options()) : Tensor(); };
+    Tensor gh_p = priv(direct.gh != nullptr, n), pd_p = priv(pdp != nullptr, rows_d),
+           ps_p = priv(psp != nullptr, rows_s), m_p = priv(need_m, k);
+    auto slice = [](Tensor& t, int64_t i) { return t.defined() ? t.select(0, i).data_ptr<scalar_t>() : nullptr; };
+    for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
+      link_mlp_backward_range<scalar_t>(a, gp, w1s.data(), bits, block, lo, hi,
+                                        {slice(gh_p, t), slice(pd_p, t), slice(ps_p, t), slice(m_p, t)});
+    }, block);
+    if (gh_p.defined()) at::sum_out(g_h, gh_p, {0});
+    if (pd_p.defined()) at::sum_out(pd_t, pd_p, {0});
+    if (ps_p.defined()) at::sum_out(ps_t, ps_p, {0});
+    if (m_p.defined()) {
+      Tensor mt = at::from_blob(m.data(), {k, k}, h.options());
+      at::sum_out(mt, m_p, {0});
     }
   }
   if (need_w2) {
@@ -352,7 +443,7 @@ std::tuple<Tensor, Tensor> link_mlp_forward(const Tensor& h, const std::optional
   Tensor bits = at::empty({save ? src.numel() : 0, (k + 63) / 64}, h.options().dtype(at::kLong));
   uint64_t* bp = save ? reinterpret_cast<uint64_t*>(bits.data_ptr<int64_t>()) : nullptr;
   AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "link_mlp_forward", [&] {
-    link_mlp_forward_impl<scalar_t>(h, tu, ts, w1, w2s, src, dst, threshold, seed, block, out, bp);
+    link_mlp_forward_impl<scalar_t>(LinkArgs<scalar_t>(h, tu, ts, w1, w2s, src, dst), threshold, seed, block, out, bp);
   });
   return {out, bits};
 }
@@ -378,22 +469,17 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> link_mlp_backward(
   Tensor g_w2 = need_w2 ? at::empty_like(w2s) : Tensor();
   const uint64_t* bp = reinterpret_cast<const uint64_t*>(bits.data_ptr<int64_t>());
   AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "link_mlp_backward", [&] {
-    link_mlp_backward_impl<scalar_t>(g_out, h, tu, ts, w1, w2s, scale, src, dst, bp, block, g_h, g_ud, g_us, g_w1,
-                                     g_w2);
+    link_mlp_backward_impl<scalar_t>(LinkArgs<scalar_t>(h, tu, ts, w1, w2s, src, dst), g_out, h, scale, bp, block, g_h,
+                                     g_ud, g_us, g_w1, g_w2);
   });
   auto or_empty = [&](const Tensor& t) { return t.defined() ? t : at::empty({0}, h.options()); };
   return {or_empty(g_h), or_empty(g_ud), or_empty(g_us), or_empty(g_w1), or_empty(g_w2)};
 }
 
 template <typename scalar_t>
-void weighted_sum_forward_impl(const Tensor& x, const Tensor& w, const Tensor& src, const Tensor& dst, Tensor& out) {
-  const int64_t e_total = src.numel(), k = x.size(1);
-  const scalar_t* xp = x.data_ptr<scalar_t>();
-  const scalar_t* wp = w.data_ptr<scalar_t>();
-  const int64_t* sp = src.data_ptr<int64_t>();
-  const int64_t* dp = dst.data_ptr<int64_t>();
-  scalar_t* op = out.data_ptr<scalar_t>();
-  for (int64_t e = 0; e < e_total; ++e) {
+void weighted_sum_forward_range(const scalar_t* xp, const scalar_t* wp, const int64_t* sp, const int64_t* dp,
+                                int64_t k, int64_t e0, int64_t e1, scalar_t* op) {
+  for (int64_t e = e0; e < e1; ++e) {
     const scalar_t we = wp[e];
     if (we == scalar_t(0)) continue;  // removed edge: would add exactly 0 (finite x)
     const scalar_t* __restrict xs = xp + sp[e] * k;
@@ -404,17 +490,28 @@ void weighted_sum_forward_impl(const Tensor& x, const Tensor& w, const Tensor& s
 }
 
 template <typename scalar_t>
-void weighted_sum_backward_impl(const Tensor& g_out, const Tensor& x, const Tensor& w, const Tensor& src,
-                                const Tensor& dst, Tensor& g_x, Tensor& g_w) {
-  const int64_t e_total = src.numel(), k = x.size(1);
-  const scalar_t* gp = g_out.data_ptr<scalar_t>();
+void weighted_sum_forward_impl(const Tensor& x, const Tensor& w, const Tensor& src, const Tensor& dst, Tensor& out) {
+  const int64_t e_total = src.numel(), k = x.size(1), n = out.size(0);
   const scalar_t* xp = x.data_ptr<scalar_t>();
   const scalar_t* wp = w.data_ptr<scalar_t>();
   const int64_t* sp = src.data_ptr<int64_t>();
   const int64_t* dp = dst.data_ptr<int64_t>();
-  scalar_t* gxp = g_x.defined() ? g_x.data_ptr<scalar_t>() : nullptr;
-  scalar_t* gwp = g_w.defined() ? g_w.data_ptr<scalar_t>() : nullptr;
-  for (int64_t e = 0; e < e_total; ++e) {
+  const int64_t tasks = num_tasks(e_total, static_cast<int64_t>(sizeof(scalar_t)) * n * k);
+  if (tasks <= 1) {
+    weighted_sum_forward_range(xp, wp, sp, dp, k, 0, e_total, out.data_ptr<scalar_t>());
+    return;
+  }
+  Tensor priv = at::zeros({tasks, n, k}, out.options());
+  for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
+    weighted_sum_forward_range(xp, wp, sp, dp, k, lo, hi, priv.select(0, t).data_ptr<scalar_t>());
+  });
+  at::sum_out(out, priv, {0});
+}
+
+template <typename scalar_t>
+void weighted_sum_backward_range(const scalar_t* gp, const scalar_t* xp, const scalar_t* wp, const int64_t* sp,
+                                 const int64_t* dp, int64_t k, int64_t e0, int64_t e1, scalar_t* gxp, scalar_t* gwp) {
+  for (int64_t e = e0; e < e1; ++e) {
     const scalar_t* __restrict gd = gp + dp[e] * k;
     if (gwp) {
       const scalar_t* __restrict xs = xp + sp[e] * k;
@@ -430,6 +527,31 @@ void weighted_sum_backward_impl(const Tensor& g_out, const Tensor& x, const Tens
       for (int64_t j = 0; j < k; ++j) o[j] += we * gd[j];
     }
   }
+}
+
+template <typename scalar_t>
+void weighted_sum_backward_impl(const Tensor& g_out, const Tensor& x, const Tensor& w, const Tensor& src,
+                                const Tensor& dst, Tensor& g_x, Tensor& g_w) {
+  const int64_t e_total = src.numel(), k = x.size(1), n = x.size(0);
+  const scalar_t* gp = g_out.data_ptr<scalar_t>();
+  const scalar_t* xp = x.data_ptr<scalar_t>();
+  const scalar_t* wp = w.data_ptr<scalar_t>();
+  const int64_t* sp = src.data_ptr<int64_t>();
+  const int64_t* dp = dst.data_ptr<int64_t>();
+  scalar_t* gwp = g_w.defined() ? g_w.data_ptr<scalar_t>() : nullptr;  // per edge: written in place
+  const int64_t tasks = num_tasks(e_total, g_x.defined() ? static_cast<int64_t>(sizeof(scalar_t)) * n * k : 0);
+  if (tasks <= 1 || !g_x.defined()) {
+    for_ranges(e_total, tasks, [&](int64_t, int64_t lo, int64_t hi) {
+      weighted_sum_backward_range(gp, xp, wp, sp, dp, k, lo, hi, g_x.defined() ? g_x.data_ptr<scalar_t>() : nullptr,
+                                  gwp);
+    });
+    return;
+  }
+  Tensor priv = at::zeros({tasks, n, k}, x.options());
+  for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
+    weighted_sum_backward_range(gp, xp, wp, sp, dp, k, lo, hi, priv.select(0, t).data_ptr<scalar_t>(), gwp);
+  });
+  at::sum_out(g_x, priv, {0});
 }
 
 Tensor weighted_sum_forward(const Tensor& x, const Tensor& w, const Tensor& src, const Tensor& dst, int64_t n) {
