@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.supervised import SupervisedConfig
 
 log = logging.getLogger("bench.supervised_sweep")
 
@@ -57,16 +58,29 @@ def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     return name, model_o, fit_o
 
 
+#: defaults of the runs already on disk, whose keys hash the overrides only
+LEGACY_FIT = {"epochs": 200}
+
+
+def variant_key(model_o: dict, fit_o: dict) -> str:
+    """Cache key of a variant: its overrides, plus every default that differs from :data:`LEGACY_FIT` (so a
+    changed default never reuses runs made under the old one, and the old runs keep their keys)."""
+    d = SupervisedConfig()
+    changed = {k: getattr(d, k) for k, v in LEGACY_FIT.items() if k not in fit_o and getattr(d, k) != v}
+    return hashlib.sha1(json.dumps([model_o, {**changed, **fit_o}], sort_keys=True).encode()).hexdigest()[:8]
+
+
 def run_one(data: Any, dataset: str, seed: int, model_o: dict, fit_o: dict) -> dict[str, Any]:
     """Train one GCCAD variant on the train split, select on validation; validation metrics only."""
     from gcad_dist.data.splits import make_split
     from gcad_dist.model import GCCAD, GCCADConfig
-    from gcad_dist.supervised import SupervisedConfig, fit_supervised
+    from gcad_dist.supervised import fit_supervised
 
     from gcad_dist.metrics import evaluate
 
     split = make_split(data, seed=seed)
-    fit = {"epochs": 200, "lr": 1e-3, "patience": 50, **fit_o}
+    d = SupervisedConfig()  # gcad_dist.train's defaults
+    fit = {"epochs": d.epochs, "lr": d.lr, "patience": d.patience, **fit_o}
     members = int(fit.pop("ensemble", 1))
     # the test split is replaced by an empty mask: nothing here can read a test label
     empty = torch.zeros_like(split.test)
@@ -113,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         name = path.stem
         data = None
         for vname, model_o, fit_o in variants:
-            key = hashlib.sha1(json.dumps([model_o, fit_o], sort_keys=True).encode()).hexdigest()[:8]
+            key = variant_key(model_o, fit_o)
             vals = []
             for seed in a.seeds:
                 f = out / name / f"{vname}-{key}" / f"seed{seed}.json"

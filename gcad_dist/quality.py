@@ -72,7 +72,7 @@ class QualityConfig:
     contrast: str = TrainConfig.contrast
     hidden: int = 64
     layers: int = 2
-    epochs: int = 200
+    epochs: int = TrainConfig.epochs
     lr: float = 1e-3
     eval_every: int = 5
     patience: int = 50

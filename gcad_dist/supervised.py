@@ -38,7 +38,9 @@ __all__ = ["SupervisedConfig", "FitResult", "fit_supervised", "lr_lambda", "reso
 class SupervisedConfig:
     """Settings of :func:`fit_supervised`."""
 
-    epochs: int = 200  # maximum number of full-batch epochs (= optimiser steps)
+    # maximum number of full-batch epochs (= optimiser steps). 400, not 200: at 200 the cap bound on tolokers for
+    # every GNN and for GCCAD's ego contrast (BENCHMARKS.md, session 8); elsewhere patience stops runs first
+    epochs: int = 400
     lr: float = 1e-3  # peak learning rate (Adam)
     weight_decay: float = 0.0  # Adam weight decay (L2)
     warmup_frac: float = 0.1  # linear warm-up over this fraction of the steps

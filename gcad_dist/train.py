@@ -58,7 +58,7 @@ class TrainConfig:
     hidden: int = 64
     layers: int = 2
     dropout: float = 0.1
-    epochs: int = 200
+    epochs: int = SupervisedConfig.epochs
     lr: float = 1e-3
     weight_decay: float = 0.0
     eval_every: int = 5

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
+import bench.supervised_sweep as sweep
 from bench.supervised_sweep import parse_variant, run_one
 from gcad_dist.cli import UsageError
 
@@ -17,6 +18,20 @@ def test_parse_variant_keys():
     assert fit_o == {"ensemble": 3, "lr": 0.005}
     with pytest.raises(UsageError):
         parse_variant("v=colour:red")
+
+
+def test_variant_key_follows_a_changed_default(monkeypatch):
+    """Runs made under the legacy defaults keep their keys; a default changed since gets a key of its own, so
+    a sweep never reuses a run trained under another default."""
+    d = sweep.SupervisedConfig()
+    monkeypatch.setattr(sweep, "LEGACY_FIT", {"epochs": d.epochs})
+    same = sweep.variant_key({"tau": 0.2}, {"lr": 0.01})
+    explicit = sweep.variant_key({"tau": 0.2}, {"lr": 0.01, "epochs": 7})
+    monkeypatch.setattr(sweep, "LEGACY_FIT", {"epochs": d.epochs + 1})
+    changed = sweep.variant_key({"tau": 0.2}, {"lr": 0.01})
+    assert same != changed
+    assert explicit == sweep.variant_key({"tau": 0.2}, {"lr": 0.01, "epochs": 7})  # an override wins either way
+    assert changed != sweep.variant_key({"tau": 0.1}, {"lr": 0.01})
 
 
 def test_ensemble_of_two_members_scores_validation_only():
