@@ -18,6 +18,8 @@ forward and loss under autocast, the edge kernels in fp32), interleaved with fp3
 drops the ``plain`` variant.
 
     python -m bench.model_step --graph ../shared/data/reddit.npz --threads 1 --precision fp32 bf16 --fused-only
+
+``--threads 1 2`` times every variant on 1 and on 2 torch threads, alternately, and adds a table of speed-ups.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class ModelStepConfig:
     hidden: int = 64
     layers: int = 2
     repeats: int = 3
-    threads: int = 0
+    threads: tuple[int, ...] = (0,)
     precision: tuple[str, ...] = ("fp32",)
     fused_only: bool = False
     variants: tuple[str, ...] = ("native", "fused", "plain")
@@ -81,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width")
     p.add_argument("--layers", type=int, default=d.layers, help="layers")
     p.add_argument("--repeats", type=int, default=d.repeats, help="timed steps per variant (after one warm-up)")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch default)")
+    p.add_argument("--threads", type=int, nargs="+", default=list(d.threads),
+                   help="torch threads (0 = torch default); several values are timed alternately in one run")
     p.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=list(d.precision),
                    help="precisions to time (bf16: autocast, see gcad_dist.model.precision)")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(d.variants),
@@ -89,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fused-only", action="store_true", help="drop the plain autograd variant")
     cfg = ModelStepConfig(**vars(p.parse_args(argv)))
     setup_logging()
-    if cfg.threads > 0:
-        torch.set_num_threads(cfg.threads)
+    default_threads = torch.get_num_threads()
+    thread_counts = [t if t > 0 else default_threads for t in dict.fromkeys(cfg.threads)]
     from gcad_dist.model import native
 
     names = [v for v in dict.fromkeys(cfg.variants) if not (cfg.fused_only and v == "plain")]
@@ -130,40 +133,53 @@ def main(argv: list[str] | None = None) -> int:
             model.score(model(data.x, data.edge_index))
 
     env_before = os.environ.get(native.ENV)
-    variants = [(v, pr) for v in names for pr in cfg.precision]
-    times: dict[tuple[str, str, str], list[float]] = {}
-    for v, prec in variants:  # warm-up all
+    settings = [(pr, th) for pr in cfg.precision for th in thread_counts]
+    variants = [(v, pr, th) for v in names for pr, th in settings]
+    times: dict[tuple[str, str, str, int], list[float]] = {}
+    for v, prec, th in variants:  # warm-up all
         _set_variant(model, v)
+        torch.set_num_threads(th)
         step()
     for _ in range(cfg.repeats):  # alternate, so that machine load affects all alike
-        for v, prec in variants:
+        for v, prec, th in variants:
             _set_variant(model, v)
+            torch.set_num_threads(th)
             for kind, fn in (("train step", step), ("eval forward", evaluate)):
                 t0 = time.perf_counter()
                 fn()
-                times.setdefault((kind, v, prec), []).append(time.perf_counter() - t0)
+                times.setdefault((kind, v, prec, th), []).append(time.perf_counter() - t0)
     if env_before is None:
         os.environ.pop(native.ENV, None)
     else:
         os.environ[native.ENV] = env_before
     print(f"\n{cfg.graph}: {data.num_nodes:,} nodes, {data.edge_index.size(1):,} directed edges; GCCAD conv {cfg.conv}, "
-          f"hidden {cfg.hidden}, {cfg.layers} layers, torch threads {torch.get_num_threads()}; "
+          f"hidden {cfg.hidden}, {cfg.layers} layers, torch threads {', '.join(map(str, thread_counts))}; "
           f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB; best of {cfg.repeats}")
     ref = names[0]
-    print("\n| | precision | " + " | ".join(f"{LABELS[v]} s" for v in names)
+    print("\n| | precision | threads | " + " | ".join(f"{LABELS[v]} s" for v in names)
           + "".join(f" | {LABELS[v]} / {LABELS[ref]}" for v in names[1:]) + " |")
-    print("|---|---|" + "---|" * (2 * len(names) - 1))
+    print("|---|---|---|" + "---|" * (2 * len(names) - 1))
     for kind in ("train step", "eval forward"):
-        for pr in cfg.precision:
-            t = {v: min(times[(kind, v, pr)]) for v in names}
-            print(f"| {kind} | {pr} | " + " | ".join(f"{t[v]:.3f}" for v in names)
+        for pr, th in settings:
+            t = {v: min(times[(kind, v, pr, th)]) for v in names}
+            print(f"| {kind} | {pr} | {th} | " + " | ".join(f"{t[v]:.3f}" for v in names)
                   + "".join(f" | {t[v] / t[ref]:.2f}x" for v in names[1:]) + " |")
+    if len(thread_counts) > 1:  # the speed-up of each variant from the first thread count to the others
+        t1 = thread_counts[0]
+        print(f"\n| speed-up over {t1} thread{'s' if t1 > 1 else ''} | precision | "
+              + " | ".join(f"{LABELS[v]}, {th} threads" for th in thread_counts[1:] for v in names) + " |")
+        print("|---|---|" + "---|" * (len(names) * (len(thread_counts) - 1)))
+        for kind in ("train step", "eval forward"):
+            for pr in cfg.precision:
+                print(f"| {kind} | {pr} | " + " | ".join(
+                    f"{min(times[(kind, v, pr, t1)]) / min(times[(kind, v, pr, th)]):.2f}x"
+                    for th in thread_counts[1:] for v in names) + " |")
     if len(cfg.precision) > 1:
         print(f"\n| {LABELS[ref]} | " + " | ".join(f"{pr} s" for pr in cfg.precision)
               + (" | fp32 / bf16 |" if {"fp32", "bf16"} <= set(cfg.precision) else " |"))
         print("|---|" + "---|" * (len(cfg.precision) + ({"fp32", "bf16"} <= set(cfg.precision))))
         for kind in ("train step", "eval forward"):
-            t = {pr: min(times[(kind, ref, pr)]) for pr in cfg.precision}
+            t = {pr: min(times[(kind, ref, pr, thread_counts[0])]) for pr in cfg.precision}
             row = f"| {kind} | " + " | ".join(f"{t[pr]:.3f}" for pr in cfg.precision)
             if {"fp32", "bf16"} <= set(cfg.precision):
                 row += f" | {t['fp32'] / t['bf16']:.2f}x"
