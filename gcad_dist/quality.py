@@ -70,12 +70,12 @@ class QualityConfig:
     score_space: str = "projection"
     link_eval: str = "expected"
     contrast: str = TrainConfig.contrast
-    hidden: int = 64
-    layers: int = 2
+    hidden: int = TrainConfig.hidden
+    layers: int = TrainConfig.layers
     epochs: int = TrainConfig.epochs
-    lr: float = 1e-3
-    eval_every: int = 5
-    patience: int = 50
+    lr: float = TrainConfig.lr
+    eval_every: int = TrainConfig.eval_every
+    patience: int = TrainConfig.patience
     pre_epochs: int = 10
     device: str = "auto"
     threads: int = 0

@@ -59,11 +59,11 @@ class TrainConfig:
     layers: int = 2
     dropout: float = 0.1
     epochs: int = SupervisedConfig.epochs
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    eval_every: int = 5
-    patience: int = 50
-    class_weight: bool = True
+    lr: float = SupervisedConfig.lr
+    weight_decay: float = SupervisedConfig.weight_decay
+    eval_every: int = SupervisedConfig.eval_every
+    patience: int = SupervisedConfig.patience
+    class_weight: bool = SupervisedConfig.class_weight
     normalize: str = "standard"
     seed: int = 0
     split_index: int | None = None

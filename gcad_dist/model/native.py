@@ -60,13 +60,9 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}  # "ops": the loaded op namespace, or "error": why it is unavailable
 
 
-def _mode() -> str:
-    v = os.environ.get(ENV, "auto").strip().lower()
-    if v in ("0", "false", "off", "no"):
-        return "off"
-    if v in ("1", "true", "on", "yes"):
-        return "on"
-    return "auto"
+def _off() -> bool:
+    """``GCAD_NATIVE=0`` (or false / off / no): the PyTorch kernels only. Any other value, or none, is auto."""
+    return os.environ.get(ENV, "auto").strip().lower() in ("0", "false", "off", "no")
 
 
 def _cpu_flags() -> str:
@@ -116,12 +112,12 @@ def _load():
 
 def available() -> bool:
     """Whether the native kernels are built and loaded (builds them on first call unless ``GCAD_NATIVE=0``)."""
-    return _mode() != "off" and _load() is not None
+    return not _off() and _load() is not None
 
 
 def enabled(*tensors: Tensor) -> bool:
     """Whether to run the native kernels on ``tensors`` (see the module docstring)."""
-    if _mode() == "off":
+    if _off():
         return False
     t0 = tensors[0]
     if t0.device.type != "cpu" or t0.dtype not in (torch.float32, torch.float64):
@@ -206,8 +202,7 @@ def weighted_sum(x: Tensor, w: Tensor, src: Tensor, dst: Tensor, num_nodes: int)
 
 def status() -> str:
     """One line: whether the native kernels are in use, and why not."""
-    mode = _mode()
-    if mode == "off":
+    if _off():
         return f"native edge kernels: off ({ENV}=0)"
     if _load() is None:
         return f"native edge kernels: unavailable ({_state['error']})"

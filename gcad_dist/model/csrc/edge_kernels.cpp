@@ -254,6 +254,7 @@ void link_mlp_forward_range(const LinkArgs<scalar_t>& a, uint32_t thr, int64_t s
   const scalar_t* udp = a.ud ? a.ud : zero.data();
   const scalar_t* usp = a.us ? a.us : zero.data();
   const int64_t ud_stride = a.ud ? a.ud_stride : 0, us_stride = a.us ? a.us_stride : 0;
+  const scalar_t* __restrict w2p = a.w2;
   for (int64_t lo = e0; lo < e1; lo += block) {
     const int64_t rows = std::min(block, e1 - lo);
     gather_abs_diff(a.h, sp, dp, lo, rows, k, abuf.data(), static_cast<scalar_t*>(nullptr));
@@ -263,7 +264,6 @@ void link_mlp_forward_range(const LinkArgs<scalar_t>& a, uint32_t thr, int64_t s
       scalar_t* __restrict z = zbuf.data() + b * k;
       const scalar_t* __restrict u1 = udp + dp[e] * ud_stride;
       const scalar_t* __restrict u2 = usp + sp[e] * us_stride;
-      const scalar_t* __restrict w2p = a.w2;
       if (thr > 0) keep_mask(static_cast<uint64_t>(seed), e, k, thr, keep.data());
       const scalar_t* __restrict kp = keep.data();
       scalar_t acc = 0;
@@ -539,11 +539,11 @@ void weighted_sum_backward_impl(const Tensor& g_out, const Tensor& x, const Tens
   const int64_t* sp = src.data_ptr<int64_t>();
   const int64_t* dp = dst.data_ptr<int64_t>();
   scalar_t* gwp = g_w.defined() ? g_w.data_ptr<scalar_t>() : nullptr;  // per edge: written in place
-  const int64_t tasks = num_tasks(e_total, g_x.defined() ? static_cast<int64_t>(sizeof(scalar_t)) * n * k : 0);
-  if (tasks <= 1 || !g_x.defined()) {
+  scalar_t* gxp = g_x.defined() ? g_x.data_ptr<scalar_t>() : nullptr;
+  const int64_t tasks = num_tasks(e_total, gxp ? static_cast<int64_t>(sizeof(scalar_t)) * n * k : 0);
+  if (tasks <= 1 || !gxp) {  // one range, or only per-edge outputs: written in place
     for_ranges(e_total, tasks, [&](int64_t, int64_t lo, int64_t hi) {
-      weighted_sum_backward_range(gp, xp, wp, sp, dp, k, lo, hi, g_x.defined() ? g_x.data_ptr<scalar_t>() : nullptr,
-                                  gwp);
+      weighted_sum_backward_range(gp, xp, wp, sp, dp, k, lo, hi, gxp, gwp);
     });
     return;
   }
