@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     kept = (f" | contrast {o.model_config.contrast} (kept of {', '.join(metrics['contrast_selection']['candidates'])})"
             if "contrast_selection" in metrics else "")
     print(f"{cfg.model}: {describe_labels(o.data.y)}{kept} | best epoch {res.best_epoch}/{res.epochs_run}, "
-          f"{metrics['wall_seconds']:.1f} s | "
+          f"{metrics['wall_seconds']:.1f} s ({res.seconds_per_epoch():.3f} s/epoch) | "
           f"val AUROC {res.val['auroc']:.4f} AUPRC {res.val['auprc']:.4f} | "
           f"test ({res.test['num_nodes']} labelled nodes) AUROC {res.test['auroc']:.4f} AUPRC {res.test['auprc']:.4f} "
           f"Rec@K {res.test['recall_at_k']:.4f} -> {out}")

@@ -139,6 +139,10 @@ def test_fit_selects_on_validation_and_baseline_learns():
     assert res.val["auprc"] == pytest.approx(max(res.history["val_auprc"]))
     assert res.best_epoch == res.history["eval_epoch"][int(np.argmax(res.history["val_auprc"]))]
     assert res.test["auroc"] > 0.9
+    # one wall time per epoch run; the reported s/epoch is their mean after the first, and at most the whole fit
+    assert len(res.history["epoch_seconds"]) == res.epochs_run == len(res.history["epoch"])
+    assert res.summary()["seconds_per_epoch"] == pytest.approx(np.mean(res.history["epoch_seconds"][1:]), abs=1e-4)
+    assert sum(res.history["epoch_seconds"]) <= res.seconds
 
 
 def test_gccad_finds_planted_anomalies(tmp_path):
