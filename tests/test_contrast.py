@@ -94,7 +94,7 @@ def test_local_contrast_turns_off_hop_trimming():
     e2 = torch.stack([torch.arange(20, 40), 5 + torch.arange(20) % 15])
     ei = torch.cat([e1, e2], 1)
     nodes, edges = [5, 15, 20], [15, 20]
-    for contrast, rows in (("graph", 20), ("neighbors", 40)):  # graph: layer 2 runs on seeds + hop 1 only
+    for contrast, rows in (("graph", 5), ("neighbors", 40)):  # graph: layer 2 outputs the seeds only
         m = GCCAD(GCCADConfig(in_dim=4, contrast=contrast))
         out = m(x, ei, num_sampled_nodes=nodes, num_sampled_edges=edges)
         assert out.h.size(0) == rows

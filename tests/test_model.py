@@ -397,11 +397,27 @@ def test_hop_trimming_leaves_seed_outputs_and_loss_unchanged(conv):
     s = b.batch_size
     if conv == "gcn":  # not trimmed: its normalisation needs the source nodes' full degrees
         assert trim.h.size(0) == full.h.size(0)
-    else:
-        assert trim.h.size(0) < full.h.size(0) and trim.edge_logits[1].numel() < full.edge_logits[1].numel()
+    else:  # each layer computes the outputs the next one reads only: the seeds after the last layer
+        assert trim.h.size(0) == s and trim.edge_logits[1].numel() < full.edge_logits[1].numel()
     torch.testing.assert_close(trim.h[:s], full.h[:s])
     torch.testing.assert_close(trim.q, full.q)
     torch.testing.assert_close(model.score(trim)[:s], model.score(full)[:s])
     lf, lt = model.loss(full, b.y, mask=seeds), model.loss(trim, b.y, mask=seeds)
     for k in ("total", "con", "link"):
         torch.testing.assert_close(lt[k], lf[k])
+    # and the same gradients for every parameter
+    grads = []
+    for loss in (lf["total"], lt["total"]):
+        model.zero_grad()
+        loss.backward()
+        grads.append([p.grad.clone() if p.grad is not None else None for p in model.parameters()])
+    for gf, gt in zip(*grads):
+        assert (gf is None) == (gt is None)
+        if gf is not None:
+            torch.testing.assert_close(gt, gf, rtol=1e-4, atol=1e-6)
+    if conv != "gcn":  # a context over non-seed nodes cannot be trimmed: a clear error
+        wider = seeds.clone()
+        wider[s] = True
+        with pytest.raises(ValueError, match="seeds only"):
+            model(b.x, b.edge_index, context_mask=wider, num_sampled_nodes=b.num_sampled_nodes,
+                  num_sampled_edges=b.num_sampled_edges)

@@ -147,8 +147,9 @@ class LinkPredictor(nn.Module):
         self.lin2 = nn.Linear(hidden, 1)
         self.fused = fused
 
-    def forward(self, h: Tensor, q: Tensor, edge_index: Tensor, batch: Tensor) -> Tensor:
-        """Return the link logits [E] (p = sigmoid(logits))."""
+    def forward(self, h: Tensor, q: Tensor, edge_index: Tensor, batch: Tensor, num_dst: int | None = None) -> Tensor:
+        """Return the link logits [E] (p = sigmoid(logits)). ``num_dst``: every edge points into the first
+        ``num_dst`` nodes (a hop-trimmed minibatch), so the target-side term is computed for those only."""
         src, dst = edge_index[0], edge_index[1]
         k = self.hidden
         w = self.lin1.weight  # [h, 3h] or [h, h]
@@ -156,8 +157,13 @@ class LinkPredictor(nn.Module):
         if self.link_global:
             # per node: W2 (h - q) + b for the target side, W3 (h - q) for the source side
             rel = h - q.index_select(0, batch)  # [N, h]: distance of each node to its graph's context
-            u = F.linear(rel, torch.cat([w[:, k : 2 * k], w[:, 2 * k :]], dim=0))  # [N, 2h]
-            ud, us = u[:, :k] + self.lin1.bias, u[:, k:]
+            if num_dst is not None and num_dst < h.size(0):
+                # two products, so that no [N, 2h] gradient is assembled from slices
+                ud = F.linear(rel[:num_dst], w[:, k : 2 * k], self.lin1.bias)
+                us = F.linear(rel, w[:, 2 * k :])
+            else:
+                u = F.linear(rel, torch.cat([w[:, k : 2 * k], w[:, 2 * k :]], dim=0))  # [N, 2h]
+                ud, us = u[:, :k] + self.lin1.bias, u[:, k:]
         else:
             ud = self.lin1.bias  # one vector for every edge
         w1 = w[:, :k]
@@ -235,10 +241,10 @@ class EdgeUpdate(nn.Module):
         return torch.sigmoid(self.alpha_logit)
 
     def forward(
-        self, h: Tensor, q: Tensor, edge_index: Tensor, batch: Tensor, w_prev: Tensor
+        self, h: Tensor, q: Tensor, edge_index: Tensor, batch: Tensor, w_prev: Tensor, num_dst: int | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Return (w [E], p [E], logits [E])."""
-        logits = self.predictor(h, q, edge_index, batch)
+        """Return (w [E], p [E], logits [E]); ``num_dst`` as in :meth:`LinkPredictor.forward`."""
+        logits = self.predictor(h, q, edge_index, batch, num_dst)
         p = torch.sigmoid(logits)
         if self.training:
             keep = straight_through_sample(logits, self.temperature)

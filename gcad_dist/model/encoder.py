@@ -62,8 +62,10 @@ class GCCADEncoder(nn.Module):
         edges ordered by hop, as the loaders yield them) and as many hops as layers, layer ``l`` runs
         only on the edges of hops ``< L - l`` and the nodes of hops ``<= L - l`` (PyG's
         ``trim_to_layer``): the seeds' outputs are unchanged, the later layers touch a fraction of
-        the edges. The context and loss masks must then cover seeds only; N' and E_l shrink per layer
-        (edge tensors stay prefixes of ``edge_index``). Not applied with conv ``gcn``, whose
+        the edges; each layer also computes its node update, norm, dropout and readout for the nodes the
+        next layer reads only (after the last layer: the seeds). The context and loss masks must then
+        cover seeds only; N' and E_l shrink per layer (edge tensors stay prefixes of ``edge_index``),
+        and ``h^(L)`` has one row per seed. Not applied with conv ``gcn``, whose
         normalisation depends on the source nodes' degrees.
         """
         h = h0 = self.input_proj(x)
@@ -73,6 +75,9 @@ class GCCADEncoder(nn.Module):
             w = torch.ones(edge_index.size(1), dtype=h.dtype, device=h.device)
         trim = (num_sampled_nodes is not None and num_sampled_edges is not None and self.config.conv in TRIMMABLE
                 and len(num_sampled_edges) == self.config.num_layers and len(num_sampled_nodes) == len(num_sampled_edges) + 1)
+        if trim and context_mask is not None and bool(context_mask[num_sampled_nodes[0]:].any()):
+            raise ValueError("hop trimming needs a context mask over the seeds only (the first num_sampled_nodes[0] "
+                             "nodes): the other nodes' embeddings are not computed")
         probs: list[Tensor] = []
         logits: list[Tensor] = []
         for layer in range(self.config.num_layers):
@@ -82,11 +87,21 @@ class GCCADEncoder(nn.Module):
                 h, batch, edge_index = h[:n_keep], batch[:n_keep], edge_index[:, :e_keep]
                 context_mask = None if context_mask is None else context_mask[:n_keep]
                 w = None if w is None else w[:e_keep]
+            n_out = None
+            if trim:  # outputs only for the nodes the next layer reads (the seeds after the last layer)
+                n_out = sum(num_sampled_nodes[: self.config.num_layers - layer])
+                if edge_index.size(1) and int(edge_index[1].max()) >= n_out:
+                    raise ValueError("num_sampled_nodes / num_sampled_edges do not match the minibatch: an edge of "
+                                     f"layer {layer} points past the first {n_out} nodes (nodes and edges must be "
+                                     "ordered by hop, as the neighbour loaders yield them)")
             if self.config.edge_update:
-                w, p, lg = self.edge_updates[layer](h, q, edge_index, batch, w)
+                w, p, lg = self.edge_updates[layer](h, q, edge_index, batch, w, num_dst=n_out)
                 probs.append(p)
                 logits.append(lg)
-            h = self.node_updates[layer](h, edge_index, w)
+            if trim:
+                batch = batch[:n_out]
+                context_mask = None if context_mask is None else context_mask[:n_out]
+            h = self.node_updates[layer](h, edge_index, w, num_dst=n_out)
             q = self.readouts[layer](h, q, batch, num_graphs, context_mask, sync)
             q = sync.memory(layer, q)
         return h, q, probs, logits, w, h0

@@ -41,9 +41,12 @@ class WeightedGINConv(MessagePassing):
         else:
             self.register_buffer("eps", torch.tensor(float(eps)))
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        out = weighted_sum(x, edge_index, edge_weight)  # = self.propagate(...), without [E, d] messages
-        return self.nn(out + (1 + self.eps) * x)
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None,
+                num_dst: int | None = None) -> Tensor:
+        """``num_dst``: compute the first ``num_dst`` nodes' outputs only (every edge must point into them)."""
+        n = x.size(0) if num_dst is None else num_dst
+        out = weighted_sum(x, edge_index, edge_weight, num_nodes=n)  # = self.propagate(...), without [E, d] messages
+        return self.nn(out + (1 + self.eps) * x[:n])
 
     def message(self, x_j: Tensor, edge_weight: Tensor | None) -> Tensor:
         return x_j if edge_weight is None else x_j * edge_weight.unsqueeze(-1)
@@ -57,14 +60,17 @@ class WeightedSAGEConv(MessagePassing):
         self.lin_l = nn.Linear(in_channels, out_channels)
         self.lin_r = nn.Linear(in_channels, out_channels, bias=False)
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        agg = weighted_sum(x, edge_index, edge_weight)  # = self.propagate(...), without [E, d] messages
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None,
+                num_dst: int | None = None) -> Tensor:
+        """``num_dst``: compute the first ``num_dst`` nodes' outputs only (every edge must point into them)."""
+        n = x.size(0) if num_dst is None else num_dst
+        agg = weighted_sum(x, edge_index, edge_weight, num_nodes=n)  # = self.propagate(...), without [E, d] messages
         cnt_dtype = torch.promote_types(x.dtype, torch.float32)  # exact counts under bf16 autocast too
         kept = torch.ones(edge_index.size(1), device=x.device, dtype=cnt_dtype)
         if edge_weight is not None:
             kept = (edge_weight > 0).to(cnt_dtype)
-        count = scatter(kept, edge_index[1], dim=0, dim_size=x.size(0), reduce="sum")
-        return self.lin_l(agg / count.clamp_min(1.0).unsqueeze(-1)) + self.lin_r(x)
+        count = scatter(kept, edge_index[1], dim=0, dim_size=n, reduce="sum")
+        return self.lin_l(agg / count.clamp_min(1.0).unsqueeze(-1)) + self.lin_r(x[:n])
 
     def message(self, x_j: Tensor, edge_weight: Tensor | None) -> Tensor:
         return x_j if edge_weight is None else x_j * edge_weight.unsqueeze(-1)
@@ -137,7 +143,12 @@ def make_conv(name: str, hidden: int) -> nn.Module:
 
 
 class NodeUpdate(nn.Module):
-    """conv(h, edge_index, w) -> ReLU -> LayerNorm -> Dropout."""
+    """conv(h, edge_index, w) -> ReLU -> LayerNorm -> Dropout.
+
+    ``num_dst`` (hop-trimmed minibatches, convs in :data:`TRIMMABLE`): only the first ``num_dst`` nodes'
+    outputs are computed, the nodes the next layer (or the loss) still reads. Every edge must point into
+    them. GIN and GraphSAGE then skip the other nodes' MLP / linear maps, norm and dropout; GAT computes
+    every node's output and keeps the first ``num_dst``."""
 
     def __init__(self, conv: str, hidden: int, dropout: float = 0.1) -> None:
         super().__init__()
@@ -145,6 +156,12 @@ class NodeUpdate(nn.Module):
         self.norm = nn.LayerNorm(hidden)
         self.dropout = Dropout(dropout)
 
-    def forward(self, h: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        h = self.conv(h, edge_index, edge_weight)
+    def forward(self, h: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None,
+                num_dst: int | None = None) -> Tensor:
+        if num_dst is None or num_dst >= h.size(0):
+            h = self.conv(h, edge_index, edge_weight)
+        elif isinstance(self.conv, (WeightedGINConv, WeightedSAGEConv)):
+            h = self.conv(h, edge_index, edge_weight, num_dst=num_dst)
+        else:
+            h = self.conv(h, edge_index, edge_weight)[:num_dst]
         return self.dropout(self.norm(F.relu(h)))

@@ -115,10 +115,12 @@ void check_edges(const Tensor& src, const Tensor& dst) {
   TORCH_CHECK(src.numel() == dst.numel(), "src and dst differ in length");
 }
 
-// per-node term: [N, h] (row stride h), [h] (one vector for every edge: row stride 0) or absent
+// per-node term: [R, h] (row stride h; R rows, indexed by the edges' target (ud) or source (us) node, so R may be
+// below the N rows of h when those indices are), [h] (one vector for every edge: row stride 0) or absent
 struct NodeTerm {
   const void* ptr = nullptr;
   int64_t stride = 0;
+  int64_t rows = 1;
 };
 
 NodeTerm node_term(const std::optional<Tensor>& t, int64_t h) {
@@ -127,6 +129,7 @@ NodeTerm node_term(const std::optional<Tensor>& t, int64_t h) {
     TORCH_CHECK(t->is_contiguous() && (t->dim() == 1 || t->dim() == 2) && t->size(-1) == h, "bad per-node term");
     r.ptr = t->data_ptr();
     r.stride = t->dim() == 2 ? h : 0;
+    r.rows = t->dim() == 2 ? t->size(0) : 1;
   }
   return r;
 }
@@ -225,7 +228,7 @@ template <typename scalar_t>
 struct LinkArgs {
   const scalar_t *h, *ud, *us, *w1, *w2;
   const int64_t *src, *dst;
-  int64_t ud_stride, us_stride, k, n, edges;
+  int64_t ud_stride, us_stride, ud_rows, us_rows, k, n, edges;
   LinkArgs(const Tensor& h_, NodeTerm ud_, NodeTerm us_, const Tensor& w1_, const Tensor& w2s_, const Tensor& src_,
            const Tensor& dst_)
       : h(h_.data_ptr<scalar_t>()),
@@ -237,6 +240,8 @@ struct LinkArgs {
         dst(dst_.data_ptr<int64_t>()),
         ud_stride(ud_.stride),
         us_stride(us_.stride),
+        ud_rows(ud_.rows),
+        us_rows(us_.rows),
         k(h_.size(1)),
         n(h_.size(0)),
         edges(src_.numel()) {}
@@ -360,7 +365,7 @@ void link_mlp_backward_impl(const LinkArgs<scalar_t>& a, const Tensor& g_out, co
   const bool need_m = g_w1.defined() || g_w2.defined(), need_w2 = g_w2.defined();
   // per-node sums of G^ (into the gradient tensor when it is wanted, else a scratch buffer)
   const bool want_pd = udp && (g_ud.defined() || need_w2), want_ps = usp && (g_us.defined() || need_w2);
-  const int64_t rows_d = a.ud_stride ? n : 1, rows_s = a.us_stride ? n : 1;
+  const int64_t rows_d = a.ud_stride ? a.ud_rows : 1, rows_s = a.us_stride ? a.us_rows : 1;
   Tensor pd_t = want_pd ? (g_ud.defined() ? g_ud : at::zeros({rows_d, k}, h.options())) : Tensor();
   Tensor ps_t = want_ps ? (g_us.defined() ? g_us : at::zeros({rows_s, k}, h.options())) : Tensor();
   scalar_t* pdp = want_pd ? pd_t.data_ptr<scalar_t>() : nullptr;
