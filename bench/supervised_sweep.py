@@ -37,7 +37,7 @@ log = logging.getLogger("bench.supervised_sweep")
 
 MODEL_KEYS = {"link_eval": str, "score_space": str, "edge_update": lambda v: bool(int(v)), "loss": str,
               "conv": str, "dropout": float, "link_loss_weight": float, "contrast": str, "tau": float,
-              "hidden": int, "num_layers": int}
+              "hidden": int, "num_layers": int, "jump": str}
 FIT_KEYS = {"lr": float, "epochs": int, "patience": int, "weight_decay": float, "eval_every": int,
             "ensemble": int}
 

@@ -70,6 +70,7 @@ class QualityConfig:
     score_space: str = "projection"
     link_eval: str = "expected"
     contrast: str = TrainConfig.contrast
+    jump: str = TrainConfig.jump
     hidden: int = TrainConfig.hidden
     layers: int = TrainConfig.layers
     epochs: int = TrainConfig.epochs
@@ -122,7 +123,7 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
     """The :class:`TrainConfig` of one GNN run."""
     return TrainConfig(
         graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, link_eval=cfg.link_eval,
-        contrast=cfg.contrast, hidden=cfg.hidden,
+        contrast=cfg.contrast, jump=cfg.jump, hidden=cfg.hidden,
         layers=cfg.layers, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience, seed=seed,
         device=cfg.device, progress=False, plots=False,
     )
@@ -147,6 +148,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
             s["train"]["contrast"] = tc["contrast"]
             if tc["contrast"] == "auto":  # session 6's auto kept the higher validation AUPRC: another key
                 s["train"]["contrast_rule"] = SWITCH_RULE
+        if model in ("gccad", "gccad-ce") and tc["jump"] != "last":  # absent = last: keeps earlier runs' keys
+            s["train"]["jump"] = tc["jump"]
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
         from gcad_dist.detectors import DETECTORS, settings_of
@@ -350,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GCCAD link remover at evaluation: expected (edge weight x p) or threshold (p > 0.5, METHOD.md)")
     p.add_argument("--contrast", default=d.contrast, choices=("graph", "neighbors", "ego", "auto"),
                    help="GCCAD's contrast (gcad_dist.train --contrast)")
+    p.add_argument("--jump", default=d.jump, choices=("last", "cat"),
+                   help="GCCAD's graph-contrast embedding (gcad_dist.train --jump)")
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
                    help="GCCAD score on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (GNNs)")

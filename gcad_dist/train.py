@@ -40,6 +40,7 @@ ABLATIONS = ("none", "ce", "no-link-loss", "no-global", "no-edge-update")
 SCORE_SPACES = ("encoder", "projection")
 LINK_EVALS = ("expected", "threshold")
 CONTRASTS = ("graph", "neighbors", "ego")  # gcad_dist.model.gccad.CONTRASTS, without importing the model here
+JUMPS = ("last", "cat")  # gcad_dist.model.gccad.JUMPS
 AUTO_CONTRASTS = ("graph", "ego")  # --contrast auto: both trained; ego kept only if clearly better on validation
 
 
@@ -55,6 +56,7 @@ class TrainConfig:
     score_space: str = "projection"
     link_eval: str = "expected"
     contrast: str = "auto"
+    jump: str = "last"
     hidden: int = 64
     layers: int = 2
     dropout: float = 0.1
@@ -90,8 +92,10 @@ def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
 
 def build_model(kind: str, in_dim: int, hidden: int = 64, layers: int = 2, dropout: float = 0.1,
                 conv: str = "gin", ablation: str = "none", score_space: str = "projection",
-                link_eval: str = "expected", contrast: str = "graph") -> tuple[torch.nn.Module, Any]:
-    """Construct a model and its config dataclass.
+                link_eval: str = "expected", contrast: str = "graph",
+                jump: str = "last") -> tuple[torch.nn.Module, Any]:
+    """Construct a model and its config dataclass. ``jump`` applies to the graph contrast only (the local
+    contrasts compare single-layer embeddings); with another contrast it is ignored.
 
     ``kind`` is ``gccad`` (with ``conv`` and ``ablation``), ``gccad-ce`` (= gccad + ablation ce)
     or a baseline name (mlp, gcn, gin, sage, gat).
@@ -104,7 +108,8 @@ def build_model(kind: str, in_dim: int, hidden: int = 64, layers: int = 2, dropo
         if score_space not in SCORE_SPACES:
             raise UsageError(f"--score-space: unknown value {score_space!r} (choose from {', '.join(SCORE_SPACES)})")
         cfg = GCCADConfig(in_dim=in_dim, hidden=hidden, num_layers=layers, conv=conv, dropout=dropout,
-                          score_space=score_space, link_eval=link_eval, contrast=contrast)
+                          score_space=score_space, link_eval=link_eval, contrast=contrast,
+                          jump=jump if contrast == "graph" else "last")
         if ablation == "ce":
             cfg.loss = "ce"
         elif ablation == "no-link-loss":
@@ -173,6 +178,11 @@ def _validate(cfg: TrainConfig) -> None:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
     if cfg.contrast not in (*CONTRASTS, "auto"):
         raise UsageError(f"--contrast: unknown value {cfg.contrast!r} (choose from {', '.join(CONTRASTS)}, auto)")
+    if cfg.jump not in JUMPS:
+        raise UsageError(f"--jump: unknown value {cfg.jump!r} (choose from {', '.join(JUMPS)})")
+    if cfg.jump != "last" and cfg.contrast in ("neighbors", "ego"):
+        raise UsageError(f"--jump {cfg.jump}: applies to the graph contrast only (--contrast graph or auto), "
+                         f"not to --contrast {cfg.contrast}")
     if cfg.patience < 0:
         raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
@@ -235,7 +245,7 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         model, model_cfg = build_model(cfg.model, data.num_features, cfg.hidden, cfg.layers, cfg.dropout, cfg.conv,
-                                       cfg.ablation, cfg.score_space, cfg.link_eval, contrast)
+                                       cfg.ablation, cfg.score_space, cfg.link_eval, contrast, cfg.jump)
         fits.append((fit_supervised(model, data, fit_split, scfg), model, model_cfg))
     chosen, selection = choose_contrast(fits, data.y, split.val, seed=cfg.seed) if len(fits) > 1 else (0, None)
     res, model, model_cfg = fits[chosen]
@@ -347,6 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "projection); auto = train graph and ego with the same seed and keep graph unless ego's validation "
                    "AUPRC is higher with paired-bootstrap confidence >= 0.95 over >= 10 validation anomalies (twice the "
                    "time; the full GCCAD model only, ablations use graph)")
+    p.add_argument("--jump", default=d.jump, choices=JUMPS,
+                   help="GCCAD graph contrast: last = score and contrast the last layer's embedding h^(L) with the "
+                   "context q^(L) (METHOD.md); cat = jumping knowledge, every layer's embedding and context "
+                   "concatenated, the input projection h^(0) included, so a node's own features stay visible next "
+                   "to what message passing made of them (with --contrast auto: the graph candidate)")
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
                    help="GCCAD score 1 - cos(h, q) on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--ablation", default=d.ablation, choices=ABLATIONS,

@@ -421,3 +421,45 @@ def test_hop_trimming_leaves_seed_outputs_and_loss_unchanged(conv):
         with pytest.raises(ValueError, match="seeds only"):
             model(b.x, b.edge_index, context_mask=wider, num_sampled_nodes=b.num_sampled_nodes,
                   num_sampled_edges=b.num_sampled_edges)
+
+
+def test_jump_cat_concatenates_every_layer_and_trims_exactly():
+    """jump="cat": the embedding is [h^(0), ..., h^(L)] (h^(0) = the input projection, the node's own features)
+    and the context [q^(0), ..., q^(L)]; loss and score use them; a hop-trimmed minibatch gives the seeds the
+    same outputs and loss as the untrimmed one. Only the graph contrast takes it."""
+    from torch_geometric.data import Data
+
+    from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
+
+    torch.manual_seed(0)
+    n, hid = 300, 8
+    ei = torch.randint(0, n, (2, 2000))
+    data = Data(x=torch.randn(n, 5), edge_index=torch.cat([ei, ei.flip(0)], 1), y=(torch.rand(n) < 0.2).long())
+    model = GCCAD(GCCADConfig(in_dim=5, hidden=hid, jump="cat")).eval()
+    out = model(data.x, data.edge_index)
+    assert out.h.shape == (n, 3 * hid) and out.q.shape == (1, 3 * hid)
+    torch.testing.assert_close(out.h[:, :hid], model.encoder.input_proj(data.x))
+    last = GCCAD(GCCADConfig(in_dim=5, hidden=hid)).eval()
+    last.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("head.")}, strict=False)
+    torch.testing.assert_close(out.h[:, 2 * hid:], last(data.x, data.edge_index).h)  # the last block is h^(L)
+    loss = model.loss(out, data.y)["total"]
+    loss.backward()
+    assert torch.isfinite(loss) and model.head.net[0].weight.grad.shape == (hid, 3 * hid)
+    assert torch.isfinite(model.score(out)).all()
+
+    b = next(iter(SubgraphNeighborLoader(data, [5, 3], batch_size=16, seed=1, prefetch=0, backend="builtin")))
+    seeds = torch.zeros(b.num_nodes, dtype=torch.bool)
+    seeds[: b.batch_size] = True
+    full = model(b.x, b.edge_index, context_mask=seeds)
+    trim = model(b.x, b.edge_index, context_mask=seeds, num_sampled_nodes=b.num_sampled_nodes,
+                 num_sampled_edges=b.num_sampled_edges)
+    s = b.batch_size
+    assert trim.h.shape == (s, 3 * hid)
+    torch.testing.assert_close(trim.h, full.h[:s])
+    torch.testing.assert_close(trim.q, full.q)
+    torch.testing.assert_close(model.loss(trim, b.y, mask=seeds)["total"], model.loss(full, b.y, mask=seeds)["total"])
+    for contrast in ("neighbors", "ego"):
+        with pytest.raises(ValueError, match="jump"):
+            GCCADConfig(in_dim=5, jump="cat", contrast=contrast)
+    with pytest.raises(ValueError, match="jump"):
+        GCCADConfig(in_dim=5, jump="all")

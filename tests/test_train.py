@@ -96,6 +96,7 @@ def test_train_cli_baseline_and_ablation(tmp_path, capsys):
         (["--graph", "/nonexistent/g.npz"], "g.npz"),
         (["--epochs", "0"], "--epochs"),
         (["--split-index", "7"], "--split-index"),
+        (["--jump", "cat", "--contrast", "ego"], "--jump"),
     ],
 )
 def test_train_cli_bad_input_one_line_error(tmp_path, capsys, args, needle):

@@ -55,7 +55,8 @@ class GCCADEncoder(nn.Module):
         num_sampled_nodes: list[int] | None = None,
         num_sampled_edges: list[int] | None = None,
     ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor]:
-        """Return (h^(L) [N', hidden], q^(L) [G, hidden], per-layer p [E_l], per-layer logits [E_l], w^(L),
+        """Return (h^(L) [N', hidden], q^(L) [G, hidden] (with ``jump="cat"``: [N', (L + 1) hidden] and
+        [G, (L + 1) hidden], every layer's embedding and context, the input projection's included), per-layer p [E_l], per-layer logits [E_l], w^(L),
         h^(0) [N, hidden]) where h^(0) is the input projection of every node (its own features only).
 
         With ``num_sampled_nodes`` / ``num_sampled_edges`` of a neighbour-sampled minibatch (nodes and
@@ -80,6 +81,8 @@ class GCCADEncoder(nn.Module):
                              "nodes): the other nodes' embeddings are not computed")
         probs: list[Tensor] = []
         logits: list[Tensor] = []
+        jump = self.config.jump == "cat"
+        hs, qs = [h0], [q]
         for layer in range(self.config.num_layers):
             if trim and layer > 0:
                 keep = self.config.num_layers - layer  # hops still needed
@@ -104,4 +107,10 @@ class GCCADEncoder(nn.Module):
             h = self.node_updates[layer](h, edge_index, w, num_dst=n_out)
             q = self.readouts[layer](h, q, batch, num_graphs, context_mask, sync)
             q = sync.memory(layer, q)
+            if jump:
+                hs.append(h)
+                qs.append(q)
+        if jump:  # jumping knowledge, concatenation: h^(0) .. h^(L) of each output node and q^(0) .. q^(L)
+            h = torch.cat([t[: h.size(0)] for t in hs], dim=-1)
+            q = torch.cat(qs, dim=-1)
         return h, q, probs, logits, w, h0

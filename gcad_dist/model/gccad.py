@@ -18,6 +18,10 @@ Choices where METHOD.md leaves room (all documented here, tested in tests/test_m
   every abnormal node's of the graph), same score 1 - cos(self, context). The local contrasts score in
   the projection space, where they are trained (``"neighbors"`` honours ``score_space``), and turn off
   hop trimming (the neighbours' final embeddings are needed).
+* **Jumping knowledge** (``jump``, beyond METHOD.md): ``"last"`` (default) contrasts and scores the last
+  layer's h^(L) against q^(L). ``"cat"`` concatenates every layer's embedding, h^(0) (the input projection:
+  the node's own features) to h^(L), and every layer's context q^(0) to q^(L) (PyG's
+  ``JumpingKnowledge("cat")``), so the head also sees what message passing did not mix. Graph contrast only.
 * **Graphs without an abnormal node** contribute no contrastive term and their normal nodes do not
   count in the average (see :mod:`gcad_dist.model.loss`).
 """
@@ -43,6 +47,7 @@ __all__ = ["GCCADConfig", "GCCADOutput", "GCCAD"]
 LOSSES = ("contrastive", "ce")
 CONTRASTS = ("graph", "neighbors", "ego")
 SCORE_SPACES = ("encoder", "projection")
+JUMPS = ("last", "cat")
 
 
 @dataclass
@@ -64,12 +69,15 @@ class GCCADConfig:
     dropout: float = 0.1
     score_space: str = "encoder"  # "encoder" (METHOD section 3) | "projection" (reference code)
     contrast: str = "graph"  # "graph" (METHOD.md) | "neighbors" | "ego": the context each node is contrasted with
+    jump: str = "last"  # "last" (METHOD.md: h^(L), q^(L)) | "cat": every layer's h^(l) and q^(l), l = 0..L, concatenated
 
     def __post_init__(self) -> None:
         checks = [
             (self.conv in CONVS, f"conv must be one of {sorted(CONVS)}, got {self.conv!r}"),
             (self.readout in READOUTS, f"readout must be one of {READOUTS}, got {self.readout!r}"),
             (self.loss in LOSSES, f"loss must be one of {LOSSES}, got {self.loss!r}"),
+            (self.jump in JUMPS, f"jump must be one of {JUMPS}, got {self.jump!r}"),
+            (self.jump == "last" or self.contrast == "graph", "jump 'cat' needs contrast 'graph'"),
             (self.contrast in CONTRASTS, f"contrast must be one of {CONTRASTS}, got {self.contrast!r}"),
             (self.score_space in SCORE_SPACES, f"score_space must be one of {SCORE_SPACES}"),
             (self.link_eval in EVAL_RULES, f"link_eval must be one of {EVAL_RULES}, got {self.link_eval!r}"),
@@ -115,8 +123,9 @@ class GCCAD(torch.nn.Module):
         super().__init__()
         self.config = config
         self.encoder = GCCADEncoder(config)
-        self.head = ProjectionHead(config.hidden)
-        self.classifier = ClassifierHead(config.hidden, config.dropout) if config.loss == "ce" else None
+        out_dim = config.hidden * (config.num_layers + 1 if config.jump == "cat" else 1)
+        self.head = ProjectionHead(config.hidden, out_dim)
+        self.classifier = ClassifierHead(config.hidden, config.dropout, out_dim) if config.loss == "ce" else None
 
     def forward(
         self,

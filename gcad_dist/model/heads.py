@@ -8,9 +8,10 @@ from torch import Tensor, nn
 class ProjectionHead(nn.Module):
     """g = Linear -> ReLU -> Linear (hidden -> hidden), shared by node embeddings and contexts."""
 
-    def __init__(self, hidden: int) -> None:
+    def __init__(self, hidden: int, in_dim: int | None = None) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
+        in_dim = hidden if in_dim is None else in_dim
+        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
 
     def forward(self, h: Tensor) -> Tensor:
         return self.net(h)
@@ -19,10 +20,10 @@ class ProjectionHead(nn.Module):
 class ClassifierHead(nn.Module):
     """CE ablation: Linear -> ReLU -> Dropout -> Linear(hidden, 2), logits [N, 2] (class 1 = anomaly)."""
 
-    def __init__(self, hidden: int, dropout: float = 0.1) -> None:
+    def __init__(self, hidden: int, dropout: float = 0.1, in_dim: int | None = None) -> None:
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 2)
+            nn.Linear(hidden if in_dim is None else in_dim, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 2)
         )
 
     def forward(self, h: Tensor) -> Tensor:
