@@ -158,10 +158,11 @@ class LinkPredictor(nn.Module):
             # per node: W2 (h - q) + b for the target side, W3 (h - q) for the source side
             rel = h - q.index_select(0, batch)  # [N, h]: distance of each node to its graph's context
             if num_dst is not None and num_dst < h.size(0):
-                # two products, so that no [N, 2h] gradient is assembled from slices
+                # two products (the target side on the first num_dst rows only), so that no [N, 2h] gradient
+                # is assembled from slices
                 ud = F.linear(rel[:num_dst], w[:, k : 2 * k], self.lin1.bias)
                 us = F.linear(rel, w[:, 2 * k :])
-            else:
+            else:  # one product: full-batch results stay bit-identical to the earlier releases
                 u = F.linear(rel, torch.cat([w[:, k : 2 * k], w[:, 2 * k :]], dim=0))  # [N, 2h]
                 ud, us = u[:, :k] + self.lin1.bias, u[:, k:]
         else:
