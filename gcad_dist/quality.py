@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from gcad_dist.cli import UsageError, run_cli, setup_logging
 from gcad_dist.selection import SWITCH_RULE
-from gcad_dist.train import CONVS, LINK_EVALS, SCORE_SPACES, TrainConfig, load_labelled, normalize_features, train_one, write_json
+from gcad_dist.train import CONVS, LINK_EVALS, SCORE_SPACES, TrainConfig, load_labelled, normalize_features, resolve_jump, train_one, write_json
 
 log = logging.getLogger("gcad_dist.quality")
 
@@ -70,7 +70,7 @@ class QualityConfig:
     score_space: str = "projection"
     link_eval: str = "expected"
     contrast: str = TrainConfig.contrast
-    jump: str = TrainConfig.jump
+    jump: str | None = TrainConfig.jump
     hidden: int = TrainConfig.hidden
     layers: int = TrainConfig.layers
     epochs: int = TrainConfig.epochs
@@ -148,8 +148,9 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
             s["train"]["contrast"] = tc["contrast"]
             if tc["contrast"] == "auto":  # session 6's auto kept the higher validation AUPRC: another key
                 s["train"]["contrast_rule"] = SWITCH_RULE
-        if model in ("gccad", "gccad-ce") and tc["jump"] != "last":  # absent = last: keeps earlier runs' keys
-            s["train"]["jump"] = tc["jump"]
+        jump = resolve_jump(model, "none", tc["jump"])
+        if model in ("gccad", "gccad-ce") and jump != "last":  # absent = last: keeps earlier runs' keys
+            s["train"]["jump"] = jump
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
         from gcad_dist.detectors import DETECTORS, settings_of
@@ -354,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--contrast", default=d.contrast, choices=("graph", "neighbors", "ego", "auto"),
                    help="GCCAD's contrast (gcad_dist.train --contrast)")
     p.add_argument("--jump", default=d.jump, choices=("last", "cat"),
-                   help="GCCAD's graph-contrast embedding (gcad_dist.train --jump)")
+                   help="GCCAD's graph-contrast embedding (gcad_dist.train --jump; default: cat for gccad, last "
+                        "for gccad-ce)")
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
                    help="GCCAD score on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (GNNs)")

@@ -41,6 +41,15 @@ SCORE_SPACES = ("encoder", "projection")
 LINK_EVALS = ("expected", "threshold")
 CONTRASTS = ("graph", "neighbors", "ego")  # gcad_dist.model.gccad.CONTRASTS, without importing the model here
 JUMPS = ("last", "cat")  # gcad_dist.model.gccad.JUMPS
+
+
+def resolve_jump(model: str, ablation: str = "none", jump: str | None = None) -> str:
+    """``--jump`` as given, else the default: jumping knowledge (``cat``) for the full GCCAD model and the
+    paper's last-layer embedding for its ablations (``gccad-ce`` included), which stay controlled comparisons
+    with the paper's model, as with ``--contrast auto``."""
+    if jump is not None:
+        return jump
+    return "cat" if model == "gccad" and ablation == "none" else "last"
 AUTO_CONTRASTS = ("graph", "ego")  # --contrast auto: both trained; ego kept only if clearly better on validation
 
 
@@ -56,7 +65,7 @@ class TrainConfig:
     score_space: str = "projection"
     link_eval: str = "expected"
     contrast: str = "auto"
-    jump: str = "last"
+    jump: str | None = None  # None: "cat" for the full GCCAD model, "last" (the paper's) for its ablations
     hidden: int = 64
     layers: int = 2
     dropout: float = 0.1
@@ -178,9 +187,9 @@ def _validate(cfg: TrainConfig) -> None:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
     if cfg.contrast not in (*CONTRASTS, "auto"):
         raise UsageError(f"--contrast: unknown value {cfg.contrast!r} (choose from {', '.join(CONTRASTS)}, auto)")
-    if cfg.jump not in JUMPS:
+    if cfg.jump is not None and cfg.jump not in JUMPS:
         raise UsageError(f"--jump: unknown value {cfg.jump!r} (choose from {', '.join(JUMPS)})")
-    if cfg.jump != "last" and cfg.contrast in ("neighbors", "ego"):
+    if cfg.jump == "cat" and cfg.contrast in ("neighbors", "ego"):
         raise UsageError(f"--jump {cfg.jump}: applies to the graph contrast only (--contrast graph or auto), "
                          f"not to --contrast {cfg.contrast}")
     if cfg.patience < 0:
@@ -245,7 +254,8 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         model, model_cfg = build_model(cfg.model, data.num_features, cfg.hidden, cfg.layers, cfg.dropout, cfg.conv,
-                                       cfg.ablation, cfg.score_space, cfg.link_eval, contrast, cfg.jump)
+                                       cfg.ablation, cfg.score_space, cfg.link_eval, contrast,
+                                       resolve_jump(cfg.model, cfg.ablation, cfg.jump))
         fits.append((fit_supervised(model, data, fit_split, scfg), model, model_cfg))
     chosen, selection = choose_contrast(fits, data.y, split.val, seed=cfg.seed) if len(fits) > 1 else (0, None)
     res, model, model_cfg = fits[chosen]
@@ -358,10 +368,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "AUPRC is higher with paired-bootstrap confidence >= 0.95 over >= 10 validation anomalies (twice the "
                    "time; the full GCCAD model only, ablations use graph)")
     p.add_argument("--jump", default=d.jump, choices=JUMPS,
-                   help="GCCAD graph contrast: last = score and contrast the last layer's embedding h^(L) with the "
+                   help="GCCAD graph contrast: last = contrast and score the last layer's embedding h^(L) with the "
                    "context q^(L) (METHOD.md); cat = jumping knowledge, every layer's embedding and context "
                    "concatenated, the input projection h^(0) included, so a node's own features stay visible next "
-                   "to what message passing made of them (with --contrast auto: the graph candidate)")
+                   "to what message passing made of them (with --contrast auto: the graph candidate). Default: cat "
+                   "for the full model, last for --ablation and gccad-ce (controlled comparisons with the paper's "
+                   "model); chosen on validation (BENCHMARKS.md, session 9)")
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
                    help="GCCAD score 1 - cos(h, q) on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--ablation", default=d.ablation, choices=ABLATIONS,

@@ -104,6 +104,12 @@ def test_run_key_covers_result_settings(tiny):
     assert "contrast" not in run_settings(QualityConfig(contrast="graph"), "tiny", tiny, "gccad")["train"]
     assert key("gccad", contrast="ego") != key("gccad") != key("gccad", contrast="graph")
     assert key("mlp", contrast="graph") == key("mlp")
+    # jumping knowledge: the default is cat for gccad (keyed) and last for gccad-ce (no key: earlier runs stay valid)
+    assert run_settings(QualityConfig(), "tiny", tiny, "gccad")["train"]["jump"] == "cat"
+    assert key("gccad", jump="cat") == key("gccad") != key("gccad", jump="last")
+    assert "jump" not in run_settings(QualityConfig(), "tiny", tiny, "gccad-ce")["train"]
+    assert key("gccad-ce", jump="last") == key("gccad-ce") != key("gccad-ce", jump="cat")
+    assert key("mlp", jump="cat") == key("mlp")
 
 
 def test_table_counts_the_contrast_each_seed_kept():

@@ -113,6 +113,14 @@ def test_train_cli_bad_input_one_line_error(tmp_path, capsys, args, needle):
     assert "Traceback" not in err
 
 
+def test_jump_default_is_cat_for_the_full_model_only():
+    from gcad_dist.train import resolve_jump
+
+    assert resolve_jump("gccad") == "cat"
+    assert resolve_jump("gccad", "ce") == resolve_jump("gccad-ce") == resolve_jump("gccad", "no-edge-update") == "last"
+    assert resolve_jump("gccad", "none", "last") == "last" and resolve_jump("gccad-ce", "none", "cat") == "cat"
+
+
 def test_unlabelled_graph_rejected(tmp_path, capsys):
     p = tmp_path / "nolabel.npz"
     np.savez(p, x=np.zeros((4, 2), np.float32), edge_index=np.array([[0, 1], [1, 2]], np.int64))
