@@ -99,6 +99,7 @@ class PretrainConfig:
     dropout: float = 0.1
     tau: float = 0.1
     contrast: str = "graph"
+    jump: str = "last"
     swap_features: float = 0.0
     memory_momentum: float = 0.5
     backend: str = "auto"
@@ -167,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
       help="what each node is contrasted with: graph = its subgraph's context q (the paper's); neighbors = the "
       "mean of its neighbours' embeddings; ego = its own features' projection against that neighbour mean "
       "(local anomalies: a node unlike its neighbours; pair with --corruption-mix features at build)")
+    a("--jump", default=d.jump, choices=["last", "cat"],
+      help="graph contrast: last = contrast the last layer's embedding with the context (the paper's); cat = "
+      "jumping knowledge, every layer's embedding and context concatenated (gcad_dist.train's default for "
+      "supervised GCCAD; not measured to help pre-training, BENCHMARKS.md)")
     a("--memory-momentum", type=float, default=d.memory_momentum,
       help="EMA momentum of the per-subgraph context memory on large subgraphs (0 = no memory)")
     a("--backend", default=d.backend, help="neighbour-sampling backend: auto, pyg-lib, torch-sparse, builtin")

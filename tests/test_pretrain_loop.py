@@ -241,3 +241,13 @@ def test_local_contrast_with_fresh_feature_swaps_trains(store: Path, tmp_path: P
     assert len({tuple(d.tolist()) for d in draws}) > 1  # redrawn, not fixed
     assert load_model_file(rep.checkpoints[-1])["config"]["contrast"] == "ego"
     assert np.isfinite(rep.state()["history"][0]["loss"])
+
+
+def test_jump_reaches_the_pretrained_model() -> None:
+    """``--jump`` is the paper's ``last`` by default and reaches the model's config (so score/finetune use it)."""
+    from gcad_dist.distributed.train_loop import model_config
+
+    cfg = parse_config(["--store", "s", "--out", "o"])
+    assert cfg.jump == "last" and model_config(cfg, 5).jump == "last"
+    cfg = parse_config(["--store", "s", "--out", "o", "--jump", "cat"])
+    assert model_config(cfg, 5).jump == "cat"
