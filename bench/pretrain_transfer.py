@@ -71,6 +71,7 @@ class TransferConfig:
     ft_epochs: int | None = None
     sup_epochs: int | None = None
     lr: float = 5e-3  # pre-training
+    pretrain_jump: str = "last"  # pre-training --jump (cat: the fine-tuned model has the scratch default's embedding)
     tune_lr: float | None = None  # fine-tuning and supervised training
     patience: int | None = None
     link_eval: str | None = None
@@ -119,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ft-epochs", type=int, default=d.ft_epochs, help="maximum fine-tuning epochs (default: gcad_dist.train's)")
     p.add_argument("--sup-epochs", type=int, default=d.sup_epochs, help="maximum from-scratch epochs (default: gcad_dist.train's)")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate of pre-training")
+    p.add_argument("--pretrain-jump", default=d.pretrain_jump, choices=("last", "cat"),
+                   help="pre-training --jump: cat gives the fine-tuned model the jumping-knowledge embedding that "
+                        "gcad_dist.train uses from scratch by default")
     p.add_argument("--tune-lr", type=float, default=d.tune_lr,
                    help="peak learning rate of fine-tuning and of supervised training from scratch (default: gcad_dist.train's)")
     p.add_argument("--patience", type=int, default=d.patience,
@@ -226,7 +230,7 @@ def run_dataset(cfg: TransferConfig, name: str, graph: Path, run: Runner) -> lis
         return []
     if not run(f"{name}-pretrain", ["gcad_dist.pretrain", "--store", str(store), "--out", str(pre), "--workers", str(cfg.workers),
                                     "--epochs", str(cfg.epochs), "--seed", str(cfg.pretrain_seed), "--lr", str(cfg.lr),
-                                    "--cpus-per-worker", str(cfg.threads), "--overwrite"],
+                                    "--cpus-per-worker", str(cfg.threads), "--jump", cfg.pretrain_jump, "--overwrite"],
                pre / "final" / "model.pt", tries=max(1, cfg.retries)):
         return []
     ckpt = str(pre / "final")
