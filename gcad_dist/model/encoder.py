@@ -55,9 +55,10 @@ class GCCADEncoder(nn.Module):
         num_sampled_nodes: list[int] | None = None,
         num_sampled_edges: list[int] | None = None,
     ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor]:
-        """Return (h^(L) [N', hidden], q^(L) [G, hidden] (with ``jump="cat"``: [N', (L + 1) hidden] and
-        [G, (L + 1) hidden], every layer's embedding and context, the input projection's included), per-layer p [E_l], per-layer logits [E_l], w^(L),
-        h^(0) [N, hidden]) where h^(0) is the input projection of every node (its own features only).
+        """Return (h^(L) [N', hidden], q^(L) [G, hidden], per-layer p [E_l], per-layer logits [E_l], w^(L),
+        h^(0) [N, hidden]) where h^(0) is the input projection of every node (its own features only). With
+        ``jump="cat"`` the first two are [N', (L + 1) hidden] and [G, (L + 1) hidden]: every layer's embedding
+        and context, the input projection's included.
 
         With ``num_sampled_nodes`` / ``num_sampled_edges`` of a neighbour-sampled minibatch (nodes and
         edges ordered by hop, as the loaders yield them) and as many hops as layers, layer ``l`` runs
@@ -84,11 +85,9 @@ class GCCADEncoder(nn.Module):
         jump = self.config.jump == "cat"
         hs, qs = [h0], [q]
         for layer in range(self.config.num_layers):
-            if trim and layer > 0:
-                keep = self.config.num_layers - layer  # hops still needed
-                n_keep, e_keep = sum(num_sampled_nodes[: keep + 1]), sum(num_sampled_edges[:keep])
-                h, batch, edge_index = h[:n_keep], batch[:n_keep], edge_index[:, :e_keep]
-                context_mask = None if context_mask is None else context_mask[:n_keep]
+            if trim and layer > 0:  # the edges of the hops still needed (h, batch, mask: trimmed below)
+                e_keep = sum(num_sampled_edges[: self.config.num_layers - layer])
+                edge_index = edge_index[:, :e_keep]
                 w = None if w is None else w[:e_keep]
             n_out = None
             if trim:  # outputs only for the nodes the next layer reads (the seeds after the last layer)
