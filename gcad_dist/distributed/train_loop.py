@@ -85,7 +85,7 @@ def model_config(cfg, in_dim: int) -> GCCADConfig:
     """The GCCAD settings of a pre-training run."""
     return GCCADConfig(
         in_dim=in_dim, hidden=cfg.hidden, num_layers=cfg.layers, conv=cfg.conv, readout=cfg.readout,
-        dropout=cfg.dropout, tau=cfg.tau, contrast=cfg.contrast, jump=getattr(cfg, "jump", "last"),
+        dropout=cfg.dropout, tau=cfg.tau, contrast=cfg.contrast, jump=cfg.jump,
     )
 
 

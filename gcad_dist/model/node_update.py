@@ -94,7 +94,10 @@ class WeightedGATConv(MessagePassing):
         nn.init.uniform_(self.att_src, -bound, bound)
         nn.init.uniform_(self.att_dst, -bound, bound)
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None,
+                num_dst: int | None = None) -> Tensor:
+        """``num_dst``: return the first ``num_dst`` nodes' outputs only (computed for every node: the
+        self-loops and the attention normalisation cover them all)."""
         n = x.size(0)
         if edge_weight is None:
             edge_weight = torch.ones(edge_index.size(1), device=x.device, dtype=x.dtype)
@@ -111,7 +114,8 @@ class WeightedGATConv(MessagePassing):
         num = edge_weight * torch.exp(e - e_max[dst])
         den = scatter(num, dst, dim=0, dim_size=n, reduce="sum")
         coef = num / den.clamp_min(1e-16)[dst]
-        return weighted_sum(xw, edge_index, coef) + self.bias  # = self.propagate(edge_index, x=xw, coef=coef)
+        out = weighted_sum(xw, edge_index, coef) + self.bias  # = self.propagate(edge_index, x=xw, coef=coef)
+        return out if num_dst is None else out[:num_dst]
 
     def message(self, x_j: Tensor, coef: Tensor) -> Tensor:
         return x_j * coef.unsqueeze(-1)
@@ -147,8 +151,7 @@ class NodeUpdate(nn.Module):
 
     ``num_dst`` (hop-trimmed minibatches, convs in :data:`TRIMMABLE`): only the first ``num_dst`` nodes'
     outputs are computed, the nodes the next layer (or the loss) still reads. Every edge must point into
-    them. GIN and GraphSAGE then skip the other nodes' MLP / linear maps, norm and dropout; GAT computes
-    every node's output and keeps the first ``num_dst``."""
+    them. All of them skip the other nodes' norm and dropout, GIN and GraphSAGE also their MLP / linear maps."""
 
     def __init__(self, conv: str, hidden: int, dropout: float = 0.1) -> None:
         super().__init__()
@@ -158,10 +161,6 @@ class NodeUpdate(nn.Module):
 
     def forward(self, h: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None,
                 num_dst: int | None = None) -> Tensor:
-        if num_dst is None or num_dst >= h.size(0):
-            h = self.conv(h, edge_index, edge_weight)
-        elif isinstance(self.conv, (WeightedGINConv, WeightedSAGEConv)):
-            h = self.conv(h, edge_index, edge_weight, num_dst=num_dst)
-        else:
-            h = self.conv(h, edge_index, edge_weight)[:num_dst]
+        # num_dst only comes with TRIMMABLE convs, all of which take it (PyG's GCNConv does not)
+        h = self.conv(h, edge_index, edge_weight) if num_dst is None else self.conv(h, edge_index, edge_weight, num_dst)
         return self.dropout(self.norm(F.relu(h)))
