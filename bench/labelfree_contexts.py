@@ -58,7 +58,8 @@ def edge_suspicion(p: torch.Tensor, edge_index: torch.Tensor, n: int) -> np.ndar
 
 
 def run_one(dataset: str, mix: str, seed: int, epochs: int, out: Path, hops: int = 0,
-            contrast: str = "graph", swap: float = 0.0, hidden: int = 64, jump: str = "last") -> dict[str, Any]:
+            contrast: str = "graph", swap: float = 0.0, hidden: int = 64, jump: str = "last",
+            loss: str = "contrastive", tau: float = 0.1, lr: float | None = None) -> dict[str, Any]:
     """Pre-train (unless cached) and score with every context; validation AUROC per context."""
     from gcad_dist.data.splits import make_split
     from gcad_dist.detectors.gccad_pre import SETTINGS, _graph
@@ -76,7 +77,9 @@ def run_one(dataset: str, mix: str, seed: int, epochs: int, out: Path, hops: int
     val = split.val.numpy() & (y >= 0)
     work = out / (f"{path.stem}-{mix.replace(',', '+')}-e{epochs}-s{seed}" + (f"-h{hops}" if hops else "")
                   + (f"-c{contrast}" if contrast != "graph" else "") + (f"-sw{swap:g}" if swap else "")
-                  + (f"-hid{hidden}" if hidden != 64 else "") + (f"-j{jump}" if jump != "last" else ""))
+                  + (f"-hid{hidden}" if hidden != 64 else "") + (f"-j{jump}" if jump != "last" else "")
+                  + (f"-l{loss}" if loss != "contrastive" else "") + (f"-t{tau:g}" if tau != 0.1 else "")
+                  + (f"-lr{lr:g}" if lr is not None else ""))
     graph = _graph(std)
     store = work / "store.zarr"
     t0 = time.perf_counter()
@@ -85,8 +88,9 @@ def run_one(dataset: str, mix: str, seed: int, epochs: int, out: Path, hops: int
         build(BuildConfig(graph=graph.source, out=str(store), k=None, seed=seed, threads=1, plot=False,
                           progress=False, corruption_mix=mix, overwrite=True, cluster_hops=hops), graph=graph)
         run(PretrainConfig(store=str(store), out=str(work / "pre"), workers=1, cpus_per_worker=1, epochs=epochs,
-                           lr=SETTINGS["lr"], seed=seed, overwrite=True, max_failures=0, progress=False,
-                           contrast=contrast, swap_features=swap, hidden=hidden, jump=jump))
+                           lr=SETTINGS["lr"] if lr is None else lr, seed=seed, overwrite=True, max_failures=0, progress=False,
+                           contrast=contrast, swap_features=swap, hidden=hidden, jump=jump,
+                           loss=loss, tau=tau))
     pre_s = time.perf_counter() - t0
     loaded = load_checkpoint_model(work / "pre" / "final")
     model = loaded.model.eval()
@@ -108,7 +112,7 @@ def run_one(dataset: str, mix: str, seed: int, epochs: int, out: Path, hops: int
     res = {c: round(auroc(y[val], v[val]), 4) for c, v in s.items()}
     edges_kept = StoreReader(str(store)).manifest["partition"].get("edges_kept")
     return {"dataset": path.stem, "mix": mix, "hops": hops, "contrast": contrast, "swap": swap, "hidden": hidden,
-            "jump": jump,
+            "jump": jump, "loss": loss, "tau": tau, "lr": SETTINGS["lr"] if lr is None else lr,
             "edges_kept": edges_kept, "seed": seed, "epochs": epochs, "val_nodes": int(val.sum()),
             "val_anomalies": int((y[val] == 1).sum()), "pretrain_s": round(pre_s, 1), "val_auroc": res}
 
@@ -124,7 +128,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['dataset']} ({r['val_nodes']} / {r['val_anomalies']}) | {r['mix']} | {r.get('hops', 0)} | "
                      f"{r.get('contrast', 'graph')}{' swap ' + format(r['swap'], 'g') if r.get('swap') else ''}"
                      f"{' hidden ' + str(r['hidden']) if r.get('hidden', 64) != 64 else ''}"
-                     f"{' jump ' + r['jump'] if r.get('jump', 'last') != 'last' else ''} | "
+                     f"{' jump ' + r['jump'] if r.get('jump', 'last') != 'last' else ''}"
+                     f"{' ' + r['loss'] + ' tau ' + format(r['tau'], 'g') if r.get('loss', 'contrastive') != 'contrastive' else ''}"
+                     f"{' lr ' + format(r['lr'], 'g') if r.get('lr') not in (None, 5e-3) else ''} | "
                      f"{'' if ek is None else f'{100 * ek:.0f}%'} | {r['seed']} | "
                      + " | ".join(f"{v[c]:.3f}" if c in v else "" for c in cols) + " |")
     return "\n".join(lines)
@@ -137,11 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="names under ../shared/data or .npz paths")
     p.add_argument("--mixes", nargs="+", default=["inject", "inject,features,edges"], help="--corruption-mix values")
     p.add_argument("--cluster-hops", nargs="+", type=int, default=[0], help="partitioning.build --cluster-hops values")
-    p.add_argument("--contrasts", nargs="+", default=["graph"], choices=["graph", "neighbors", "ego"],
+    p.add_argument("--contrasts", nargs="+", default=["graph"], choices=["graph", "neighbors", "ego", "local"],
                    help="pretrain --contrast values (with a local contrast, 'global' and 'halo' score with it)")
     p.add_argument("--swaps", nargs="+", type=float, default=[0.0], help="pretrain --swap-features values")
     p.add_argument("--hidden", nargs="+", type=int, default=[64], help="pretrain --hidden values")
     p.add_argument("--jumps", nargs="+", default=["last"], choices=["last", "cat"], help="pretrain --jump values")
+    p.add_argument("--losses", nargs="+", default=["contrastive"], choices=["contrastive", "logistic"],
+                   help="pretrain --loss values")
+    p.add_argument("--taus", nargs="+", type=float, default=[0.1], help="pretrain --tau values")
+    p.add_argument("--lr", type=float, default=None, help="pre-training learning rate (default: the harness's)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0], help="build / pre-training seeds")
     p.add_argument("--epochs", type=int, default=10, help="pre-training epochs")
     p.add_argument("--out", default="runs/lf", help="checkpoints, stores and results.jsonl")
@@ -156,10 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for ds, mix, hops, contrast, swap, hidden, jump, seed in itertools.product(
+    for ds, mix, hops, contrast, swap, hidden, jump, loss, tau, seed in itertools.product(
             args.datasets, args.mixes, args.cluster_hops, args.contrasts, args.swaps, args.hidden, args.jumps,
-            args.seeds):
-        r = run_one(ds, mix, seed, args.epochs, out, hops, contrast, swap, hidden, jump)
+            args.losses, args.taus, args.seeds):
+        r = run_one(ds, mix, seed, args.epochs, out, hops, contrast, swap, hidden, jump, loss, tau, args.lr)
         log.info("%s", json.dumps(r))
         with open(out / "results.jsonl", "a") as f:
             f.write(json.dumps(r) + "\n")

@@ -52,6 +52,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from gcad_dist.cli import UsageError, run_cli, setup_logging
 from gcad_dist.model.gccad import CONTRASTS
@@ -76,6 +77,28 @@ PLACEMENT_STRATEGIES = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+#: What ``--recipe`` sets, unless given explicitly. ``paper``: METHOD.md section 4, for a store of corrupt
+#: subgraphs (K-means parts + injected nodes). ``local``: for a store without stored corruption (``partitioning.build
+#: --k 1 --corruption-mix none``, the whole graph): each node's input projection against its neighbours' mean,
+#: a per-node logistic loss, feature swaps redrawn every step (BENCHMARKS.md, "A label-free GCCAD-pre that
+#: detects real anomalies").
+RECIPES: dict[str, dict[str, Any]] = {
+    "paper": {"contrast": "graph", "loss": "contrastive", "tau": 0.1, "swap_features": 0.0},
+    "local": {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15},
+}
+
+
+def apply_recipe(cfg: "PretrainConfig", store_corrupted: bool) -> "PretrainConfig":
+    """Fill the options left unset (None) from ``cfg.recipe`` (``auto``: ``paper`` when the store holds corrupted
+    nodes, ``local`` when it holds none); ``cfg.recipe`` becomes the recipe used. In place; returns ``cfg``."""
+    if cfg.recipe == "auto":
+        cfg.recipe = "paper" if store_corrupted else "local"
+    for name, value in RECIPES[cfg.recipe].items():
+        if getattr(cfg, name) is None:
+            setattr(cfg, name, value)
+    return cfg
+
+
 @dataclass
 class PretrainConfig:
     """All settings of a pre-training run (one per CLI option)."""
@@ -97,10 +120,14 @@ class PretrainConfig:
     conv: str = "gin"
     readout: str = "memory"
     dropout: float = 0.1
-    tau: float = 0.1
-    contrast: str = "graph"
+    # "auto" | "paper" | "local": the defaults of contrast, loss, tau and swap_features (RECIPES; auto = local
+    # for a store without stored corruption, paper otherwise); an option given explicitly wins
+    recipe: str = "auto"
+    tau: float | None = None
+    contrast: str | None = None
+    loss: str | None = None
     jump: str = "last"
-    swap_features: float = 0.0
+    swap_features: float | None = None
     memory_momentum: float = 0.5
     backend: str = "auto"
     cache_gb: float = 4.0
@@ -159,15 +186,26 @@ def build_parser() -> argparse.ArgumentParser:
     a("--conv", default=d.conv, choices=["gcn", "gin", "sage", "gat"], help="node-update convolution")
     a("--readout", default=d.readout, choices=["memory", "mean", "sum", "max"], help="graph-update readout")
     a("--dropout", type=float, default=d.dropout, help="dropout")
-    a("--tau", type=float, default=d.tau, help="temperature of the contrastive loss")
+    a("--recipe", default=d.recipe, choices=["auto", *RECIPES],
+      help="defaults of --contrast, --loss, --tau and --swap-features (an option given explicitly wins): paper = "
+      "METHOD.md section 4 (graph, contrastive, 0.1, 0); local = the label-free recipe for a whole-graph store "
+      "built with 'partitioning.build --k 1 --corruption-mix none' (local, logistic, 0.2, 0.15); auto = local for a "
+      "store without stored corruption, paper otherwise")
+    a("--tau", type=float, default=d.tau, help="temperature of the loss (default: the recipe's)")
     a("--swap-features", type=float, default=d.swap_features,
       help="at every step, this fraction of each batch's normal nodes take another node's features (and the "
       "label abnormal), drawn afresh each step, beside the store's fixed corruptions; a small store repeats "
-      "its few subgraphs hundreds of times, and a fixed corruption is then learnt by heart")
+      "its few subgraphs hundreds of times, and a fixed corruption is then learnt by heart (default: the recipe's)")
     a("--contrast", default=d.contrast, choices=list(CONTRASTS),
       help="what each node is contrasted with: graph = its subgraph's context q (the paper's); neighbors = the "
       "mean of its neighbours' embeddings; ego = its own features' projection against that neighbour mean "
-      "(local anomalies: a node unlike its neighbours; pair with --corruption-mix features at build)")
+      "(local anomalies: a node unlike its neighbours; pair with --corruption-mix features at build); local = "
+      "its own features' projection against the mean of its neighbours' (no message passing on either side; "
+      "--recipe local; the GCCAD layers are then skipped) (default: the recipe's)")
+    a("--loss", default=d.loss, choices=["contrastive", "logistic"],
+      help="contrastive = the paper's: each normal node's agreement with its context ranked against every "
+      "abnormal node's of its graph; logistic = each node's own agreement, BCE(cos / tau, normal) "
+      "(default: the recipe's)")
     a("--jump", default=d.jump, choices=["last", "cat"],
       help="graph contrast: last = contrast the last layer's embedding with the context (the paper's); cat = "
       "jumping knowledge, every layer's embedding and context concatenated (gcad_dist.train's default for "
@@ -234,8 +272,9 @@ def validate(cfg: PretrainConfig) -> dict:
         (cfg.lr > 0, "--lr", "must be > 0"),
         (cfg.hidden >= 1 and cfg.layers >= 1, "--hidden/--layers", "must be >= 1"),
         (0 <= cfg.dropout < 1, "--dropout", "must be in [0, 1)"),
-        (cfg.tau > 0, "--tau", "must be > 0"),
-        (0 <= cfg.swap_features < 1, "--swap-features", "must be in [0, 1)"),
+        (cfg.recipe in ("auto", *RECIPES), "--recipe", f"must be auto or one of {', '.join(RECIPES)}"),
+        (cfg.tau is None or cfg.tau > 0, "--tau", "must be > 0"),
+        (cfg.swap_features is None or 0 <= cfg.swap_features < 1, "--swap-features", "must be in [0, 1)"),
         (0 <= cfg.memory_momentum < 1, "--memory-momentum", "must be in [0, 1)"),
         (cfg.cache_gb >= 0 and cfg.prefetch >= 0, "--cache-gb/--prefetch", "must be >= 0"),
         (cfg.checkpoint_every >= 0, "--checkpoint-every", "must be >= 0"),
@@ -275,6 +314,12 @@ def validate(cfg: PretrainConfig) -> dict:
     reader = StoreReader(cfg.store)  # raises StoreError (a GraphInputError) on a bad store
     if len(reader) == 0:
         raise UsageError(f"--store: {cfg.store} holds no subgraphs")
+    corrupted = int(reader.node_counts.sum()) > int(reader.own_counts.sum())
+    apply_recipe(cfg, corrupted)
+    if cfg.swap_features == 0 and not corrupted:
+        raise UsageError(f"--swap-features: {cfg.store} holds no corrupted node (built with --corruption-mix none), "
+                         "so there is nothing to contrast without corruptions drawn at every step: pass "
+                         "--swap-features 0.15, or leave it and --recipe at their defaults")
     run_dir = Path(cfg.out) / RUN_NAME
     if cfg.resume and not run_dir.exists():
         raise UsageError(f"--resume: {cfg.out} holds no run to resume")

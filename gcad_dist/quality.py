@@ -47,9 +47,9 @@ log = logging.getLogger("gcad_dist.quality")
 #: Bump when a code change alters the result of a run with unchanged settings: older runs are then not reused.
 RESULTS_VERSION = 2
 GNN_MODELS = ("gccad", "gccad-ce", "mlp", "gcn", "gin", "sage", "gat")
-DETECTOR_MODELS = ("iforest", "nbr-cosine", "dominant", "cola", "trees", "gccad-pre")
+DETECTOR_MODELS = ("iforest", "nbr-cosine", "dominant", "cola", "trees", "gccad-pre", "gccad-pre-paper")
 ALL_MODELS = GNN_MODELS + DETECTOR_MODELS
-#: gccad-pre (store build + Ray pre-training per run) only runs when asked for.
+#: gccad-pre and gccad-pre-paper (store build + Ray pre-training per run) only run when asked for.
 DEFAULT_MODELS = GNN_MODELS + ("iforest", "nbr-cosine", "dominant", "cola", "trees")
 DEFAULT_DATASETS = ("tolokers", "reddit", "books", "disney", "enron", "inj_cora")
 METRICS = (("auroc", "AUROC"), ("auprc", "AUPRC"), ("recall_at_k", "Rec@K"))
@@ -77,7 +77,7 @@ class QualityConfig:
     lr: float = TrainConfig.lr
     eval_every: int = TrainConfig.eval_every
     patience: int = TrainConfig.patience
-    pre_epochs: int = 10
+    pre_epochs: int | None = None  # None: the recipe's (gcad_dist.detectors.gccad_pre: local 3, paper 10)
     device: str = "auto"
     threads: int = 0
     report_only: bool = False
@@ -268,9 +268,12 @@ def header(cfg: QualityConfig, models: list[str]) -> str:
                      + (f", contrast {cfg.contrast}" if cfg.contrast != "graph" else "") + ".")
     det = [m for m in models if m in DETECTOR_MODELS]
     if det:
+        from gcad_dist.detectors import settings_of
+
         parts.append(f"Detectors ({', '.join(det)}): the published defaults of gcad_dist.detectors; label-free ones "
-                     "fitted on all nodes without labels" + (f"; gccad-pre {cfg.pre_epochs} pre-training epochs" if
-                                                                "gccad-pre" in det else "") + ".")
+                     "fitted on all nodes without labels" + "".join(
+                         f"; {m} {settings_of(m, {'pre_epochs': cfg.pre_epochs})['pre_epochs']} pre-training epochs"
+                         for m in det if m.startswith("gccad-pre")) + ".")
     parts.append("labels used: none = label-free, train = fitted on the train split, train+val = also epoch "
                  "selection on validation. s/run = wall seconds per run (fit + scoring).")
     return " ".join(parts) + "\n\n"
@@ -345,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--first-seed", type=int, default=d.first_seed, help="first seed index (runs use first-seed .. first-seed + seeds - 1)")
     p.add_argument("--models", nargs="+", default=d.models, choices=ALL_MODELS, metavar="MODEL",
                    help=f"models, from: {', '.join(ALL_MODELS)}. gccad-ce = GCCAD with the cross-entropy head; "
-                        "iforest, nbr-cosine, dominant, cola, gccad-pre are label-free; trees is supervised "
+                        "iforest, nbr-cosine, dominant, cola, gccad-pre (local recipe) and gccad-pre-paper (METHOD.md "
+                        "section 4) are label-free; trees is supervised "
                         "(gcad_dist.detectors); dominant / cola need the 'baselines' extra (skipped without it)")
     p.add_argument("--data-dir", default=d.data_dir, help="folder of the <name>.npz datasets")
     p.add_argument("--out", default=d.out, help="output folder: runs/<dataset>/<model>/<key>/seed<s>.json and quality.md")
@@ -365,7 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (GNNs)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="validation every n epochs (GNNs)")
     p.add_argument("--patience", type=int, default=d.patience, help="early-stopping patience in epochs (GNNs; 0 = off)")
-    p.add_argument("--pre-epochs", type=int, default=d.pre_epochs, help="pre-training epochs of gccad-pre")
+    p.add_argument("--pre-epochs", type=int, default=d.pre_epochs,
+                   help="pre-training epochs of gccad-pre / gccad-pre-paper (default: the recipe's, 3 / 10)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "
@@ -378,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _validate(cfg: QualityConfig) -> None:
     if cfg.seeds < 1:
         raise UsageError(f"--seeds: must be >= 1, got {cfg.seeds}")
-    if cfg.pre_epochs < 1:
+    if cfg.pre_epochs is not None and cfg.pre_epochs < 1:
         raise UsageError(f"--pre-epochs: must be >= 1, got {cfg.pre_epochs}")
     for name in ("hidden", "layers", "epochs", "eval_every"):
         if getattr(cfg, name) < 1:

@@ -95,19 +95,22 @@ def check_config(cfg: BuildConfig) -> None:
 
     if not 0.0 < cfg.ratio < 1.0:
         raise UsageError(f"--ratio: must lie strictly between 0 and 1, got {cfg.ratio}")
-    if cfg.k is not None and cfg.k < 2:
-        raise UsageError(f"--k: need at least 2 parts, got {cfg.k}")
+    from partitioning.corrupt import parse_mix
+
+    try:
+        mix = parse_mix(cfg.corruption_mix)
+    except ValueError as e:
+        raise UsageError(f"--corruption-mix: {e}") from None
+    if cfg.k is not None and cfg.k < (1 if not mix else 2):
+        raise UsageError(f"--k: need at least 2 parts (injected nodes come from other parts; 1 part = the whole "
+                         f"graph needs --corruption-mix none), got {cfg.k}")
+    if not mix and cfg.corruptions != 1:
+        raise UsageError(f"--corruptions: --corruption-mix none stores each part once, got {cfg.corruptions}")
     if cfg.min_part_size is not None and cfg.min_part_size < 1:
         raise UsageError(f"--min-part-size: must be at least 1 (or auto), got {cfg.min_part_size}")
     for name in ("corruptions", "sample", "niter", "nredo"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name}: must be at least 1, got {getattr(cfg, name)}")
-    from partitioning.corrupt import parse_mix
-
-    try:
-        parse_mix(cfg.corruption_mix)
-    except ValueError as e:
-        raise UsageError(f"--corruption-mix: {e}") from None
     if cfg.threads < 0:
         raise UsageError(f"--threads: must be >= 0, got {cfg.threads}")
     if cfg.cluster_hops < 0:
@@ -203,9 +206,14 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
         with stages("partition"):
             parts, graph_ids = _dense(np.asarray(graph.graph_id))
         k = int(graph_ids.size)
-        if k < 2:
+        if k < 2 and parse_mix(cfg.corruption_mix):
             raise UsageError(f"--graph: {cfg.graph}: multi-graph input holds a single graph; nothing to inject from")
         partition = {"method": "graph_id", "k": k, "k_requested": "graphs", "min_part_size": None, "merged_parts": 0}
+    elif cfg.k == 1:  # --corruption-mix none (check_config): the whole graph as one part, no K-means
+        parts = np.zeros(n, dtype=np.int64)
+        k = 1
+        partition = {"method": "whole graph", "cluster_hops": 0, "k": 1, "k_requested": 1, "min_part_size": None,
+                     "merged_parts": 0}
     else:
         if n < 2:
             raise UsageError(f"--graph: {cfg.graph}: needs at least 2 nodes, has {n}")
@@ -336,6 +344,7 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
         "features": features,
         "corruption": corruption,
         "labels": "y = 0 own node, 1 injected node (anomaly)" if corruption["paper"] else
+                  "y = 0 every node (no stored corruption: pre-train with --swap-features)" if not mix else
                   "y = 0 own node left unchanged, 1 corrupted node (injected, feature-swapped or given planted edges)",
     }
     with stages("write"):
@@ -389,6 +398,9 @@ def _corruption_line(m: dict[str, Any], c: dict[str, Any]) -> str:
     cor = m.get("corruption")
     if not cor or cor.get("paper", True):
         return f"nodes           {c['nodes']:,} = own {c['own_nodes']:,} + injected {c['injected_nodes']:,}"
+    if not cor["kinds"]:
+        return (f"nodes           {c['nodes']:,}, none corrupted (--corruption-mix none: pre-train with "
+                f"--swap-features)")
     kinds = ", ".join(f"{k} {cor['counts'].get(k, 0):,}" for k in cor["kinds"])
     line = f"nodes           {c['nodes']:,} = unchanged {c['own_nodes']:,} + corrupted {c['injected_nodes']:,} ({kinds})"
     if "planted_edges" in cor["counts"]:
@@ -481,7 +493,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="store folder to create, e.g. runs/tolokers.zarr (written to "
                    "<out>.tmp-<pid> then renamed)")
     p.add_argument("--k", type=_parse_auto_int, default="auto", help="number of parts, or 'auto' for the elbow of the "
-                   "inertia curve over --k-grid (Kneedle on log inertia); ignored for multi-graph input")
+                   "inertia curve over --k-grid (Kneedle on log inertia); 1 = the whole graph, no K-means (needs "
+                   "--corruption-mix none); ignored for multi-graph input")
     p.add_argument("--k-grid", type=_parse_grid, default=",".join(map(str, d.k_grid)),
                    help="K values tried by --k auto (comma-separated, at least 3, each >= 2)")
     p.add_argument("--min-part-size", type=_parse_auto_int, default="auto",
@@ -495,14 +508,17 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--ratio", type=float, default=d.ratio, help="injected (with --corruption-mix: corrupted) nodes per "
                    "part = round(ratio x part size), 0 < ratio < 1")
     p.add_argument("--corruptions", type=int, default=d.corruptions, help="independent corrupt subgraphs per part")
-    p.add_argument("--corruption-mix", default=d.corruption_mix, metavar="KINDS",
+    p.add_argument("--corruption-mix", default=None, metavar="KINDS",
                    help="corruption kinds, comma-separated, each optionally KIND:WEIGHT (round(ratio x part size) "
                    "corrupted nodes per subgraph, split between the kinds by weight, all labelled 1): inject = nodes "
                    "of other parts with their links (the paper's corrupt graph, METHOD.md section 4; 'inject' alone "
                    "is exactly the paper's setting); features = an own node keeps its links but takes the features "
                    "of a node of another part (contextual anomaly); edges = an own node keeps its features and gains "
                    "max(5, degree) edges to random nodes of its subgraph (structural anomaly). "
-                   "E.g. inject,features,edges")
+                   "E.g. inject,features,edges. none = no stored corruption (all y = 0): pre-training draws its "
+                   "corruptions afresh each step (gcad_dist.pretrain --swap-features); with --k 1 the store holds the "
+                   "whole graph, every edge kept (GCCAD-pre's label-free recipe, README). Default: inject, or "
+                   "none with --k 1")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of every random choice (same seed, same store)")
     p.add_argument("--niter", type=int, default=d.niter, help="K-means (Lloyd) iterations per run")
     p.add_argument("--nredo", type=int, default=d.nredo, help="K-means runs (own seeding each) for the final "
@@ -538,7 +554,9 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     return BuildConfig(
         graph=args.graph, out=args.out, k=k, k_grid=grid, min_part_size=min_size, sample=args.sample,
         elbow_sample=args.elbow_sample,
-        ratio=args.ratio, corruptions=args.corruptions, corruption_mix=args.corruption_mix, seed=args.seed, niter=args.niter, nredo=args.nredo,
+        ratio=args.ratio, corruptions=args.corruptions, corruption_mix=(args.corruption_mix if args.corruption_mix is not None
+                                                                 else "none" if k == 1 else "inject"),
+        seed=args.seed, niter=args.niter, nredo=args.nredo,
         normalize=args.normalize, gpu=args.gpu, cluster_hops=args.cluster_hops,
         threads=args.threads, chunk_mib=args.chunk_mib, overwrite=args.overwrite, plot=not args.no_plot,
         progress=not args.no_progress,

@@ -32,6 +32,11 @@ is labelled 1:
   an existing edge, a duplicate or itself are dropped (a node left without any new edge, possible only
   in tiny dense subgraphs, is not corrupted and stays 0).
 
+``none`` stores the parts uncorrupted (every row ``y = 0``): pre-training then draws its corruptions afresh at
+every step (``gcad_dist.pretrain --swap-features``), which a small store's few fixed corruptions cannot
+replace (they are learnt by heart). With ``--k 1`` the one part is the whole graph, every edge kept: the
+label-free default of GCCAD-pre, whose local contrast needs each node's whole neighbourhood.
+
 Row order with a mix: unchanged own nodes (ascending id), injected nodes (ascending id), feature-swapped
 rows (ascending own id), edge-corrupted nodes (ascending id); so ``y`` is still ``num_own`` zeros
 (``num_own`` = uncorrupted own nodes) then ones, as the store format expects.
@@ -52,6 +57,8 @@ log = logging.getLogger(__name__)
 #: Corruption kinds, in row order within a subgraph. ``inject`` alone is the paper's corrupt graph.
 KINDS: tuple[str, ...] = ("inject", "features", "edges")
 PAPER_MIX: dict[str, float] = {"inject": 1.0}
+#: ``--corruption-mix none``: no stored corruption (parse_mix gives an empty mix).
+NO_CORRUPTION = "none"
 #: An edge-corrupted node gains max(EDGE_MIN, its degree in the subgraph) new edges (before dropping
 #: collisions): at least as many as a member of a small planted clique, and at least doubling its degree.
 EDGE_MIN = 5
@@ -59,7 +66,9 @@ EDGE_MIN = 5
 
 def parse_mix(text: str | Mapping[str, float]) -> dict[str, float]:
     """``"inject"``, ``"inject,features,edges"`` or with weights ``"inject:2,features:1"`` -> {kind: weight},
-    in :data:`KINDS` order. Raises ValueError naming the problem."""
+    in :data:`KINDS` order; ``"none"`` -> {} (no stored corruption). Raises ValueError naming the problem."""
+    if (isinstance(text, str) and text.strip() == NO_CORRUPTION) or (isinstance(text, Mapping) and not text):
+        return {}
     if isinstance(text, Mapping):
         items = [(str(k), float(v)) for k, v in text.items()]
     else:
@@ -77,8 +86,10 @@ def parse_mix(text: str | Mapping[str, float]) -> dict[str, float]:
         raise ValueError("no corruption kind given")
     names = [k for k, _ in items]
     for k, w in items:
+        if k == NO_CORRUPTION:
+            raise ValueError(f"{NO_CORRUPTION!r} cannot be combined with corruption kinds")
         if k not in KINDS:
-            raise ValueError(f"unknown corruption kind {k!r} (choose from {', '.join(KINDS)})")
+            raise ValueError(f"unknown corruption kind {k!r} (choose from {', '.join(KINDS)}, or {NO_CORRUPTION})")
         if not (w > 0 and np.isfinite(w)):
             raise ValueError(f"weight of {k!r} must be a positive number, got {w}")
     if len(set(names)) != len(names):
@@ -89,6 +100,8 @@ def parse_mix(text: str | Mapping[str, float]) -> dict[str, float]:
 
 def format_mix(mix: Mapping[str, float]) -> str:
     """Inverse of :func:`parse_mix` (weights shown only when they differ)."""
+    if not mix:
+        return NO_CORRUPTION
     ws = set(mix.values())
     if len(ws) == 1:
         return ",".join(mix)
@@ -261,7 +274,8 @@ def corrupt_subgraphs(
     ``p * corruptions + r``, so ids can have gaps only when a part is empty). Replica r of part p uses
     the random stream ``default_rng([seed, p, r])``: a subgraph does not depend on the others.
     ``mix``: corruption kinds and weights (:func:`parse_mix`); None or ``"inject"`` = the paper's
-    injection alone (the same subgraphs, bit for bit, as before kinds existed).
+    injection alone (the same subgraphs, bit for bit, as before kinds existed); ``"none"`` (or ``{}``) = each
+    part's induced subgraph, uncorrupted (all ``y = 0``; ``ratio`` unused).
     """
     if not 0.0 < ratio < 1.0:
         raise ValueError(f"ratio must lie in (0, 1), got {ratio}")
@@ -274,6 +288,12 @@ def corrupt_subgraphs(
     for p in range(index.num_parts):
         own = index.members(p)
         if own.size == 0:
+            continue
+        if not weights:  # "none": the part as it is
+            sub_indptr, sub_indices = relabel.induced(indptr, indices, own)
+            for r in range(corruptions):
+                yield CorruptSubgraph(subgraph_id=p * corruptions + r, part=p, replica=r, nodes=own,
+                                      num_own=int(own.size), indptr=sub_indptr, indices=sub_indices, counts={})
             continue
         m = int(num_injected(own.size, ratio))
         pop = index.num_nodes - own.size

@@ -130,7 +130,8 @@ def dup_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         (["--ratio", "1.5"], "--ratio"),
         (["--ratio", "0"], "--ratio"),
-        (["--k", "1"], "--k"),
+        (["--k", "1", "--corruption-mix", "inject"], "--k"),
+        (["--k", "0"], "--k"),
         (["--k", "many"], "--k"),
         (["--k", "500"], "--k: K=500 exceeds the number of nodes"),
         (["--k", "5"], "--k: K=5 exceeds the 3 distinct"),

@@ -228,3 +228,74 @@ def test_bad_mix_is_a_usage_error(tmp_path, capsys) -> None:
 
     with pytest.raises(UsageError, match="--corruption-mix"):
         main(["--graph", str(tmp_path / "none.npz"), "--out", str(tmp_path / "s.zarr"), "--corruption-mix", "nodes"])
+
+
+def test_mix_none_parses_and_stores_parts_uncorrupted() -> None:
+    assert parse_mix("none") == {} and parse_mix({}) == {} and format_mix({}) == "none"
+    for bad in ("none,inject", "inject,none"):
+        with pytest.raises(ValueError, match="none"):
+            parse_mix(bad)
+    indptr, indices, _ = graph(n=200, e=900)
+    parts = np.random.default_rng(1).integers(0, 3, 200)
+    subs = list(corrupt_subgraphs(indptr, indices, parts, mix="none", seed=0))
+    assert [s.part for s in subs] == [0, 1, 2]
+    for s in subs:
+        own = np.flatnonzero(parts == s.part)
+        assert np.array_equal(s.nodes, own) and s.num_own == own.size and s.counts == {}
+        # every source edge between two of the part's nodes, and no other
+        want = sum(int(np.isin(indices[indptr[v]:indptr[v + 1]], own).sum()) for v in own)
+        assert s.indptr[-1] == want
+    whole = list(corrupt_subgraphs(indptr, indices, np.zeros(200, dtype=np.int64), mix="none"))
+    assert len(whole) == 1 and np.array_equal(whole[0].indices, indices) and np.array_equal(whole[0].indptr, indptr)
+
+
+def test_build_whole_graph_store_without_corruption(tmp_path, capsys) -> None:
+    from partitioning.build import main
+    from partitioning.cli import UsageError
+    from partitioning.io import save_npz
+    from partitioning.graph import Graph
+    from partitioning.store.reader import StoreReader
+
+    indptr, indices, _ = graph(n=300, e=1500)
+    x = np.random.default_rng(0).normal(size=(300, 4)).astype(np.float32)
+    save_npz(Graph(x=x, indptr=indptr, indices=indices), tmp_path / "g.npz")
+    out = tmp_path / "s.zarr"
+    assert main(["--graph", str(tmp_path / "g.npz"), "--out", str(out), "--k", "1", "--corruption-mix", "none",
+                 "--no-progress", "--no-plot", "--json"]) == 0
+    text = capsys.readouterr().out
+    assert "none corrupted" in text and "whole graph" in text
+    man = json.loads(text[text.index("{"):])
+    assert man["partition"]["k"] == 1 and man["partition"]["edges_kept"] == 1.0
+    assert man["corruption"]["kinds"] == [] and man["corruption"]["spec"] == "none" and not man["corruption"]["paper"]
+    r = StoreReader(str(out))
+    assert len(r) == 1 and int(r.own_counts.sum()) == 300
+    d = r.get(0)
+    assert d.num_nodes == 300 and int(d.y.sum()) == 0 and d.edge_index.size(1) == indptr[-1]
+    for argv, needle in ((["--k", "1", "--corruption-mix", "inject"], "--k"),
+                         (["--k", "1", "--corruption-mix", "features"], "--k"),
+                         (["--corruption-mix", "none", "--corruptions", "2"], "--corruptions")):
+        with pytest.raises(UsageError, match=needle):
+            main(["--graph", str(tmp_path / "g.npz"), "--out", str(tmp_path / "t.zarr"), *argv])
+    # pre-training on it needs per-step corruptions
+    from gcad_dist.cli import UsageError as GcadUsageError
+    from gcad_dist.pretrain import parse_config, validate
+
+    with pytest.raises(GcadUsageError, match="--swap-features"):
+        validate(parse_config(["--store", str(out), "--out", str(tmp_path / "pre"), "--recipe", "paper"]))
+    cfg = parse_config(["--store", str(out), "--out", str(tmp_path / "pre")])
+    validate(cfg)  # --recipe auto: the local recipe for a store without corruption
+    assert (cfg.recipe, cfg.contrast, cfg.loss, cfg.tau, cfg.swap_features) == ("local", "local", "logistic", 0.2, 0.15)
+    cfg = parse_config(["--store", str(out), "--out", str(tmp_path / "pre"), "--tau", "0.3", "--contrast", "ego"])
+    validate(cfg)  # explicit options win over the recipe
+    assert (cfg.recipe, cfg.contrast, cfg.tau, cfg.swap_features) == ("local", "ego", 0.3, 0.15)
+    # a store of corrupt subgraphs keeps the paper's settings
+    assert main(["--graph", str(tmp_path / "g.npz"), "--out", str(tmp_path / "p.zarr"), "--k", "3", "--no-progress",
+                 "--no-plot"]) == 0
+    cfg = parse_config(["--store", str(tmp_path / "p.zarr"), "--out", str(tmp_path / "pre")])
+    validate(cfg)
+    assert (cfg.recipe, cfg.contrast, cfg.loss, cfg.tau, cfg.swap_features) == ("paper", "graph", "contrastive", 0.1, 0.0)
+    # --k 1 alone implies --corruption-mix none
+    assert main(["--graph", str(tmp_path / "g.npz"), "--out", str(tmp_path / "w.zarr"), "--k", "1", "--no-progress",
+                 "--json"]) == 0
+    text = capsys.readouterr().out
+    assert json.loads(text[text.index("{"):])["corruption"]["spec"] == "none"

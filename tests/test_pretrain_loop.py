@@ -246,8 +246,9 @@ def test_local_contrast_with_fresh_feature_swaps_trains(store: Path, tmp_path: P
 def test_jump_reaches_the_pretrained_model() -> None:
     """``--jump`` is the paper's ``last`` by default and reaches the model's config (so score/finetune use it)."""
     from gcad_dist.distributed.train_loop import model_config
+    from gcad_dist.pretrain import apply_recipe
 
-    cfg = parse_config(["--store", "s", "--out", "o"])
+    cfg = apply_recipe(parse_config(["--store", "s", "--out", "o"]), store_corrupted=True)
     assert cfg.jump == "last" and model_config(cfg, 5).jump == "last"
-    cfg = parse_config(["--store", "s", "--out", "o", "--jump", "cat"])
+    cfg = apply_recipe(parse_config(["--store", "s", "--out", "o", "--jump", "cat"]), store_corrupted=True)
     assert model_config(cfg, 5).jump == "cat"

@@ -96,7 +96,11 @@ def test_run_key_covers_result_settings(tiny):
     assert key("mlp", score_space="encoder", link_eval="threshold") == key("mlp")  # GCCAD-only settings
     assert key("mlp", hidden=32) != key("mlp")
     assert key("iforest", epochs=7, hidden=32) == key("iforest")  # GNN settings do not touch detectors
-    assert key("gccad-pre", pre_epochs=3) != key("gccad-pre")
+    assert key("gccad-pre", pre_epochs=5) != key("gccad-pre") == key("gccad-pre", pre_epochs=3)  # 3 = the recipe's
+    assert key("gccad-pre-paper", pre_epochs=10) == key("gccad-pre-paper") != key("gccad-pre")
+    # the paper's recipe keeps the run key of earlier sessions' gccad-pre (its stored runs stay valid)
+    paper = run_settings(QualityConfig(), "tiny", tiny, "gccad-pre-paper")["detector"]
+    assert paper["pre_epochs"] == 10 and paper["context"] == "halo" and "recipe" not in paper
     assert key("iforest") != key("nbr-cosine")
     # the contrast (auto, the default, names its selection rule) keys GCCAD runs only
     settings = run_settings(QualityConfig(), "tiny", tiny, "gccad")

@@ -10,7 +10,8 @@ test nodes only, like the GNNs.
 | ``nbr-cosine`` | none | ``1 - cos(x_i, mean of the neighbours' x)`` on z-scored features |
 | ``dominant`` | none | PyGOD 1.1.0 DOMINANT (defaults), full-batch (extra ``baselines``) |
 | ``cola`` | none | PyGOD 1.1.0 CoLA (defaults), full-batch (extra ``baselines``) |
-| ``gccad-pre`` | none | GCCAD-pre: store build (``--k auto``) -> Ray pre-training -> halo scoring by parts |
+| ``gccad-pre`` | none | GCCAD-pre, local recipe: whole-graph store -> Ray pre-training (local contrast, per-step swaps) -> score |
+| ``gccad-pre-paper`` | none | GCCAD-pre, the paper's: K-means store (``--k auto``) -> Ray pre-training -> halo scoring by parts |
 | ``trees`` | train | random forest on ``[x, mean of neighbours' x, degree]`` (GADBench RF-Graph defaults) |
 
 Label-free detectors never see labels: :func:`fit_score` hands them a copy of the graph holding only
@@ -41,6 +42,8 @@ class DetectorSpec:
     ``settings``: the detector's fixed, result-affecting settings (part of :mod:`gcad_dist.quality`'s run key).
     ``options``: the harness options it reads (``fit_score`` keyword arguments; also part of the run key).
     ``requires``: (module, extra) pairs it needs beyond the base install.
+    ``entry``: the module's function that fits and scores. ``option_defaults``: an option's value when the
+    harness leaves it unset (None).
     """
 
     name: str
@@ -51,9 +54,11 @@ class DetectorSpec:
     settings: dict[str, Any] = field(default_factory=dict)
     options: tuple[str, ...] = ()
     requires: tuple[tuple[str, str], ...] = ()
+    entry: str = "fit_score"
+    option_defaults: dict[str, Any] = field(default_factory=dict)
 
     def function(self) -> Callable[..., np.ndarray]:
-        return importlib.import_module(f"gcad_dist.detectors.{self.module}").fit_score
+        return getattr(importlib.import_module(f"gcad_dist.detectors.{self.module}"), self.entry)
 
 
 def _specs() -> dict[str, DetectorSpec]:
@@ -67,8 +72,12 @@ def _specs() -> dict[str, DetectorSpec]:
                      requires=(("pygod", "baselines"),)),
         DetectorSpec("cola", "none", "raw", "pygod_models", "PyGOD CoLA", pygod_models.SETTINGS["cola"],
                      requires=(("pygod", "baselines"),)),
-        DetectorSpec("gccad-pre", "none", "raw", "gccad_pre", "GCCAD-pre scored by parts without labels",
-                     gccad_pre.SETTINGS, options=("pre_epochs",), requires=(("faiss", "cpu"), ("ray", "base"))),
+        DetectorSpec("gccad-pre", "none", "raw", "gccad_pre", "GCCAD-pre, local recipe, whole graph",
+                     gccad_pre.LOCAL_SETTINGS, options=("pre_epochs",), requires=(("faiss", "cpu"), ("ray", "base")),
+                     option_defaults={"pre_epochs": gccad_pre.LOCAL_EPOCHS}),
+        DetectorSpec("gccad-pre-paper", "none", "raw", "gccad_pre", "GCCAD-pre (the paper's) scored by parts",
+                     gccad_pre.SETTINGS, options=("pre_epochs",), requires=(("faiss", "cpu"), ("ray", "base")),
+                     entry="fit_score_paper", option_defaults={"pre_epochs": gccad_pre.PAPER_EPOCHS}),
         DetectorSpec("trees", "train", "standard", "tree_ensemble", "random forest on [x, mean nbr x, degree]",
                      tree_ensemble.SETTINGS),
     ]
@@ -94,7 +103,8 @@ def settings_of(name: str, options: dict[str, Any] | None = None) -> dict[str, A
     spec = DETECTORS[name]
     s: dict[str, Any] = {"features": spec.features, "labels": spec.labels, **spec.settings}
     for k in spec.options:
-        s[k] = (options or {})[k]
+        v = (options or {}).get(k)
+        s[k] = spec.option_defaults.get(k) if v is None else v
     return s
 
 

@@ -1,17 +1,22 @@
 """GCCAD-pre scored without labels, through the project's own pipeline (label-free).
 
-1. :func:`partitioning.build.build`: K-means parts (``k`` auto, Kneedle elbow) and corrupt subgraphs
-   into a Zarr store in a temporary folder (features z-scored at build, the default; corruption kinds
-   ``corruption_mix``, default ``inject`` = the paper's: a label-free comparison with
-   ``inject,features,edges`` on books, inj_cora, disney and a generated graph showed no clear gain);
-2. :func:`gcad_dist.pretrain.run`: self-supervised pre-training on Ray Train, a private in-process Ray
-   instance with one worker, ``pre_epochs`` epochs, seeded by the run's seed;
-3. :func:`gcad_dist.score.score_parts_halo`: every node scored in its K-means part with the part's 1-hop
-   halo (``python -m gcad_dist.score --parts STORE``'s default context).
+Two recipes, each a store build, pre-training on Ray Train (a private in-process instance, one worker,
+seeded by the run's seed) and scoring; the build and pre-training see only ``x`` and ``edge_index``:
 
-The build and pre-training see only ``x`` and ``edge_index``. Heavy (Ray start-up, tens of seconds at
-least): not in :mod:`gcad_dist.quality`'s default model list. ``bench.pretrain_transfer`` runs the same
-stages as subprocesses and scores zero-shot with one context for the whole graph instead.
+* ``local`` (detector ``gccad-pre``, the default): the whole graph as one part
+  (``partitioning.build --k 1 --corruption-mix none``: every edge kept, nothing corrupted in the store);
+  pre-training contrasts each node's input projection h^(0) with the mean of its neighbours' h^(0)
+  (``--contrast local``) under a per-node logistic loss (``--loss logistic --tau 0.2``), on feature swaps
+  drawn afresh at every step (``--swap-features 0.15``); every node is scored on the whole graph,
+  1 - cos(h^(0)_i, neighbours' mean). Why each part: BENCHMARKS.md ("A label-free GCCAD-pre that detects
+  real anomalies").
+* ``paper`` (detector ``gccad-pre-paper``): METHOD.md section 4. K-means parts (``--k auto``), the paper's
+  node injection, the graph contrast, and every node scored in its part with the part's 1-hop halo
+  (``python -m gcad_dist.score --parts STORE``'s default context). Its settings, and so its run key, are
+  those of earlier sessions' ``gccad-pre``.
+
+Heavy (Ray start-up, tens of seconds at least): not in :mod:`gcad_dist.quality`'s default model list.
+``bench.pretrain_transfer`` runs the same stages as subprocesses.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import numpy as np
 
 log = logging.getLogger("gcad_dist.detectors.gccad_pre")
 
-# Pre-training settings fixed here (bench.pretrain_transfer's on real graphs); epochs come from the harness.
+# The paper's recipe (earlier sessions' gccad-pre: these settings keep its run key).
 #: ``corruption_mix``: ``partitioning.build --corruption-mix`` ("inject" = the paper's corrupt graphs).
 CORRUPTION_MIX = "inject"
 #: ``partitioning.build --cluster-hops``: K-means on features smoothed over 0..H hops (0 = the paper's)
@@ -36,6 +41,17 @@ SETTINGS: dict[str, Any] = {"k": "auto", "build": "defaults (ratio 0.15, 1 corru
                             "workers": 1, "lr": 5e-3, "pretrain": "PretrainConfig defaults", "context": "halo"}
 if CLUSTER_HOPS:  # 0 (the paper's K-means on the features) was the only behaviour before the option existed
     SETTINGS["cluster_hops"] = CLUSTER_HOPS
+PAPER_EPOCHS = 10
+
+# The local recipe, the default.
+#: pre-training settings of the local recipe (PretrainConfig fields; the rest are its defaults)
+LOCAL_PRETRAIN: dict[str, Any] = {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15,
+                                  "lr": 1e-3}
+LOCAL_EPOCHS = 3
+LOCAL_SETTINGS: dict[str, Any] = {"recipe": "local", "k": 1, "corruption_mix": "none",
+                                  "build": "defaults (normalize standard)", "workers": 1,
+                                  "pretrain": {**LOCAL_PRETRAIN, "others": "PretrainConfig defaults"},
+                                  "context": "whole graph"}
 
 
 def _graph(data: Any) -> Any:
@@ -48,11 +64,35 @@ def _graph(data: Any) -> Any:
                  source="gcad_dist.quality (labels stripped)")
 
 
-def fit_score(data: Any, split: Any, seed: int, pre_epochs: int = 10, threads: int = 1, device: str = "cpu",
-              workdir: str | None = None, corruption_mix: str = CORRUPTION_MIX, cluster_hops: int = CLUSTER_HOPS,
-              **_: Any) -> np.ndarray:
-    """Build a store of ``data`` (corruption kinds ``corruption_mix``), pre-train on it, score every node by
-    parts (halo); float [N]."""
+def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, threads: int = 1,
+              device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
+    """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
+    score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`."""
+    from gcad_dist.pretrain import PretrainConfig, run
+    from gcad_dist.score import load_checkpoint_model, prepare_data, score_data
+    from partitioning.build import BuildConfig, build
+
+    os.environ.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "600")  # Ray's dashboard is slow on a loaded machine
+    threads = max(1, threads)
+    graph = _graph(data)
+    with tempfile.TemporaryDirectory(prefix="gccad-pre-", dir=workdir) as tmp:
+        store = Path(tmp) / "store.zarr"
+        build(BuildConfig(graph=graph.source, out=str(store), k=1, seed=seed, threads=threads, plot=False,
+                          progress=False, corruption_mix="none"), graph=graph)
+        run(PretrainConfig(store=str(store), out=str(Path(tmp) / "pre"), workers=1, cpus_per_worker=threads,
+                           epochs=LOCAL_EPOCHS if pre_epochs is None else pre_epochs, seed=seed, overwrite=True,
+                           max_failures=0, gpus_per_worker=1.0 if device.startswith("cuda") else 0.0,
+                           **LOCAL_PRETRAIN))
+        loaded = load_checkpoint_model(Path(tmp) / "pre" / "final")
+        prepared = prepare_data(graph, loaded)  # the store's normalisation, recorded in the checkpoint
+        return score_data(loaded.model, prepared, device="cuda" if device.startswith("cuda") else "cpu")
+
+
+def fit_score_paper(data: Any, split: Any, seed: int, pre_epochs: int | None = None, threads: int = 1,
+                    device: str = "cpu", workdir: str | None = None, corruption_mix: str = CORRUPTION_MIX,
+                    cluster_hops: int = CLUSTER_HOPS, **_: Any) -> np.ndarray:
+    """The paper's recipe: a K-means store of ``data`` (corruption kinds ``corruption_mix``), pre-training on it,
+    every node scored by parts (halo); float [N]. ``pre_epochs`` None = :data:`PAPER_EPOCHS`."""
     from gcad_dist.pretrain import PretrainConfig, run
     from gcad_dist.score import load_checkpoint_model, prepare_data, score_parts_halo
     from partitioning.build import BuildConfig, build
@@ -66,8 +106,8 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int = 10, threads: i
         build(BuildConfig(graph=graph.source, out=str(store), k=None, seed=seed, threads=threads, plot=False,
                           progress=False, corruption_mix=corruption_mix, cluster_hops=cluster_hops), graph=graph)
         run(PretrainConfig(store=str(store), out=str(Path(tmp) / "pre"), workers=1, cpus_per_worker=threads,
-                           epochs=pre_epochs, lr=SETTINGS["lr"], seed=seed, overwrite=True, max_failures=0,
-                           gpus_per_worker=1.0 if device.startswith("cuda") else 0.0))
+                           epochs=PAPER_EPOCHS if pre_epochs is None else pre_epochs, lr=SETTINGS["lr"], seed=seed,
+                           overwrite=True, max_failures=0, gpus_per_worker=1.0 if device.startswith("cuda") else 0.0))
         loaded = load_checkpoint_model(Path(tmp) / "pre" / "final")
         node_part = StoreReader(str(store)).node_part()
         prepared = prepare_data(graph, loaded)  # the store's normalisation, recorded in the checkpoint

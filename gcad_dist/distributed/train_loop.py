@@ -85,7 +85,7 @@ def model_config(cfg, in_dim: int) -> GCCADConfig:
     """The GCCAD settings of a pre-training run."""
     return GCCADConfig(
         in_dim=in_dim, hidden=cfg.hidden, num_layers=cfg.layers, conv=cfg.conv, readout=cfg.readout,
-        dropout=cfg.dropout, tau=cfg.tau, contrast=cfg.contrast, jump=cfg.jump,
+        dropout=cfg.dropout, tau=cfg.tau, contrast=cfg.contrast, jump=cfg.jump, loss=cfg.loss,
     )
 
 
@@ -203,7 +203,7 @@ def train_loop_per_worker(config: dict) -> None:
 def run_worker(config: dict, reporter: Reporter, device: torch.device | None = None) -> None:
     """The training loop of one worker (rank and world from ``torch.distributed`` if initialised)."""
     from gcad_dist.cli import setup_logging
-    from gcad_dist.pretrain import PretrainConfig
+    from gcad_dist.pretrain import PretrainConfig, apply_recipe
     from partitioning.store.reader import StoreReader
 
     setup_logging(config.get("verbose", False))
@@ -220,7 +220,10 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
         sample_threshold=cfg.sample_threshold, batch_cost=cfg.graph_batch_nodes, batch_size=cfg.batch_size,
         seed=cfg.seed, min_steps=cfg.min_steps_per_epoch,
     )
-    dataset = StoreDataset(reader, rank, world, shard, fanouts=cfg.fanout_list(), backend=cfg.backend,
+    fanouts = cfg.fanout_list()
+    if cfg.contrast == "local":  # the local contrast reads the seeds' own neighbours only: one hop
+        fanouts = fanouts[:1]
+    dataset = StoreDataset(reader, rank, world, shard, fanouts=fanouts, backend=cfg.backend,
                            cache_bytes=int(cfg.cache_gb * (1 << 30)), prefetch=cfg.prefetch)
     steps_per_epoch = dataset.steps_per_epoch()
     passes = dataset.passes_per_epoch()
@@ -228,6 +231,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
         steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
     total_steps = steps_per_epoch * cfg.epochs
 
+    apply_recipe(cfg, int(reader.node_counts.sum()) > int(reader.own_counts.sum()))  # the driver's, unless called directly
     mcfg = model_config(cfg, reader.num_features)
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     model = GCCAD(mcfg).to(device)
@@ -268,6 +272,8 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     if world > 1:
         net = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None,
+            # the local contrast skips the GCCAD layers: their parameters get no gradient
+            find_unused_parameters=model.config.contrast == "local",
         )
     # Where every rank runs (node IP, host, pid): logged, in every epoch record and in the run record.
     ip, node_id = node_ip()

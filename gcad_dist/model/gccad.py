@@ -17,7 +17,17 @@ Choices where METHOD.md leaves room (all documented here, tested in tests/test_m
   not already contain the context it is compared with. Same loss shape (normal nodes' agreement against
   every abnormal node's of the graph), same score 1 - cos(self, context). The local contrasts score in
   the projection space, where they are trained (``"neighbors"`` honours ``score_space``), and turn off
-  hop trimming (the neighbours' final embeddings are needed).
+  hop trimming (the neighbours' final embeddings are needed). ``"local"`` contrasts h_i^(0) with the mean of
+  the neighbours' h_j^(0): no message passing on either side, so nothing of the node reaches its context and
+  nothing of the context is smoothed into the node (the label-free default of GCCAD-pre: message passing
+  was found to smooth a swapped node's features into its neighbours' and theirs into it, BENCHMARKS.md).
+  The GCCAD layers (link remover, node and graph updates) are then skipped: ``forward`` computes h^(0) alone
+  (``out.h = out.h0``, no link logits, so no link loss), and the model is the input projection and the head.
+* **Loss** (``loss``): ``"contrastive"`` (METHOD.md) ranks each normal node's agreement against every abnormal
+  node's of its graph; ``"logistic"`` (beyond METHOD.md) is a per-node logistic loss on the same cosine,
+  ``BCE(cos_i / tau, 1 - y_i)``: each node is judged on its own agreement with its context, not against the
+  graph's abnormal nodes (label-free pre-training with corruptions redrawn every step learns more from it,
+  BENCHMARKS.md). Same score, 1 - cos.
 * **Jumping knowledge** (``jump``, beyond METHOD.md): ``"last"`` (default) contrasts and scores the last
   layer's h^(L) against q^(L). ``"cat"`` concatenates every layer's embedding, h^(0) (the input projection:
   the node's own features) to h^(L), and every layer's context q^(0) to q^(L) (PyG's
@@ -38,14 +48,14 @@ from .context import IDENTITY, ContextSync
 from .edge_update import EVAL_RULES
 from .encoder import GCCADEncoder
 from .heads import ClassifierHead, ProjectionHead
-from .loss import ce_loss, contrastive_loss, contrastive_loss_from_cosines, link_loss
+from .loss import ce_loss, contrastive_loss_from_cosines, link_loss, logistic_loss_from_cosines
 from .node_update import CONVS
 from .readout import READOUTS, neighbour_context
 
 __all__ = ["GCCADConfig", "GCCADOutput", "GCCAD"]
 
-LOSSES = ("contrastive", "ce")
-CONTRASTS = ("graph", "neighbors", "ego")
+LOSSES = ("contrastive", "ce", "logistic")
+CONTRASTS = ("graph", "neighbors", "ego", "local")
 SCORE_SPACES = ("encoder", "projection")
 JUMPS = ("last", "cat")
 
@@ -61,14 +71,14 @@ class GCCADConfig:
     readout: str = "memory"  # "memory" | "mean" | "sum" | "max"
     edge_update: bool = True  # False: no link predictor / remover / residual (ablation)
     link_global: bool = True  # False: link predictor sees |h_i - h_j| only (ablation "no global info")
-    loss: str = "contrastive"  # "contrastive" | "ce" (ablation: cross-entropy classifier head)
+    loss: str = "contrastive"  # "contrastive" (METHOD.md) | "ce" (ablation: classifier head) | "logistic" (per node)
     link_loss_weight: float = 0.2  # 0 = ablation "no link-loss constraint"
     tau: float = 0.1
     gumbel_temperature: float = 0.6
     link_eval: str = "threshold"  # evaluation keep rule: "threshold" (p > 0.5, METHOD.md) | "expected" (I = p)
     dropout: float = 0.1
     score_space: str = "encoder"  # "encoder" (METHOD section 3) | "projection" (reference code)
-    contrast: str = "graph"  # "graph" (METHOD.md) | "neighbors" | "ego": the context each node is contrasted with
+    contrast: str = "graph"  # "graph" (METHOD.md) | "neighbors" | "ego" | "local": what each node is contrasted with
     jump: str = "last"  # "last" (METHOD.md: h^(L), q^(L)) | "cat": every layer's h^(l) and q^(l), l = 0..L, concatenated
 
     def __post_init__(self) -> None:
@@ -156,6 +166,11 @@ class GCCAD(torch.nn.Module):
             num_graphs = 1 if num_graphs is None else num_graphs
         elif num_graphs is None:
             num_graphs = int(batch.max().item()) + 1 if n > 0 else 1
+        if self.config.contrast == "local" and self.config.loss != "ce":
+            # neither side of the local contrast passes messages: the GCCAD layers are skipped (out.h = h^(0))
+            h0 = self.encoder.input_proj(x)
+            return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch, edge_index=edge_index,
+                               num_graphs=num_graphs, h0=h0)
         if self.config.contrast != "graph":  # the neighbours' final embeddings are needed: no hop trimming
             num_sampled_nodes = num_sampled_edges = None
         h, q, probs, logits, w, h0 = self.encoder(
@@ -166,15 +181,20 @@ class GCCAD(torch.nn.Module):
         return GCCADOutput(
             h=h, q=q, batch=batch[: h.size(0)], edge_index=edge_index, edge_probs=probs, logits=cls,
             edge_logits=logits, edge_weight=w, num_graphs=num_graphs,
-            h0=h0 if self.config.contrast == "ego" else None,
+            h0=h0 if self.config.contrast in ("ego", "local") else None,
         )
 
     def local_pair(self, out: GCCADOutput, idx: Tensor | None = None, project: bool = True) -> tuple[Tensor, Tensor]:
         """(self, context) rows of the local contrasts for nodes ``idx`` (default all): the node's h^(L)
-        (``neighbors``) or h^(0) (``ego``) and the mean of its neighbours' h^(L), through the projection
-        head if ``project``."""
-        ctx = neighbour_context(out.h, out.edge_index, out.h.size(0))
-        own = out.h0 if self.config.contrast == "ego" else out.h
+        (``neighbors``) or h^(0) (``ego``, ``local``) and the mean of its neighbours' h^(L) (h^(0) for
+        ``local``), through the projection head if ``project``."""
+        contrast = self.config.contrast
+        if contrast == "local":
+            assert out.h0 is not None
+            ctx = neighbour_context(out.h0, out.edge_index, out.h0.size(0))
+        else:
+            ctx = neighbour_context(out.h, out.edge_index, out.h.size(0))
+        own = out.h0 if contrast in ("ego", "local") else out.h
         if idx is not None:
             own, ctx = own.index_select(0, idx), ctx.index_select(0, idx)
         if project:
@@ -205,16 +225,15 @@ class GCCAD(torch.nn.Module):
             idx = mask.nonzero().squeeze(1)
             own, ctx = self.local_pair(out, idx)
             cos = F.cosine_similarity(own.float(), ctx.float(), dim=-1)
-            con = contrastive_loss_from_cosines(cos, y.index_select(0, idx), out.batch.index_select(0, idx),
-                                                out.num_graphs, torch.ones_like(idx, dtype=torch.bool), cfg.tau, sync)
+            con = self._con(cos, y.index_select(0, idx), out.batch.index_select(0, idx), out.num_graphs, sync)
         else:
             # only the labelled nodes enter the loss: project just those (a neighbour-sampled
             # minibatch labels its ~1k seeds out of ~20k sampled nodes)
             idx = mask.nonzero().squeeze(1)
             z = F.normalize(self.head(out.h.index_select(0, idx)), dim=-1)
             c = F.normalize(self.head(out.q), dim=-1)
-            con = contrastive_loss(z, c, y.index_select(0, idx), out.batch.index_select(0, idx), out.num_graphs,
-                                   torch.ones_like(idx, dtype=torch.bool), cfg.tau, sync)
+            cos = (z.float() * c.float().index_select(0, out.batch.index_select(0, idx))).sum(-1)
+            con = self._con(cos, y.index_select(0, idx), out.batch.index_select(0, idx), out.num_graphs, sync)
         if cfg.link_loss_weight > 0 and out.edge_logits:
             link = link_loss(out.edge_logits, out.edge_index, y_all, mask_all)
         else:
@@ -224,13 +243,20 @@ class GCCAD(torch.nn.Module):
             result["ce"] = con
         return result
 
+    def _con(self, cos: Tensor, y: Tensor, batch: Tensor, num_graphs: int, sync: ContextSync) -> Tensor:
+        """The contrastive term from each labelled node's cosine with its context (``loss`` picks the form)."""
+        if self.config.loss == "logistic":
+            return logistic_loss_from_cosines(cos, y, self.config.tau)
+        return contrastive_loss_from_cosines(cos, y, batch, num_graphs, torch.ones_like(y, dtype=torch.bool),
+                                             self.config.tau, sync)
+
     def score(self, out: GCCADOutput) -> Tensor:
         """[N] anomaly score, higher = more anomalous: 1 - cos(h_i, q_g) (or P(anomaly) for CE)."""
         if self.config.loss == "ce":
             assert out.logits is not None
             return torch.softmax(out.logits.float(), dim=-1)[:, 1]
         if self.config.contrast != "graph":
-            project = self.config.contrast == "ego" or self.config.score_space == "projection"
+            project = self.config.contrast in ("ego", "local") or self.config.score_space == "projection"
             own, ctx = self.local_pair(out, project=project)
             return 1.0 - F.cosine_similarity(own.float(), ctx.float(), dim=-1)
         h, q = out.h, out.q
