@@ -167,3 +167,26 @@ def test_two_workers_survive_a_killed_worker_then_resume(store: Path, tmp_path: 
     assert hist2[:2] == hist  # earlier epochs kept, not retrained
     assert summary2["restarts"] == 2
     assert load_model_file(out / "final")["extra"]["normalize"] == "standard"
+
+
+@pytest.mark.slow
+def test_two_workers_local_recipe_on_a_whole_graph_store(tmp_path: Path, ray_instance) -> None:
+    """The label-free recipe on 2 workers: a whole-graph store (build --k 1) above the sample threshold is trained
+    by both workers on one-hop minibatches under DDP, though the skipped GCCAD layers never get a gradient."""
+    from partitioning.build import main as build_main
+    from partitioning.synthetic import SyntheticConfig, synthesize
+    from partitioning.io import save_npz
+
+    g = synthesize(SyntheticConfig(nodes=800, avg_degree=8, features=8, anomaly_fraction=0.05, seed=0)).graph
+    save_npz(g, tmp_path / "g.npz")
+    assert build_main(["--graph", str(tmp_path / "g.npz"), "--out", str(tmp_path / "w.zarr"), "--k", "1",
+                       "--no-progress", "--no-plot"]) == 0
+    cfg = PretrainConfig(store=str(tmp_path / "w.zarr"), out=str(tmp_path / "pre"), workers=2, epochs=1,
+                         min_steps_per_epoch=6, **OPTS)
+    summary = run(cfg)
+    assert cfg.recipe == "local" and cfg.contrast == "local" and cfg.swap_features == 0.15
+    assert summary["global_step"] >= 6
+    ck = load_model_file(tmp_path / "pre" / "final")
+    assert ck["config"]["contrast"] == "local" and ck["config"]["loss"] == "logistic" and ck["config"]["tau"] == 0.2
+    hist = json.loads((tmp_path / "pre" / "metrics.json").read_text())["history"]
+    assert all(np.isfinite(h["loss"]) and h["loss"] > 0 for h in hist)

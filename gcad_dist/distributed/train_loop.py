@@ -272,8 +272,9 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     if world > 1:
         net = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None,
-            # the local contrast skips the GCCAD layers: their parameters get no gradient
-            find_unused_parameters=model.config.contrast == "local",
+            # the local contrast skips the GCCAD layers, whose parameters then never get a gradient, and its loss
+            # applies the head outside forward: a static graph (the same parameters unused at every step)
+            static_graph=model.config.contrast == "local",
         )
     # Where every rank runs (node IP, host, pid): logged, in every epoch record and in the run record.
     ip, node_id = node_ip()
