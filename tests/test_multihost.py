@@ -191,8 +191,11 @@ def _check_recovered(f: dict) -> None:
     # The step counter continued from the last checkpoint: resumed at a checkpoint written before the fault,
     # no earlier than the one registered when the fault came; so at most the steps since it were redone.
     ckpt_steps = {e["step"] for e in f["before"] if e["event"] == "checkpoint"}
+    # (A checkpoint may land after the last progress event before the fault: progress events are not written at
+    # every step, so the resumed step can exceed that event's step; being a checkpoint written before the fault is
+    # what bounds it.)
     assert second["step"] in ckpt_steps and second["step"] >= f["registered"], (second, ckpt_steps)
-    assert second["restarts"] == 1 and second["step"] <= last["step"]
+    assert second["restarts"] == 1
 
     metrics = json.loads((out / "metrics.json").read_text())
     s = metrics["summary"]
