@@ -190,15 +190,22 @@ def test_split_counts_and_parse() -> None:
             parse_mix(bad)
 
 
-def test_build_records_the_mix(tmp_path, capsys) -> None:
-    from partitioning.build import main
-    from partitioning.io import save_npz
+def _graph_file(tmp_path) -> tuple[np.ndarray, np.ndarray]:
+    """A 300-node graph with 4 random features saved as ``tmp_path / "g.npz"``; returns its CSR."""
     from partitioning.graph import Graph
-    from partitioning.store.reader import StoreReader
+    from partitioning.io import save_npz
 
     indptr, indices, _ = graph(n=300, e=1500)
     x = np.random.default_rng(0).normal(size=(300, 4)).astype(np.float32)
     save_npz(Graph(x=x, indptr=indptr, indices=indices), tmp_path / "g.npz")
+    return indptr, indices
+
+
+def test_build_records_the_mix(tmp_path, capsys) -> None:
+    from partitioning.build import main
+    from partitioning.store.reader import StoreReader
+
+    _graph_file(tmp_path)
     out = tmp_path / "s.zarr"
     assert main(["--graph", str(tmp_path / "g.npz"), "--out", str(out), "--k", "3", "--no-progress", "--no-plot",
                  "--corruption-mix", "edges,inject,features", "--json"]) == 0
@@ -252,13 +259,9 @@ def test_mix_none_parses_and_stores_parts_uncorrupted() -> None:
 def test_build_whole_graph_store_without_corruption(tmp_path, capsys) -> None:
     from partitioning.build import main
     from partitioning.cli import UsageError
-    from partitioning.io import save_npz
-    from partitioning.graph import Graph
     from partitioning.store.reader import StoreReader
 
-    indptr, indices, _ = graph(n=300, e=1500)
-    x = np.random.default_rng(0).normal(size=(300, 4)).astype(np.float32)
-    save_npz(Graph(x=x, indptr=indptr, indices=indices), tmp_path / "g.npz")
+    indptr, _ = _graph_file(tmp_path)
     out = tmp_path / "s.zarr"
     assert main(["--graph", str(tmp_path / "g.npz"), "--out", str(out), "--k", "1", "--corruption-mix", "none",
                  "--no-progress", "--no-plot", "--json"]) == 0
