@@ -358,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GCCAD link remover at evaluation: expected (edge weight x p) or threshold (p > 0.5, METHOD.md)")
     p.add_argument("--contrast", default=d.contrast, choices=("graph", "neighbors", "ego", "auto"),
                    help="GCCAD's contrast (gcad_dist.train --contrast)")
-    p.add_argument("--jump", default=d.jump, choices=("last", "cat"),
+    p.add_argument("--jump", default=d.jump, choices=("last", "cat", "cat-local"),
                    help="GCCAD's graph-contrast embedding (gcad_dist.train --jump; default: cat for gccad, last "
                         "for gccad-ce)")
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,

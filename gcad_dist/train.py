@@ -40,7 +40,7 @@ ABLATIONS = ("none", "ce", "no-link-loss", "no-global", "no-edge-update")
 SCORE_SPACES = ("encoder", "projection")
 LINK_EVALS = ("expected", "threshold")
 CONTRASTS = ("graph", "neighbors", "ego")  # gcad_dist.model.gccad.CONTRASTS, without importing the model here
-JUMPS = ("last", "cat")  # gcad_dist.model.gccad.JUMPS
+JUMPS = ("last", "cat", "cat-local")  # gcad_dist.model.gccad.JUMPS
 
 
 def resolve_jump(model: str, ablation: str = "none", jump: str | None = None) -> str:
@@ -189,7 +189,7 @@ def _validate(cfg: TrainConfig) -> None:
         raise UsageError(f"--contrast: unknown value {cfg.contrast!r} (choose from {', '.join(CONTRASTS)}, auto)")
     if cfg.jump is not None and cfg.jump not in JUMPS:
         raise UsageError(f"--jump: unknown value {cfg.jump!r} (choose from {', '.join(JUMPS)})")
-    if cfg.jump == "cat" and cfg.contrast in ("neighbors", "ego"):
+    if cfg.jump not in (None, "last") and cfg.contrast in ("neighbors", "ego"):
         raise UsageError(f"--jump {cfg.jump}: applies to the graph contrast only (--contrast graph or auto), "
                          f"not to --contrast {cfg.contrast}")
     if cfg.patience < 0:
@@ -373,7 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "concatenated, the input projection h^(0) included, so a node's own features stay visible next "
                    "to what message passing made of them (with --contrast auto: the graph candidate). Default: cat "
                    "for the full model, last for --ablation and gccad-ce (controlled comparisons with the paper's "
-                   "model); chosen on validation (BENCHMARKS.md, session 9)")
+                   "model); chosen on validation (BENCHMARKS.md, session 9). cat-local = cat with the first context "
+                   "block the mean of the node's neighbours' h^(0) instead of the graph's (not the default yet: "
+                   "BENCHMARKS.md, session 10)")
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
                    help="GCCAD score 1 - cos(h, q) on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--ablation", default=d.ablation, choices=ABLATIONS,

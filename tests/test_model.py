@@ -463,3 +463,43 @@ def test_jump_cat_concatenates_every_layer_and_trims_exactly():
             GCCADConfig(in_dim=5, jump="cat", contrast=contrast)
     with pytest.raises(ValueError, match="jump"):
         GCCADConfig(in_dim=5, jump="all")
+
+
+def test_jump_cat_local_puts_the_neighbours_mean_of_h0_in_the_first_context_block():
+    """jump="cat-local": the embedding is jump cat's; each node's context is [mean of its neighbours' h^(0), q^(1),
+    ..., q^(L)], so the input projection is contrasted locally and the later layers with the graph's context. Loss
+    and score use it; a hop-trimmed minibatch gives the seeds the same score inputs and loss."""
+    from torch_geometric.data import Data
+
+    from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
+    from gcad_dist.model.readout import neighbour_context
+
+    torch.manual_seed(0)
+    n, hid = 300, 8
+    ei = torch.randint(0, n, (2, 2000))
+    data = Data(x=torch.randn(n, 5), edge_index=torch.cat([ei, ei.flip(0)], 1), y=(torch.rand(n) < 0.2).long())
+    model = GCCAD(GCCADConfig(in_dim=5, hidden=hid, jump="cat-local", score_space="projection")).eval()
+    cat = GCCAD(GCCADConfig(in_dim=5, hidden=hid, jump="cat", score_space="projection")).eval()
+    cat.load_state_dict(model.state_dict())
+    out, ref = model(data.x, data.edge_index), cat(data.x, data.edge_index)
+    torch.testing.assert_close(out.h, ref.h)  # same embedding as jump cat
+    c = model.graph_context(out)
+    h0 = model.encoder.input_proj(data.x)
+    torch.testing.assert_close(c[:, :hid], neighbour_context(h0, data.edge_index, n))
+    torch.testing.assert_close(c[:, hid:], ref.q[:, hid:].expand(n, -1))
+    want = 1 - F.cosine_similarity(model.head(out.h), model.head(c), dim=-1)
+    torch.testing.assert_close(model.score(out), want)
+    assert not torch.allclose(model.score(out), cat.score(ref))
+    loss = model.loss(out, data.y)["total"]
+    loss.backward()
+    assert torch.isfinite(loss)
+
+    b = next(iter(SubgraphNeighborLoader(data, [5, 3], batch_size=16, seed=1, prefetch=0, backend="builtin")))
+    seeds = torch.zeros(b.num_nodes, dtype=torch.bool)
+    seeds[: b.batch_size] = True
+    full = model(b.x, b.edge_index, context_mask=seeds)
+    trim = model(b.x, b.edge_index, context_mask=seeds, num_sampled_nodes=b.num_sampled_nodes,
+                 num_sampled_edges=b.num_sampled_edges)
+    s = b.batch_size
+    torch.testing.assert_close(model.graph_context(trim), model.graph_context(full)[:s])
+    torch.testing.assert_close(model.loss(trim, b.y, mask=seeds)["total"], model.loss(full, b.y, mask=seeds)["total"])

@@ -82,7 +82,7 @@ class GCCADEncoder(nn.Module):
                              "nodes): the other nodes' embeddings are not computed")
         probs: list[Tensor] = []
         logits: list[Tensor] = []
-        jump = self.config.jump == "cat"
+        jump = self.config.jump != "last"
         hs, qs = [h0], [q]
         for layer in range(self.config.num_layers):
             if trim and layer > 0:  # the edges of the hops still needed (h, batch, mask: trimmed below)

@@ -32,6 +32,9 @@ Choices where METHOD.md leaves room (all documented here, tested in tests/test_m
   layer's h^(L) against q^(L). ``"cat"`` concatenates every layer's embedding, h^(0) (the input projection:
   the node's own features) to h^(L), and every layer's context q^(0) to q^(L) (PyG's
   ``JumpingKnowledge("cat")``), so the head also sees what message passing did not mix. Graph contrast only.
+  ``"cat-local"``: the same embedding, but each node's first context block is the mean of its neighbours' h^(0)
+  instead of the graph's q^(0) (:meth:`GCCAD.graph_context`): the node's own features are contrasted with its
+  neighbours', as in GCCAD-pre's local recipe, and the layers' outputs with the graph's context.
 * **Graphs without an abnormal node** contribute no contrastive term and their normal nodes do not
   count in the average (see :mod:`gcad_dist.model.loss`).
 """
@@ -57,7 +60,7 @@ __all__ = ["GCCADConfig", "GCCADOutput", "GCCAD"]
 LOSSES = ("contrastive", "ce", "logistic")
 CONTRASTS = ("graph", "neighbors", "ego", "local")
 SCORE_SPACES = ("encoder", "projection")
-JUMPS = ("last", "cat")
+JUMPS = ("last", "cat", "cat-local")
 
 
 @dataclass
@@ -87,7 +90,7 @@ class GCCADConfig:
             (self.readout in READOUTS, f"readout must be one of {READOUTS}, got {self.readout!r}"),
             (self.loss in LOSSES, f"loss must be one of {LOSSES}, got {self.loss!r}"),
             (self.jump in JUMPS, f"jump must be one of {JUMPS}, got {self.jump!r}"),
-            (self.jump == "last" or self.contrast == "graph", "jump 'cat' needs contrast 'graph'"),
+            (self.jump == "last" or self.contrast == "graph", f"jump {self.jump!r} needs contrast 'graph'"),
             (self.contrast in CONTRASTS, f"contrast must be one of {CONTRASTS}, got {self.contrast!r}"),
             (self.score_space in SCORE_SPACES, f"score_space must be one of {SCORE_SPACES}"),
             (self.link_eval in EVAL_RULES, f"link_eval must be one of {EVAL_RULES}, got {self.link_eval!r}"),
@@ -133,7 +136,7 @@ class GCCAD(torch.nn.Module):
         super().__init__()
         self.config = config
         self.encoder = GCCADEncoder(config)
-        out_dim = config.hidden * (config.num_layers + 1 if config.jump == "cat" else 1)
+        out_dim = config.hidden * (config.num_layers + 1 if config.jump != "last" else 1)
         self.head = ProjectionHead(config.hidden, out_dim)
         self.classifier = ClassifierHead(config.hidden, config.dropout, out_dim) if config.loss == "ce" else None
 
@@ -181,7 +184,7 @@ class GCCAD(torch.nn.Module):
         return GCCADOutput(
             h=h, q=q, batch=batch[: h.size(0)], edge_index=edge_index, edge_probs=probs, logits=cls,
             edge_logits=logits, edge_weight=w, num_graphs=num_graphs,
-            h0=h0 if self.config.contrast in ("ego", "local") else None,
+            h0=h0 if self.config.contrast in ("ego", "local") or self.config.jump == "cat-local" else None,
         )
 
     def local_pair(self, out: GCCADOutput, idx: Tensor | None = None, project: bool = True) -> tuple[Tensor, Tensor]:
@@ -231,8 +234,8 @@ class GCCAD(torch.nn.Module):
             # minibatch labels its ~1k seeds out of ~20k sampled nodes)
             idx = mask.nonzero().squeeze(1)
             z = F.normalize(self.head(out.h.index_select(0, idx)), dim=-1)
-            c = F.normalize(self.head(out.q), dim=-1)
-            cos = (z.float() * c.float().index_select(0, out.batch.index_select(0, idx))).sum(-1)
+            c = F.normalize(self.head(self.graph_context(out, idx)), dim=-1)
+            cos = (z.float() * c.float()).sum(-1)
             con = self._con(cos, y.index_select(0, idx), out.batch.index_select(0, idx), out.num_graphs, sync)
         if cfg.link_loss_weight > 0 and out.edge_logits:
             link = link_loss(out.edge_logits, out.edge_index, y_all, mask_all)
@@ -242,6 +245,19 @@ class GCCAD(torch.nn.Module):
         if cfg.loss == "ce":
             result["ce"] = con
         return result
+
+    def graph_context(self, out: GCCADOutput, idx: Tensor | None = None) -> Tensor:
+        """Each node's context row for the graph contrast (nodes ``idx``, default all output rows): its graph's q;
+        with ``jump="cat-local"`` the first block, q^(0), is the mean of the node's neighbours' h^(0) instead."""
+        b = out.batch if idx is None else out.batch.index_select(0, idx)
+        c = out.q.index_select(0, b)
+        if self.config.jump == "cat-local":
+            assert out.h0 is not None
+            local = neighbour_context(out.h0, out.edge_index, out.h0.size(0))[: out.h.size(0)]
+            if idx is not None:
+                local = local.index_select(0, idx)
+            c = torch.cat([local.to(c.dtype), c[:, self.config.hidden:]], dim=-1)
+        return c
 
     def _con(self, cos: Tensor, y: Tensor, batch: Tensor, num_graphs: int, sync: ContextSync) -> Tensor:
         """The contrastive term from each labelled node's cosine with its context (``loss`` picks the form)."""
@@ -259,7 +275,7 @@ class GCCAD(torch.nn.Module):
             project = self.config.contrast in ("ego", "local") or self.config.score_space == "projection"
             own, ctx = self.local_pair(out, project=project)
             return 1.0 - F.cosine_similarity(own.float(), ctx.float(), dim=-1)
-        h, q = out.h, out.q
+        h, c = out.h, self.graph_context(out)
         if self.config.score_space == "projection":
-            h, q = self.head(h), self.head(q)
-        return 1.0 - F.cosine_similarity(h.float(), q.float()[out.batch], dim=-1)
+            h, c = self.head(h), self.head(c)
+        return 1.0 - F.cosine_similarity(h.float(), c.float(), dim=-1)
