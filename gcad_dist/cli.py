@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from partitioning.cli import UsageError, run_cli, setup_logging
+from partitioning.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 
-__all__ = ["UsageError", "setup_logging", "run_cli", "add_runtime_options"]
+__all__ = ["UsageError", "setup_logging", "run_cli", "add_runtime_options", "DefaultsHelpFormatter"]
 
 
 def add_runtime_options(p: argparse.ArgumentParser, defaults: object, plots: bool = True) -> None:

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcad_dist.cli import UsageError, add_runtime_options, run_cli, setup_logging
+from gcad_dist.cli import DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
 from gcad_dist.train import LINK_EVALS, SCORE_SPACES, TrainConfig
 from partitioning.errors import GraphInputError
@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fine-tune a pre-trained GCCAD checkpoint on a labelled graph using a stratified fraction of "
                     "its training labels (epoch selected on validation AUPRC), or with --epochs 0 only evaluate it "
                     "zero-shot. Writes <out>/final/model.pt, <out>/metrics.json and plots.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--checkpoint", required=True, help="pre-training checkpoint directory (with model.pt), e.g. runs/pre/final")
     p.add_argument("--graph", required=True, help="labelled graph: .npz (x, edge_index, y[, masks]), torch-saved PyG Data (.pt) "

@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from gcad_dist.model.gccad import CONTRASTS
 from gcad_dist.model.precision import PRECISIONS
 from partitioning.features import describe_normalization
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gcad_dist.pretrain",
         description="Self-supervised GCCAD pre-training (GCCAD-pre) on a store of corrupt subgraphs, "
         "data-parallel over Ray Train workers.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     d = PretrainConfig(store="")
     a = p.add_argument

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from gcad_dist.selection import SWITCH_RULE
 from gcad_dist.train import CONVS, LINK_EVALS, SCORE_SPACES, TrainConfig, load_labelled, normalize_features, resolve_jump, train_one, write_json
 
@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark GCCAD, its cross-entropy ablation, GNN baselines and reference detectors (label-free and "
                     "supervised) on labelled graphs: test AUROC, AUPRC, Rec@K as mean ± std over seeds, labels used, "
                     "seconds per run.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--datasets", nargs="+", default=d.datasets,
                    help="dataset names (<data-dir>/<name>.npz) or paths to graph files")

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from partitioning.errors import GraphInputError
 
 log = logging.getLogger("gcad_dist.score")
@@ -353,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Score every node of a graph with a gcad-dist checkpoint and write node_id, score "
                     "(and label / graph_id when present) to Parquet. With labels, print AUROC, AUPRC and "
                     "Recall@K over the labelled nodes (all nodes when every label is known).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--checkpoint", required=True, help="checkpoint directory (with model.pt), e.g. runs/pre/final or runs/ft/final")
     p.add_argument("--graph", required=True, help="graph to score: .npz, torch-saved PyG Data (.pt) or folder; "

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcad_dist.cli import UsageError, add_runtime_options, run_cli, setup_logging
+from gcad_dist.cli import DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
 from partitioning.graph import describe_labels
 
@@ -350,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gcad_dist.train",
         description="Train GCCAD (or an ablation / a baseline) on one labelled graph, select the epoch on "
                     "validation AUPRC, write checkpoint, metrics JSON and plots.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--graph", required=True, help="labelled graph: .npz (x, edge_index, y[, masks]), torch-saved PyG Data (.pt) or folder")
     p.add_argument("--out", required=True, help="output directory (model.pt, metrics.json, PNG plots)")

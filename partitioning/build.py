@@ -480,13 +480,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def make_parser() -> argparse.ArgumentParser:
+    from partitioning.cli import DefaultsHelpFormatter
+
     p = _Parser(
         prog="python -m partitioning.build",
         description="Cluster a graph's nodes (FAISS K-means on the features; one part per graph for "
         "multi-graph input), build corrupt subgraphs (METHOD.md section 4: inject nodes of other parts, "
         "label them 1; --corruption-mix adds feature-swap and planted-edge corruptions) and write them to an "
         "atomic Zarr store.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     d = BuildConfig(graph="", out="")
     p.add_argument("--graph", required=True, help="input graph: .npz, .pt (PyG Data) or a folder (see partitioning.io)")

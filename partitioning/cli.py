@@ -6,13 +6,25 @@ it while imports run one way (``gcad_dist`` -> ``partitioning``); :mod:`gcad_dis
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from collections.abc import Callable
 
 from partitioning.errors import GraphInputError
 
-__all__ = ["UsageError", "setup_logging", "run_cli"]
+__all__ = ["UsageError", "setup_logging", "run_cli", "DefaultsHelpFormatter"]
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default, except where there is none to show: a default of None (the help
+    then says what decides the value) or a help text that already states it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default is None or "(default" in text:
+            return text
+        return super()._get_help_string(action)
 
 
 class UsageError(ValueError):

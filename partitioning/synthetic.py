@@ -357,6 +357,8 @@ def generate(cfg: SyntheticConfig) -> Graph:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from partitioning.cli import DefaultsHelpFormatter
+
     d = SyntheticConfig()
     p = argparse.ArgumentParser(
         prog="python -m partitioning.synthetic",
@@ -365,7 +367,7 @@ def _parser() -> argparse.ArgumentParser:
             "(community-swap, contextual and structural) and write it as .npz "
             "(keys x, edge_index, y, anomaly_type, community)."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--out", required=True, type=Path, help="output .npz file (required)")
     p.add_argument("--nodes", type=int, default=d.nodes, help="number of nodes")
