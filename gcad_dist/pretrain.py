@@ -316,6 +316,11 @@ def validate(cfg: PretrainConfig) -> dict:
         raise UsageError(f"--store: {cfg.store} holds no subgraphs")
     corrupted = int(reader.node_counts.sum()) > int(reader.own_counts.sum())
     apply_recipe(cfg, corrupted)
+    kept = reader.manifest.get("partition", {}).get("edges_kept")
+    if cfg.contrast == "local" and kept is not None and kept < 0.999:
+        log.warning("--contrast local on a store whose parts keep %.0f%% of the graph's edges: each node's context is "
+                    "the part of its neighbourhood inside its part (the local recipe was measured on whole-graph "
+                    "stores, 'partitioning.build --k 1'; BENCHMARKS.md, session 10)", 100 * kept)
     if cfg.swap_features == 0 and not corrupted:
         raise UsageError(f"--swap-features: {cfg.store} holds no corrupted node (built with --corruption-mix none), "
                          "so there is nothing to contrast without corruptions drawn at every step: pass "

@@ -256,7 +256,7 @@ def test_mix_none_parses_and_stores_parts_uncorrupted() -> None:
     assert len(whole) == 1 and np.array_equal(whole[0].indices, indices) and np.array_equal(whole[0].indptr, indptr)
 
 
-def test_build_whole_graph_store_without_corruption(tmp_path, capsys) -> None:
+def test_build_whole_graph_store_without_corruption(tmp_path, capsys, caplog) -> None:
     from partitioning.build import main
     from partitioning.cli import UsageError
     from partitioning.store.reader import StoreReader
@@ -297,6 +297,10 @@ def test_build_whole_graph_store_without_corruption(tmp_path, capsys) -> None:
     cfg = parse_config(["--store", str(tmp_path / "p.zarr"), "--out", str(tmp_path / "pre")])
     validate(cfg)
     assert (cfg.recipe, cfg.contrast, cfg.loss, cfg.tau, cfg.swap_features) == ("paper", "graph", "contrastive", 0.1, 0.0)
+    # the local recipe there works on cut neighbourhoods: a warning says so (none on the whole-graph store above)
+    with caplog.at_level("WARNING", logger="gcad_dist.pretrain"):
+        validate(parse_config(["--store", str(tmp_path / "p.zarr"), "--out", str(tmp_path / "pre"), "--recipe", "local"]))
+    assert "whole-graph" in caplog.text and "of the graph's edges" in caplog.text
     # --k 1 alone implies --corruption-mix none
     assert main(["--graph", str(tmp_path / "g.npz"), "--out", str(tmp_path / "w.zarr"), "--k", "1", "--no-progress",
                  "--json"]) == 0
