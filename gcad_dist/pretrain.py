@@ -314,7 +314,7 @@ def validate(cfg: PretrainConfig) -> dict:
     reader = StoreReader(cfg.store)  # raises StoreError (a GraphInputError) on a bad store
     if len(reader) == 0:
         raise UsageError(f"--store: {cfg.store} holds no subgraphs")
-    corrupted = int(reader.node_counts.sum()) > int(reader.own_counts.sum())
+    corrupted = reader.num_corrupted > 0
     apply_recipe(cfg, corrupted)
     kept = reader.manifest.get("partition", {}).get("edges_kept")
     if cfg.contrast == "local" and kept is not None and kept < 0.999:

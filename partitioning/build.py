@@ -174,6 +174,7 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
 
     stages = stages or Stages()
     check_config(cfg)
+    mix = parse_mix(cfg.corruption_mix)  # valid: check_config parsed it
     out = check_destination(cfg.out, cfg.overwrite)  # fail before the expensive work
     try:
         use_gpu = km.resolve_device(cfg.gpu)
@@ -206,7 +207,7 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
         with stages("partition"):
             parts, graph_ids = _dense(np.asarray(graph.graph_id))
         k = int(graph_ids.size)
-        if k < 2 and parse_mix(cfg.corruption_mix):
+        if k < 2 and mix:
             raise UsageError(f"--graph: {cfg.graph}: multi-graph input holds a single graph; nothing to inject from")
         partition = {"method": "graph_id", "k": k, "k_requested": "graphs", "min_part_size": None, "merged_parts": 0}
     elif cfg.k == 1:  # --corruption-mix none (check_config): the whole graph as one part, no K-means
@@ -314,7 +315,6 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
     partition["injected_per_part"] = num_injected(sizes, cfg.ratio).tolist() if k <= 1000 else None
 
     with stages("corrupt"):
-        mix = parse_mix(cfg.corruption_mix)
         gen = corrupt_subgraphs(
             graph.indptr, graph.indices, parts, ratio=cfg.ratio, corruptions=cfg.corruptions, seed=cfg.seed, num_parts=k,
             mix=mix,

@@ -423,13 +423,26 @@ def test_hop_trimming_leaves_seed_outputs_and_loss_unchanged(conv):
                   num_sampled_edges=b.num_sampled_edges)
 
 
+def _full_and_trimmed(model: GCCAD, data: Data) -> tuple[Data, torch.Tensor, GCCADOutput, GCCADOutput]:
+    """One neighbour-sampled minibatch of ``data`` (16 seeds, fan-outs 5, 3): (batch, seed mask, the model's output
+    on it untrimmed, hop-trimmed)."""
+    from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
+
+    b = next(iter(SubgraphNeighborLoader(data, [5, 3], batch_size=16, seed=1, prefetch=0, backend="builtin")))
+    seeds = torch.zeros(b.num_nodes, dtype=torch.bool)
+    seeds[: b.batch_size] = True
+    full = model(b.x, b.edge_index, context_mask=seeds)
+    trim = model(b.x, b.edge_index, context_mask=seeds, num_sampled_nodes=b.num_sampled_nodes,
+                 num_sampled_edges=b.num_sampled_edges)
+    return b, seeds, full, trim
+
+
 def test_jump_cat_concatenates_every_layer_and_trims_exactly():
     """jump="cat": the embedding is [h^(0), ..., h^(L)] (h^(0) = the input projection, the node's own features)
     and the context [q^(0), ..., q^(L)]; loss and score use them; a hop-trimmed minibatch gives the seeds the
     same outputs and loss as the untrimmed one. Only the graph contrast takes it."""
     from torch_geometric.data import Data
 
-    from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
 
     torch.manual_seed(0)
     n, hid = 300, 8
@@ -447,12 +460,7 @@ def test_jump_cat_concatenates_every_layer_and_trims_exactly():
     assert torch.isfinite(loss) and model.head.net[0].weight.grad.shape == (hid, 3 * hid)
     assert torch.isfinite(model.score(out)).all()
 
-    b = next(iter(SubgraphNeighborLoader(data, [5, 3], batch_size=16, seed=1, prefetch=0, backend="builtin")))
-    seeds = torch.zeros(b.num_nodes, dtype=torch.bool)
-    seeds[: b.batch_size] = True
-    full = model(b.x, b.edge_index, context_mask=seeds)
-    trim = model(b.x, b.edge_index, context_mask=seeds, num_sampled_nodes=b.num_sampled_nodes,
-                 num_sampled_edges=b.num_sampled_edges)
+    b, seeds, full, trim = _full_and_trimmed(model, data)
     s = b.batch_size
     assert trim.h.shape == (s, 3 * hid)
     torch.testing.assert_close(trim.h, full.h[:s])
@@ -469,9 +477,6 @@ def test_jump_cat_local_puts_the_neighbours_mean_of_h0_in_the_first_context_bloc
     """jump="cat-local": the embedding is jump cat's; each node's context is [mean of its neighbours' h^(0), q^(1),
     ..., q^(L)], so the input projection is contrasted locally and the later layers with the graph's context. Loss
     and score use it; a hop-trimmed minibatch gives the seeds the same score inputs and loss."""
-    from torch_geometric.data import Data
-
-    from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
     from gcad_dist.model.readout import neighbour_context
 
     torch.manual_seed(0)
@@ -494,12 +499,7 @@ def test_jump_cat_local_puts_the_neighbours_mean_of_h0_in_the_first_context_bloc
     loss.backward()
     assert torch.isfinite(loss)
 
-    b = next(iter(SubgraphNeighborLoader(data, [5, 3], batch_size=16, seed=1, prefetch=0, backend="builtin")))
-    seeds = torch.zeros(b.num_nodes, dtype=torch.bool)
-    seeds[: b.batch_size] = True
-    full = model(b.x, b.edge_index, context_mask=seeds)
-    trim = model(b.x, b.edge_index, context_mask=seeds, num_sampled_nodes=b.num_sampled_nodes,
-                 num_sampled_edges=b.num_sampled_edges)
+    b, seeds, full, trim = _full_and_trimmed(model, data)
     s = b.batch_size
     torch.testing.assert_close(model.graph_context(trim), model.graph_context(full)[:s])
     torch.testing.assert_close(model.loss(trim, b.y, mask=seeds)["total"], model.loss(full, b.y, mask=seeds)["total"])

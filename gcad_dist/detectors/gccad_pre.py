@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,28 +65,39 @@ def _graph(data: Any) -> Any:
                  source="gcad_dist.quality (labels stripped)")
 
 
-def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, threads: int = 1,
-              device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
-    """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
-    score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`."""
+def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | None, build_options: dict[str, Any],
+              pretrain_options: dict[str, Any], score: Callable[[Any, Any, Path, str], np.ndarray]) -> np.ndarray:
+    """Build a store of ``data``, pre-train on it (one in-process Ray worker), then ``score(loaded checkpoint,
+    prepared data, store path, device)``; the store and checkpoint live in a temporary folder."""
     from gcad_dist.pretrain import PretrainConfig, run
-    from gcad_dist.score import load_checkpoint_model, prepare_data, score_data
+    from gcad_dist.score import load_checkpoint_model, prepare_data
     from partitioning.build import BuildConfig, build
 
     os.environ.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "600")  # Ray's dashboard is slow on a loaded machine
     threads = max(1, threads)
+    cuda = device.startswith("cuda")
     graph = _graph(data)
     with tempfile.TemporaryDirectory(prefix="gccad-pre-", dir=workdir) as tmp:
         store = Path(tmp) / "store.zarr"
-        build(BuildConfig(graph=graph.source, out=str(store), k=1, seed=seed, threads=threads, plot=False,
-                          progress=False, corruption_mix="none"), graph=graph)
+        build(BuildConfig(graph=graph.source, out=str(store), seed=seed, threads=threads, plot=False, progress=False,
+                          **build_options), graph=graph)
         run(PretrainConfig(store=str(store), out=str(Path(tmp) / "pre"), workers=1, cpus_per_worker=threads,
-                           epochs=LOCAL_EPOCHS if pre_epochs is None else pre_epochs, seed=seed, overwrite=True,
-                           max_failures=0, gpus_per_worker=1.0 if device.startswith("cuda") else 0.0,
-                           **LOCAL_PRETRAIN))
+                           seed=seed, overwrite=True, max_failures=0, gpus_per_worker=1.0 if cuda else 0.0,
+                           **pretrain_options))
         loaded = load_checkpoint_model(Path(tmp) / "pre" / "final")
         prepared = prepare_data(graph, loaded)  # the store's normalisation, recorded in the checkpoint
-        return score_data(loaded.model, prepared, device="cuda" if device.startswith("cuda") else "cpu")
+        return score(loaded, prepared, store, "cuda" if cuda else "cpu")
+
+
+def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, threads: int = 1,
+              device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
+    """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
+    score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`."""
+    from gcad_dist.score import score_data
+
+    return _pipeline(data, seed, threads, device, workdir, {"k": 1, "corruption_mix": "none"},
+                     {"epochs": LOCAL_EPOCHS if pre_epochs is None else pre_epochs, **LOCAL_PRETRAIN},
+                     lambda loaded, prepared, _store, dev: score_data(loaded.model, prepared, device=dev))
 
 
 def fit_score_paper(data: Any, split: Any, seed: int, pre_epochs: int | None = None, threads: int = 1,
@@ -93,22 +105,12 @@ def fit_score_paper(data: Any, split: Any, seed: int, pre_epochs: int | None = N
                     cluster_hops: int = CLUSTER_HOPS, **_: Any) -> np.ndarray:
     """The paper's recipe: a K-means store of ``data`` (corruption kinds ``corruption_mix``), pre-training on it,
     every node scored by parts (halo); float [N]. ``pre_epochs`` None = :data:`PAPER_EPOCHS`."""
-    from gcad_dist.pretrain import PretrainConfig, run
-    from gcad_dist.score import load_checkpoint_model, prepare_data, score_parts_halo
-    from partitioning.build import BuildConfig, build
+    from gcad_dist.score import score_parts_halo
     from partitioning.store.reader import StoreReader
 
-    os.environ.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "600")  # Ray's dashboard is slow on a loaded machine
-    threads = max(1, threads)
-    graph = _graph(data)
-    with tempfile.TemporaryDirectory(prefix="gccad-pre-", dir=workdir) as tmp:
-        store = Path(tmp) / "store.zarr"
-        build(BuildConfig(graph=graph.source, out=str(store), k=None, seed=seed, threads=threads, plot=False,
-                          progress=False, corruption_mix=corruption_mix, cluster_hops=cluster_hops), graph=graph)
-        run(PretrainConfig(store=str(store), out=str(Path(tmp) / "pre"), workers=1, cpus_per_worker=threads,
-                           epochs=PAPER_EPOCHS if pre_epochs is None else pre_epochs, lr=SETTINGS["lr"], seed=seed,
-                           overwrite=True, max_failures=0, gpus_per_worker=1.0 if device.startswith("cuda") else 0.0))
-        loaded = load_checkpoint_model(Path(tmp) / "pre" / "final")
-        node_part = StoreReader(str(store)).node_part()
-        prepared = prepare_data(graph, loaded)  # the store's normalisation, recorded in the checkpoint
-        return score_parts_halo(loaded.model, prepared, node_part, device="cuda" if device.startswith("cuda") else "cpu")
+    def score(loaded: Any, prepared: Any, store: Path, dev: str) -> np.ndarray:
+        return score_parts_halo(loaded.model, prepared, StoreReader(str(store)).node_part(), device=dev)
+
+    return _pipeline(data, seed, threads, device, workdir,
+                     {"k": None, "corruption_mix": corruption_mix, "cluster_hops": cluster_hops},
+                     {"epochs": PAPER_EPOCHS if pre_epochs is None else pre_epochs, "lr": SETTINGS["lr"]}, score)

@@ -231,7 +231,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
         steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
     total_steps = steps_per_epoch * cfg.epochs
 
-    apply_recipe(cfg, int(reader.node_counts.sum()) > int(reader.own_counts.sum()))  # the driver's, unless called directly
+    apply_recipe(cfg, reader.num_corrupted > 0)  # the driver's choice, unless called directly
     mcfg = model_config(cfg, reader.num_features)
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     model = GCCAD(mcfg).to(device)

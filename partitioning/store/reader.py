@@ -236,6 +236,8 @@ class StoreReader:
         self.num_features: int = int(counts["num_features"])
         self.node_counts: np.ndarray = np.diff(self.node_offsets)
         self.own_counts: np.ndarray = self._num_own  # label-0 rows per subgraph (the rest are corrupted, y = 1)
+        #: corrupted (label-1) rows over all subgraphs; 0 for a store built with --corruption-mix none
+        self.num_corrupted: int = int(self.node_counts.sum() - self.own_counts.sum())
         self.edge_counts: np.ndarray = np.diff(self.edge_offsets)
         self._cache = {name: _SpanCache(self._arrays[name]) for name in ("x", "y", "global_id", "indptr", "indices")}
 
