@@ -156,13 +156,21 @@ class LinkPredictor(nn.Module):
         ud = us = None
         if self.link_global:
             # per node: W2 (h - q) + b for the target side, W3 (h - q) for the source side
-            rel = h - q.index_select(0, batch)  # [N, h]: distance of each node to its graph's context
-            if num_dst is not None and num_dst < h.size(0):
+            if num_dst is not None and num_dst < h.size(0) and q.size(0) == 1:
+                # one graph (a minibatch): an edge's two nodes share q, so the context terms fold into the
+                # target side, W2 (h_d - q) + W3 (h_s - q) + b = W2 h_d + [b - (W2 + W3) q] + W3 h_s, and
+                # the source side is W3 h for every node, with no [N, h] pass for h - q (nor its backward)
+                w_dst, w_src = w[:, k : 2 * k], w[:, 2 * k :]
+                ud = F.linear(h[:num_dst], w_dst, self.lin1.bias - F.linear(q[0], w_dst + w_src))
+                us = F.linear(h, w_src)
+            elif num_dst is not None and num_dst < h.size(0):
+                rel = h - q.index_select(0, batch)  # [N, h]: distance of each node to its graph's context
                 # two products (the target side on the first num_dst rows only), so that no [N, 2h] gradient
                 # is assembled from slices
                 ud = F.linear(rel[:num_dst], w[:, k : 2 * k], self.lin1.bias)
                 us = F.linear(rel, w[:, 2 * k :])
             else:  # one product: full-batch results stay bit-identical to the earlier releases
+                rel = h - q.index_select(0, batch)
                 u = F.linear(rel, torch.cat([w[:, k : 2 * k], w[:, 2 * k :]], dim=0))  # [N, 2h]
                 ud, us = u[:, :k] + self.lin1.bias, u[:, k:]
         else:

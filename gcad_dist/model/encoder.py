@@ -71,7 +71,6 @@ class GCCADEncoder(nn.Module):
         normalisation depends on the source nodes' degrees.
         """
         h = h0 = self.input_proj(x)
-        q = mean_context(h, batch, num_graphs, context_mask, sync)
         w = edge_weight
         if self.config.edge_update and w is None:
             w = torch.ones(edge_index.size(1), dtype=h.dtype, device=h.device)
@@ -80,6 +79,11 @@ class GCCADEncoder(nn.Module):
         if trim and context_mask is not None and bool(context_mask[num_sampled_nodes[0]:].any()):
             raise ValueError("hop trimming needs a context mask over the seeds only (the first num_sampled_nodes[0] "
                              "nodes): the other nodes' embeddings are not computed")
+        # the readouts sum over the masked nodes only: with hop trimming those are among the seeds, so each
+        # readout reads the seeds' rows (the same sums, without [N, h] passes over the other hops)
+        n_ctx = num_sampled_nodes[0] if trim and context_mask is not None else None
+        ctx_mask = None if context_mask is None else context_mask[:n_ctx]
+        q = mean_context(h[:n_ctx], batch[:n_ctx], num_graphs, ctx_mask, sync)
         probs: list[Tensor] = []
         logits: list[Tensor] = []
         jump = self.config.jump != "last"
@@ -103,9 +107,8 @@ class GCCADEncoder(nn.Module):
                 logits.append(lg)
             if trim:
                 batch = batch[:n_out]
-                context_mask = None if context_mask is None else context_mask[:n_out]
             h = self.node_updates[layer](h, edge_index, w, num_dst=n_out)
-            q = self.readouts[layer](h, q, batch, num_graphs, context_mask, sync)
+            q = self.readouts[layer](h[:n_ctx], q, batch[:n_ctx], num_graphs, ctx_mask, sync)
             q = sync.memory(layer, q)
             if jump:
                 hs.append(h)
