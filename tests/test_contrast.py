@@ -266,3 +266,60 @@ def test_local_logistic_learns_swaps_redrawn_each_step():
     with torch.no_grad():
         s = model.score(model(x, ei)).numpy()
     assert auroc(y.numpy(), s) > 0.9
+
+
+def test_local_ensemble_is_the_mean_of_its_members():
+    """``ensemble=K``: K (input projection, head) pairs in one model; its score is the mean of the K single
+    models' scores and its logistic loss the mean of their losses, each member being a plain local model
+    whose weights are its block of the ensemble's."""
+    torch.manual_seed(0)
+    x, ei = _ring(30, 6)
+    y = (torch.arange(30) % 5 == 0).long()
+    k, hid = 3, 8
+    cfg = {"in_dim": 6, "hidden": hid, "contrast": "local", "loss": "logistic", "tau": 0.2}
+    ens = GCCAD(GCCADConfig(**cfg, ensemble=k)).eval()
+    assert ens.encoder.input_proj.out_features == k * hid
+    members = []
+    for i in range(k):
+        m = GCCAD(GCCADConfig(**cfg)).eval()
+        with torch.no_grad():
+            rows = slice(i * hid, (i + 1) * hid)
+            m.encoder.input_proj.weight.copy_(ens.encoder.input_proj.weight[rows])
+            m.encoder.input_proj.bias.copy_(ens.encoder.input_proj.bias[rows])
+            m.head.net[0].weight.copy_(ens.head.w1[i].t())
+            m.head.net[0].bias.copy_(ens.head.b1[i, 0])
+            m.head.net[2].weight.copy_(ens.head.w2[i].t())
+            m.head.net[2].bias.copy_(ens.head.b2[i, 0])
+        members.append(m)
+    with torch.no_grad():
+        s = ens.score(ens(x, ei))
+        singles = torch.stack([m.score(m(x, ei)) for m in members])
+        assert torch.allclose(s, singles.mean(0), atol=1e-5)
+        assert not torch.allclose(singles[0], singles[1], atol=1e-3)  # the members differ: an ensemble
+        loss = ens.loss(ens(x, ei), y)["total"]
+        want = torch.stack([m.loss(m(x, ei), y)["total"] for m in members]).mean()
+        assert torch.allclose(loss, want, atol=1e-6)
+        # each member may read its own input (its own corruption draw): [N, K, F]
+        xs = torch.stack([x, x.flip(0), 2 * x], 1)
+        s3 = ens.score(ens(xs, ei))
+        want = torch.stack([m.score(m(xs[:, i], ei)) for i, m in enumerate(members)]).mean(0)
+        assert torch.allclose(s3, want, atol=1e-5)
+        y3 = torch.stack([y, y.flip(0), 1 - y], 1)
+        loss3 = ens.loss(ens(xs, ei), y3)["total"]
+        want3 = torch.stack([m.loss(m(xs[:, i], ei), y3[:, i])["total"] for i, m in enumerate(members)]).mean()
+        assert torch.allclose(loss3, want3, atol=1e-6)
+        with pytest.raises(ValueError, match="one input per ensemble member"):
+            ens(xs[:, :2], ei)
+    with pytest.raises(ValueError, match="ensemble"):
+        GCCADConfig(in_dim=6, contrast="graph", ensemble=3)
+
+
+def test_pretrain_ensemble_follows_the_recipe():
+    """``--ensemble`` defaults to the recipe's; a contrast other than local (set explicitly) trains one model, and
+    asking for an ensemble of it is a usage error."""
+    from gcad_dist.pretrain import RECIPES, PretrainConfig, apply_recipe
+
+    assert apply_recipe(PretrainConfig(store="s"), store_corrupted=False).ensemble == RECIPES["local"]["ensemble"]
+    assert apply_recipe(PretrainConfig(store="s"), store_corrupted=True).ensemble == 1
+    assert apply_recipe(PretrainConfig(store="s", contrast="ego"), store_corrupted=False).ensemble == 1
+    assert apply_recipe(PretrainConfig(store="s", ensemble=2), store_corrupted=False).ensemble == 2

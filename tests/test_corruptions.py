@@ -287,16 +287,21 @@ def test_build_whole_graph_store_without_corruption(tmp_path, capsys, caplog) ->
         validate(parse_config(["--store", str(out), "--out", str(tmp_path / "pre"), "--recipe", "paper"]))
     cfg = parse_config(["--store", str(out), "--out", str(tmp_path / "pre")])
     validate(cfg)  # --recipe auto: the local recipe for a store without corruption
-    assert (cfg.recipe, cfg.contrast, cfg.loss, cfg.tau, cfg.swap_features) == ("local", "local", "logistic", 0.2, 0.15)
+    assert (cfg.recipe, cfg.contrast, cfg.loss, cfg.tau, cfg.swap_features, cfg.ensemble) == \
+        ("local", "local", "logistic", 0.2, 0.15, 5)
     cfg = parse_config(["--store", str(out), "--out", str(tmp_path / "pre"), "--tau", "0.3", "--contrast", "ego"])
-    validate(cfg)  # explicit options win over the recipe
-    assert (cfg.recipe, cfg.contrast, cfg.tau, cfg.swap_features) == ("local", "ego", 0.3, 0.15)
+    validate(cfg)  # explicit options win over the recipe (and an ego model is one model)
+    assert (cfg.recipe, cfg.contrast, cfg.tau, cfg.swap_features, cfg.ensemble) == ("local", "ego", 0.3, 0.15, 1)
+    with pytest.raises(GcadUsageError, match="--ensemble 3: an ensemble is trained for the local contrast only"):
+        validate(parse_config(["--store", str(out), "--out", str(tmp_path / "pre"), "--contrast", "ego",
+                               "--ensemble", "3"]))
     # a store of corrupt subgraphs keeps the paper's settings
     assert main(["--graph", str(tmp_path / "g.npz"), "--out", str(tmp_path / "p.zarr"), "--k", "3", "--no-progress",
                  "--no-plot"]) == 0
     cfg = parse_config(["--store", str(tmp_path / "p.zarr"), "--out", str(tmp_path / "pre")])
     validate(cfg)
-    assert (cfg.recipe, cfg.contrast, cfg.loss, cfg.tau, cfg.swap_features) == ("paper", "graph", "contrastive", 0.1, 0.0)
+    assert (cfg.recipe, cfg.contrast, cfg.loss, cfg.tau, cfg.swap_features, cfg.ensemble) == \
+        ("paper", "graph", "contrastive", 0.1, 0.0, 1)
     # the local recipe there works on cut neighbourhoods: a warning says so (none on the whole-graph store above)
     with caplog.at_level("WARNING", logger="gcad_dist.pretrain"):
         validate(parse_config(["--store", str(tmp_path / "p.zarr"), "--out", str(tmp_path / "pre"), "--recipe", "local"]))

@@ -7,8 +7,9 @@ seeded by the run's seed) and scoring; the build and pre-training see only ``x``
   (``partitioning.build --k 1 --corruption-mix none``: every edge kept, nothing corrupted in the store);
   pre-training contrasts each node's input projection h^(0) with the mean of its neighbours' h^(0)
   (``--contrast local``) under a per-node logistic loss (``--loss logistic --tau 0.2``), on feature swaps
-  drawn afresh at every step (``--swap-features 0.15``); every node is scored on the whole graph,
-  1 - cos(h^(0)_i, neighbours' mean). Why each part: BENCHMARKS.md ("A label-free GCCAD-pre that detects
+  drawn afresh at every step (``--swap-features 0.15``), five such models side by side (``--ensemble 5``, each with
+  its own swaps); every node is scored on the whole graph, the mean over the five of 1 - cos(h^(0)_i, neighbours'
+  mean). Why each part: BENCHMARKS.md ("A label-free GCCAD-pre that detects
   real anomalies").
 * ``paper`` (detector ``gccad-pre-paper``): METHOD.md section 4. K-means parts (``--k auto``), the paper's
   node injection, the graph contrast, and every node scored in its part with the part's 1-hop halo
@@ -47,7 +48,7 @@ PAPER_EPOCHS = 10
 # The local recipe, the default.
 #: pre-training settings of the local recipe (PretrainConfig fields; the rest are its defaults)
 LOCAL_PRETRAIN: dict[str, Any] = {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15,
-                                  "lr": 1e-3}
+                                  "lr": 1e-3, "ensemble": 5}
 LOCAL_EPOCHS = 3
 LOCAL_SETTINGS: dict[str, Any] = {"recipe": "local", "k": 1, "corruption_mix": "none",
                                   "build": "defaults (normalize standard)", "workers": 1,

@@ -86,6 +86,7 @@ def model_config(cfg, in_dim: int) -> GCCADConfig:
     return GCCADConfig(
         in_dim=in_dim, hidden=cfg.hidden, num_layers=cfg.layers, conv=cfg.conv, readout=cfg.readout,
         dropout=cfg.dropout, tau=cfg.tau, contrast=cfg.contrast, jump=cfg.jump, loss=cfg.loss,
+        ensemble=getattr(cfg, "ensemble", None) or 1,
     )
 
 
@@ -332,6 +333,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     if rank == 0 and precision != "fp32":
         log.info("precision: %s autocast for the forward pass and loss", precision)
 
+    members = model.config.ensemble
     # -- train --------------------------------------------------------------------------------
     last_checkpoint = time.perf_counter()  # a restarted group counts from its start
     net.train()
@@ -343,7 +345,11 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             if pos >= steps_per_epoch:
                 break
             tb = tb.to(device)
-            x, y = swap_features(tb.x, tb.y, tb.loss_mask, cfg.swap_features)
+            if members > 1 and cfg.swap_features > 0:  # each ensemble member gets its own draw of swaps
+                draws = [swap_features(tb.x, tb.y, tb.loss_mask, cfg.swap_features) for _ in range(members)]
+                x, y = torch.stack([d[0] for d in draws], 1), torch.stack([d[1] for d in draws], 1)
+            else:
+                x, y = swap_features(tb.x, tb.y, tb.loss_mask, cfg.swap_features)
             sync.set_subgraph(tb.key, shared=tb.shared)
             with autocast(precision, device):
                 out = net(x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,

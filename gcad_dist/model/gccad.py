@@ -50,7 +50,7 @@ from torch import Tensor
 from .context import IDENTITY, ContextSync
 from .edge_update import EVAL_RULES
 from .encoder import GCCADEncoder
-from .heads import ClassifierHead, ProjectionHead
+from .heads import ClassifierHead, EnsembleProjectionHead, ProjectionHead
 from .loss import ce_loss, contrastive_loss_from_cosines, link_loss, logistic_loss_from_cosines
 from .node_update import CONVS
 from .readout import READOUTS, neighbour_context
@@ -83,6 +83,8 @@ class GCCADConfig:
     score_space: str = "encoder"  # "encoder" (METHOD section 3) | "projection" (reference code)
     contrast: str = "graph"  # "graph" (METHOD.md) | "neighbors" | "ego" | "local": what each node is contrasted with
     jump: str = "last"  # "last" (METHOD.md: h^(L), q^(L)) | "cat": every layer's h^(l) and q^(l), l = 0..L, concatenated
+    # local contrast: K (input projection, projection head) pairs trained side by side, scores averaged (1 = one model)
+    ensemble: int = 1
 
     def __post_init__(self) -> None:
         checks = [
@@ -95,6 +97,9 @@ class GCCADConfig:
             (self.score_space in SCORE_SPACES, f"score_space must be one of {SCORE_SPACES}"),
             (self.link_eval in EVAL_RULES, f"link_eval must be one of {EVAL_RULES}, got {self.link_eval!r}"),
             (self.in_dim >= 1 and self.hidden >= 1, "in_dim and hidden must be >= 1"),
+            (self.ensemble >= 1, "ensemble must be >= 1"),
+            (self.ensemble == 1 or (self.contrast == "local" and self.loss != "ce"),
+             "ensemble > 1 needs the local contrast (and not the ce loss)"),
             (self.num_layers >= 1, "num_layers must be >= 1"),
             (self.tau > 0 and self.gumbel_temperature > 0, "tau and gumbel_temperature must be > 0"),
             (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
@@ -137,7 +142,11 @@ class GCCAD(torch.nn.Module):
         self.config = config
         self.encoder = GCCADEncoder(config)
         out_dim = config.hidden * (config.num_layers + 1 if config.jump != "last" else 1)
-        self.head = ProjectionHead(config.hidden, out_dim)
+        if config.ensemble > 1:  # K input projections side by side (one Linear of K * hidden outputs), K heads
+            self.encoder.input_proj = torch.nn.Linear(config.in_dim, config.hidden * config.ensemble)
+            self.head = EnsembleProjectionHead(config.hidden, config.ensemble)
+        else:
+            self.head = ProjectionHead(config.hidden, out_dim)
         self.classifier = ClassifierHead(config.hidden, config.dropout, out_dim) if config.loss == "ce" else None
 
     def forward(
@@ -171,7 +180,7 @@ class GCCAD(torch.nn.Module):
             num_graphs = int(batch.max().item()) + 1 if n > 0 else 1
         if self.config.contrast == "local" and self.config.loss != "ce":
             # neither side of the local contrast passes messages: the GCCAD layers are skipped (out.h = h^(0))
-            h0 = self.encoder.input_proj(x)
+            h0 = self.input_projection(x)
             return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch, edge_index=edge_index,
                                num_graphs=num_graphs, h0=h0)
         if self.config.contrast != "graph":  # the neighbours' final embeddings are needed: no hop trimming
@@ -186,6 +195,19 @@ class GCCAD(torch.nn.Module):
             edge_logits=logits, edge_weight=w, num_graphs=num_graphs,
             h0=h0 if self.config.contrast in ("ego", "local") or self.config.jump == "cat-local" else None,
         )
+
+    def input_projection(self, x: Tensor) -> Tensor:
+        """h^(0) = the input projection of ``x`` [N, F]; for an ensemble, ``x`` may also be [N, K, F], member k's own
+        input (its own corruption draw), each member projecting its own rows: [N, K * hidden] either way."""
+        proj = self.encoder.input_proj
+        if x.dim() == 2:
+            return proj(x)
+        k = self.config.ensemble
+        if x.dim() != 3 or x.size(1) != k:
+            raise ValueError(f"x must be [N, F] or [N, {k}, F] (one input per ensemble member), got {tuple(x.shape)}")
+        w = proj.weight.view(k, self.config.hidden, -1)  # [K, h, F]
+        h0 = torch.baddbmm(proj.bias.view(k, 1, -1), x.transpose(0, 1), w.transpose(1, 2))  # [K, N, h]
+        return h0.transpose(0, 1).reshape(x.size(0), -1)
 
     def local_pair(self, out: GCCADOutput, idx: Tensor | None = None, project: bool = True) -> tuple[Tensor, Tensor]:
         """(self, context) rows of the local contrasts for nodes ``idx`` (default all): the node's h^(L)
@@ -216,10 +238,10 @@ class GCCAD(torch.nn.Module):
         cfg = self.config
         y = y.long()
         if mask is None:
-            mask = torch.ones_like(y, dtype=torch.bool)
+            mask = torch.ones(y.size(0), dtype=torch.bool, device=y.device)
         y_all, mask_all = y, mask  # the link loss sees every edge's endpoints
         n_out = out.h.size(0)
-        if n_out < y.numel():  # trimmed minibatch: only the first nodes have outputs (the seeds among them)
+        if n_out < y.size(0):  # trimmed minibatch: only the first nodes have outputs (the seeds among them)
             y, mask = y[:n_out], mask[:n_out]
         if cfg.loss == "ce":
             assert out.logits is not None, "CE ablation needs the classifier logits"
@@ -227,8 +249,13 @@ class GCCAD(torch.nn.Module):
         elif cfg.contrast != "graph":
             idx = mask.nonzero().squeeze(1)
             own, ctx = self.local_pair(out, idx)
-            cos = F.cosine_similarity(own.float(), ctx.float(), dim=-1)
-            con = self._con(cos, y.index_select(0, idx), out.batch.index_select(0, idx), out.num_graphs, sync)
+            cos = F.cosine_similarity(own.float(), ctx.float(), dim=-1)  # [n] (or [n, K]: an ensemble's members)
+            yi, bi = y.index_select(0, idx), out.batch.index_select(0, idx)
+            if cos.dim() == 2:  # the members' losses are averaged (logistic: a mean over nodes and members)
+                k = cos.size(1)  # y: [N] (the same labels for every member) or [N, K] (each member's own draw)
+                yi = yi.reshape(-1) if yi.dim() == 2 else yi.repeat_interleave(k)
+                cos, bi = cos.reshape(-1), bi.repeat_interleave(k)
+            con = self._con(cos, yi, bi, out.num_graphs, sync)
         else:
             # only the labelled nodes enter the loss: project just those (a neighbour-sampled
             # minibatch labels its ~1k seeds out of ~20k sampled nodes)
@@ -274,7 +301,11 @@ class GCCAD(torch.nn.Module):
         if self.config.contrast != "graph":
             project = self.config.contrast in ("ego", "local") or self.config.score_space == "projection"
             own, ctx = self.local_pair(out, project=project)
-            return 1.0 - F.cosine_similarity(own.float(), ctx.float(), dim=-1)
+            if self.config.ensemble > 1 and not project:  # per member: block k of h^(0) and of its context
+                own = own.reshape(own.size(0), self.config.ensemble, -1)
+                ctx = ctx.reshape(ctx.size(0), self.config.ensemble, -1)
+            s = 1.0 - F.cosine_similarity(own.float(), ctx.float(), dim=-1)
+            return s.mean(-1) if s.dim() == 2 else s  # an ensemble: the mean of its members' scores
         h, c = out.h, self.graph_context(out)
         if self.config.score_space == "projection":
             h, c = self.head(h), self.head(c)
