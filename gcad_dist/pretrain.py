@@ -120,7 +120,7 @@ class PretrainConfig:
     conv: str = "gin"
     readout: str = "memory"
     dropout: float = 0.1
-    # "auto" | "paper" | "local": the defaults of contrast, loss, tau and swap_features (RECIPES; auto = local
+    # "auto" | "paper" | "local": the defaults of contrast, loss, tau, swap_features, ensemble (RECIPES; auto = local
     # for a store without stored corruption, paper otherwise); an option given explicitly wins
     recipe: str = "auto"
     tau: float | None = None
@@ -188,10 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--readout", default=d.readout, choices=["memory", "mean", "sum", "max"], help="graph-update readout")
     a("--dropout", type=float, default=d.dropout, help="dropout")
     a("--recipe", default=d.recipe, choices=["auto", *RECIPES],
-      help="defaults of --contrast, --loss, --tau and --swap-features (an option given explicitly wins): paper = "
-      "METHOD.md section 4 (graph, contrastive, 0.1, 0); local = the label-free recipe for a whole-graph store "
-      "built with 'partitioning.build --k 1 --corruption-mix none' (local, logistic, 0.2, 0.15); auto = local for a "
-      "store without stored corruption, paper otherwise")
+      help="defaults of --contrast, --loss, --tau, --swap-features and --ensemble (an option given explicitly wins): "
+      "paper = METHOD.md section 4 (graph, contrastive, 0.1, 0, 1); local = the label-free recipe for a whole-graph "
+      "store built with 'partitioning.build --k 1 --corruption-mix none' (local, logistic, 0.2, 0.15, 5); auto = "
+      "local for a store without stored corruption, paper otherwise")
     a("--tau", type=float, default=d.tau, help="temperature of the loss (default: the recipe's)")
     a("--swap-features", type=float, default=d.swap_features,
       help="at every step, this fraction of each batch's normal nodes take another node's features (and the "

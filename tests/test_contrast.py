@@ -166,6 +166,29 @@ def test_swap_features_changes_only_chosen_normal_rows():
     assert a is x and b is y
 
 
+def test_swap_features_members_draws_each_member_apart():
+    """One draw per ensemble member: member k's column is a :func:`swap_features` draw of its own (the same count,
+    the same rules), and the members' draws differ."""
+    from gcad_dist.data.online_corruption import swap_features_members
+
+    torch.manual_seed(0)
+    x = torch.arange(80.0).view(40, 2)
+    y = torch.tensor([0] * 36 + [1] * 2 + [-1] * 2)
+    mask = torch.ones(40, dtype=torch.bool)
+    mask[:4] = False
+    x3, y3 = swap_features_members(x, y, mask, 0.25, 3, generator=torch.Generator().manual_seed(1))
+    assert x3.shape == (40, 3, 2) and y3.shape == (40, 3)
+    changed = (x3 != x.unsqueeze(1)).any(-1)  # [40, 3]
+    assert (changed.sum(0) == 8).all()  # round(0.25 * 32) per member
+    assert torch.equal(changed, y3 != y.unsqueeze(1))
+    assert not changed[:4].any() and not changed[36:].any() and (y3[changed] == 1).all()
+    assert not torch.equal(changed[:, 0], changed[:, 1])
+    for i, k in changed.nonzero().tolist():
+        assert any(torch.equal(x3[i, k], x[j]) for j in range(40) if j != i)
+    x0, y0 = swap_features_members(x, y, mask, 0.0, 2)
+    assert torch.equal(x0, x.unsqueeze(1).expand(40, 2, 2)) and torch.equal(y0, y.unsqueeze(1).expand(40, 2))
+
+
 def test_pretrain_cli_takes_contrast_and_swap():
     from gcad_dist.cli import UsageError
     from gcad_dist.pretrain import parse_config, validate
@@ -323,3 +346,46 @@ def test_pretrain_ensemble_follows_the_recipe():
     assert apply_recipe(PretrainConfig(store="s"), store_corrupted=True).ensemble == 1
     assert apply_recipe(PretrainConfig(store="s", contrast="ego"), store_corrupted=False).ensemble == 1
     assert apply_recipe(PretrainConfig(store="s", ensemble=2), store_corrupted=False).ensemble == 2
+
+
+@pytest.mark.parametrize("members", [1, 3])
+def test_local_contrast_on_a_minibatch_projects_the_seeds_only(members):
+    """On a neighbour-sampled minibatch the local contrast outputs its seeds only: their contexts are the projection of
+    their neighbours' mean features (aggregate, then transform). Seeds' scores, loss and every gradient match the
+    untrimmed minibatch's; a seed without neighbours keeps the context 0; edges past the seeds are an error."""
+    from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
+    from torch_geometric.data import Data
+
+    torch.manual_seed(0)
+    n, f = 300, 5
+    ei = torch.randint(0, n - 60, (2, 1500))  # the last 60 nodes have no neighbour
+    data = Data(x=torch.randn(n, f, dtype=torch.float64), edge_index=ei, y=(torch.rand(n) < 0.2).long())
+    b = next(iter(SubgraphNeighborLoader(data, [4], batch_size=40, shuffle=True, seed=1, prefetch=0,
+                                         backend="builtin")))
+    s = b.batch_size
+    assert b.num_nodes > 2 * s and len(b.num_sampled_nodes) == 2
+    x = b.x if members == 1 else torch.stack([b.x, b.x.flip(0), -b.x], 1)
+    y = b.y if members == 1 else torch.stack([b.y] * members, 1)
+    seeds = torch.zeros(b.num_nodes, dtype=torch.bool)
+    seeds[:s] = True
+    model = GCCAD(GCCADConfig(in_dim=f, hidden=8, contrast="local", loss="logistic", tau=0.2, ensemble=members))
+    model = model.to(torch.float64)
+    full = model(x, b.edge_index, context_mask=seeds)
+    trim = model(x, b.edge_index, context_mask=seeds, num_sampled_nodes=b.num_sampled_nodes,
+                 num_sampled_edges=b.num_sampled_edges)
+    assert trim.h.size(0) == s and full.h.size(0) == b.num_nodes
+    assert (torch.bincount(b.edge_index[1], minlength=s)[:s] == 0).any()  # a seed without neighbours is covered
+    torch.testing.assert_close(model.score(trim), model.score(full)[:s])
+    grads = []
+    for out in (full, trim):
+        model.zero_grad()
+        loss = model.loss(out, y, mask=seeds)["total"]
+        loss.backward()
+        grads.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(grads[0][0], grads[1][0])
+    for gf, gt in zip(grads[0][1], grads[1][1]):
+        torch.testing.assert_close(gt, gf, rtol=1e-9, atol=1e-12)
+    bad = b.edge_index.clone()
+    bad[1, 0] = s  # a hop-1 edge into a non-seed node
+    with pytest.raises(ValueError, match="ordered by hop"):
+        model(x, bad, num_sampled_nodes=b.num_sampled_nodes, num_sampled_edges=b.num_sampled_edges)

@@ -28,10 +28,37 @@ def swap_features(x: Tensor, y: Tensor, mask: Tensor | None, fraction: float,
     n = x.size(0)
     if m == 0 or n < 2:
         return x, y
-    pick = idx[torch.randperm(idx.numel(), generator=generator, device=idx.device)[:m]]
-    # a donor other than the node itself: an offset in 1 .. n-1 from it
-    donor = (pick + torch.randint(1, n, (m,), generator=generator, device=pick.device)) % n
+    pick, donor = _draw(idx, m, n, generator)
     x2, y2 = x.clone(), y.clone()
     x2[pick] = x[donor]
     y2[pick] = 1
+    return x2, y2
+
+
+def _draw(idx: Tensor, m: int, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """(m nodes drawn from ``idx`` without replacement, a donor row for each: any of the n rows but itself)."""
+    pick = idx[torch.randperm(idx.numel(), generator=generator, device=idx.device)[:m]]
+    # a donor other than the node itself: an offset in 1 .. n-1 from it
+    donor = (pick + torch.randint(1, n, (m,), generator=generator, device=pick.device)) % n
+    return pick, donor
+
+
+def swap_features_members(x: Tensor, y: Tensor, mask: Tensor | None, fraction: float, members: int,
+                          generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`swap_features` drawn ``members`` times independently, one draw per member of an ensemble: x' [N, K, F]
+    and y' [N, K], member k's input and labels in column k."""
+    x2 = x.unsqueeze(1).repeat(1, members, 1)
+    y2 = y.unsqueeze(1).repeat(1, members)
+    if fraction <= 0:
+        return x2, y2
+    cand = (y == 0) if mask is None else ((y == 0) & mask)
+    idx = cand.nonzero().squeeze(1)
+    m = int(round(fraction * idx.numel()))
+    n = x.size(0)
+    if m == 0 or n < 2:
+        return x2, y2
+    for k in range(members):
+        pick, donor = _draw(idx, m, n, generator)
+        x2[pick, k] = x[donor]
+        y2[pick, k] = 1
     return x2, y2

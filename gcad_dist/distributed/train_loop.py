@@ -58,7 +58,7 @@ import torch
 import torch.distributed as dist
 
 from gcad_dist.checkpoint import load_model_file, load_train_state, rng_state, save_model, save_train_state, set_rng_state
-from gcad_dist.data.online_corruption import swap_features
+from gcad_dist.data.online_corruption import swap_features, swap_features_members
 from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
 from gcad_dist.distributed.context import AllReduceContextSync
@@ -346,8 +346,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                 break
             tb = tb.to(device)
             if members > 1 and cfg.swap_features > 0:  # each ensemble member gets its own draw of swaps
-                draws = [swap_features(tb.x, tb.y, tb.loss_mask, cfg.swap_features) for _ in range(members)]
-                x, y = torch.stack([d[0] for d in draws], 1), torch.stack([d[1] for d in draws], 1)
+                x, y = swap_features_members(tb.x, tb.y, tb.loss_mask, cfg.swap_features, members)
             else:
                 x, y = swap_features(tb.x, tb.y, tb.loss_mask, cfg.swap_features)
             sync.set_subgraph(tb.key, shared=tb.shared)

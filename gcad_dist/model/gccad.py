@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .aggregate import weighted_sum
 from .context import IDENTITY, ContextSync
 from .edge_update import EVAL_RULES
 from .encoder import GCCADEncoder
@@ -119,7 +120,8 @@ class GCCADOutput:
     carry weight 0); edge_probs / edge_logits: per layer [E] link probabilities p_ij and their
     logits (empty when edge_update=False); edge_weight: [E] final edge weights w^(L) or None;
     logits: [N, 2] classifier logits (CE ablation) or None; h0: [N, hidden] the input projection (local
-    contrasts only, else None).
+    contrasts only, else None); local_context: the ``local`` contrast's context rows (the mean of the neighbours'
+    h0), when a hop-trimmed minibatch computed them with its seeds' outputs (else None: computed from h0).
     """
 
     h: Tensor
@@ -132,6 +134,7 @@ class GCCADOutput:
     edge_weight: Tensor | None = None
     num_graphs: int = 1
     h0: Tensor | None = None
+    local_context: Tensor | None = None
 
 
 class GCCAD(torch.nn.Module):
@@ -180,6 +183,9 @@ class GCCAD(torch.nn.Module):
             num_graphs = int(batch.max().item()) + 1 if n > 0 else 1
         if self.config.contrast == "local" and self.config.loss != "ce":
             # neither side of the local contrast passes messages: the GCCAD layers are skipped (out.h = h^(0))
+            if num_sampled_nodes is not None and num_sampled_edges is not None and len(num_sampled_edges) >= 1:
+                return self._local_seeds(x, edge_index, batch, num_graphs, context_mask, num_sampled_nodes[0],
+                                         num_sampled_edges[0])
             h0 = self.input_projection(x)
             return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch, edge_index=edge_index,
                                num_graphs=num_graphs, h0=h0)
@@ -195,6 +201,30 @@ class GCCAD(torch.nn.Module):
             edge_logits=logits, edge_weight=w, num_graphs=num_graphs,
             h0=h0 if self.config.contrast in ("ego", "local") or self.config.jump == "cat-local" else None,
         )
+
+    def _local_seeds(self, x: Tensor, edge_index: Tensor, batch: Tensor, num_graphs: int,
+                     context_mask: Tensor | None, seeds: int, hop1_edges: int) -> GCCADOutput:
+        """The local contrast on a neighbour-sampled minibatch (nodes and edges ordered by hop): outputs for its
+        ``seeds`` first rows only. A seed's context is the mean of its neighbours' h^(0) = W (mean of their x) + b,
+        so the features are averaged over the hop-1 edges first and the projection runs on 2 x seeds rows instead
+        of every sampled node (PyG's SAGEConv order: aggregate, then transform). Same outputs, loss and gradients
+        as the whole minibatch's, up to rounding."""
+        if context_mask is not None and bool(context_mask[seeds:].any()):
+            raise ValueError("a hop-trimmed minibatch needs a context mask over the seeds only (the first "
+                             "num_sampled_nodes[0] nodes): the other nodes' embeddings are not computed")
+        ei = edge_index[:, :hop1_edges]
+        if ei.is_cpu and hop1_edges and int(ei[1].max()) >= seeds:  # the native kernels trust these bounds
+            raise ValueError("num_sampled_nodes / num_sampled_edges do not match the minibatch: a hop-1 edge points "
+                             f"past the first {seeds} nodes (nodes and edges must be ordered by hop, as the "
+                             "neighbour loaders yield them)")
+        deg = torch.bincount(ei[1], minlength=seeds)[:seeds]
+        flat = x.reshape(x.size(0), -1)  # [N, F] or [N, K * F] (an ensemble's own inputs)
+        mean = weighted_sum(flat, ei, None, seeds) / deg.clamp_min(1).to(flat.dtype).unsqueeze(-1)
+        h0 = self.input_projection(x[:seeds])
+        ctx = self.input_projection(mean.view((seeds,) + tuple(x.shape[1:])))
+        ctx = ctx * (deg > 0).to(ctx.dtype).unsqueeze(-1)  # no neighbour: context 0, as neighbour_context gives
+        return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch[:seeds], edge_index=ei,
+                           num_graphs=num_graphs, h0=h0, local_context=ctx)
 
     def input_projection(self, x: Tensor) -> Tensor:
         """h^(0) = the input projection of ``x`` [N, F]; for an ensemble, ``x`` may also be [N, K, F], member k's own
@@ -216,7 +246,9 @@ class GCCAD(torch.nn.Module):
         contrast = self.config.contrast
         if contrast == "local":
             assert out.h0 is not None
-            ctx = neighbour_context(out.h0, out.edge_index, out.h0.size(0))
+            ctx = out.local_context
+            if ctx is None:
+                ctx = neighbour_context(out.h0, out.edge_index, out.h0.size(0))
         else:
             ctx = neighbour_context(out.h, out.edge_index, out.h.size(0))
         own = out.h0 if contrast in ("ego", "local") else out.h
