@@ -166,27 +166,76 @@ def test_swap_features_changes_only_chosen_normal_rows():
     assert a is x and b is y
 
 
-def test_swap_features_members_draws_each_member_apart():
-    """One draw per ensemble member: member k's column is a :func:`swap_features` draw of its own (the same count,
-    the same rules), and the members' draws differ."""
-    from gcad_dist.data.online_corruption import swap_features_members
+def _apply_swaps(x: torch.Tensor, pick: torch.Tensor, donor: torch.Tensor) -> torch.Tensor:
+    """The members' inputs [N, K, F] that a swap plan stands for (the reference the model's plan path must match)."""
+    xs = x.unsqueeze(1).repeat(1, pick.size(0), 1)
+    for k in range(pick.size(0)):
+        xs[pick[k], k] = x[donor[k]]
+    return xs
+
+
+def test_draw_member_swaps_draws_each_member_apart():
+    """One draw per ensemble member: member k's swaps follow :func:`swap_features`' rules (the same count of normal,
+    labelled nodes, a donor other than itself) and the members' draws differ."""
+    from gcad_dist.data.online_corruption import draw_member_swaps
 
     torch.manual_seed(0)
-    x = torch.arange(80.0).view(40, 2)
     y = torch.tensor([0] * 36 + [1] * 2 + [-1] * 2)
     mask = torch.ones(40, dtype=torch.bool)
     mask[:4] = False
-    x3, y3 = swap_features_members(x, y, mask, 0.25, 3, generator=torch.Generator().manual_seed(1))
-    assert x3.shape == (40, 3, 2) and y3.shape == (40, 3)
-    changed = (x3 != x.unsqueeze(1)).any(-1)  # [40, 3]
-    assert (changed.sum(0) == 8).all()  # round(0.25 * 32) per member
-    assert torch.equal(changed, y3 != y.unsqueeze(1))
-    assert not changed[:4].any() and not changed[36:].any() and (y3[changed] == 1).all()
-    assert not torch.equal(changed[:, 0], changed[:, 1])
-    for i, k in changed.nonzero().tolist():
-        assert any(torch.equal(x3[i, k], x[j]) for j in range(40) if j != i)
-    x0, y0 = swap_features_members(x, y, mask, 0.0, 2)
-    assert torch.equal(x0, x.unsqueeze(1).expand(40, 2, 2)) and torch.equal(y0, y.unsqueeze(1).expand(40, 2))
+    y3, pick, donor = draw_member_swaps(y, mask, 0.25, 3, generator=torch.Generator().manual_seed(1))
+    assert pick.shape == donor.shape == (3, 8) and y3.shape == (40, 3)  # round(0.25 * 32) per member
+    for k in range(3):
+        assert len(set(pick[k].tolist())) == 8 and (pick[k] >= 4).all() and (pick[k] < 36).all()
+        assert (donor[k] != pick[k]).all()
+        changed = (y3[:, k] != y).nonzero().squeeze(1)
+        assert sorted(changed.tolist()) == sorted(pick[k].tolist()) and (y3[pick[k], k] == 1).all()
+    assert set(pick[0].tolist()) != set(pick[1].tolist())
+    assert draw_member_swaps(y, mask, 0.0, 2) is None
+
+
+@pytest.mark.parametrize("trimmed", [False, True])
+def test_member_swaps_match_the_members_own_inputs(trimmed):
+    """``member_swaps=(pick, donor)`` on one [N, F] input gives the outputs, loss and gradients of the [N, K, F] inputs
+    it stands for, on the whole graph and on a hop-trimmed minibatch (where swapped seeds also change the contexts of
+    the seeds they neighbour)."""
+    from torch_geometric.data import Data
+
+    from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
+    from gcad_dist.data.online_corruption import draw_member_swaps
+
+    torch.manual_seed(0)
+    n, f, k = 120, 5, 3
+    ei = torch.randint(0, n, (2, 900))
+    x = torch.randn(n, f, dtype=torch.float64)
+    kw, y, mask = {}, torch.zeros(n, dtype=torch.long), None
+    if trimmed:  # many seeds, so that seeds neighbour seeds
+        b = next(iter(SubgraphNeighborLoader(Data(x=x, edge_index=ei, y=y), [6], batch_size=60, shuffle=True,
+                                             seed=1, prefetch=0, backend="builtin")))
+        x, ei, y, s = b.x, b.edge_index, b.y, b.batch_size
+        mask = torch.zeros(x.size(0), dtype=torch.bool)
+        mask[:s] = True
+        kw = {"num_sampled_nodes": b.num_sampled_nodes, "num_sampled_edges": b.num_sampled_edges,
+              "context_mask": mask}
+        assert (ei[0, : b.num_sampled_edges[0]] < s).sum() > 10
+    y3, pick, donor = draw_member_swaps(y, mask, 0.3, k, generator=torch.Generator().manual_seed(2))
+    model = GCCAD(GCCADConfig(in_dim=f, hidden=8, contrast="local", loss="logistic", tau=0.2, ensemble=k))
+    model = model.to(torch.float64)
+    results = []
+    for inputs in ((_apply_swaps(x, pick, donor), {}), (x, {"member_swaps": (pick, donor)})):
+        model.zero_grad()
+        out = model(inputs[0], ei, **kw, **inputs[1])
+        loss = model.loss(out, y3, mask=mask)["total"]
+        loss.backward()
+        results.append((model.score(out).detach(), loss.detach(), [p.grad.clone() for p in model.parameters()
+                                                                    if p.grad is not None]))
+    (s0, l0, g0), (s1, l1, g1) = results
+    torch.testing.assert_close(s1, s0)
+    torch.testing.assert_close(l1, l0)
+    for a, c in zip(g0, g1):
+        torch.testing.assert_close(c, a, rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="member_swaps"):
+        model(x, ei, **kw, member_swaps=(pick[:2], donor[:2]))
 
 
 def test_pretrain_cli_takes_contrast_and_swap():

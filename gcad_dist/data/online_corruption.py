@@ -43,22 +43,22 @@ def _draw(idx: Tensor, m: int, n: int, generator: torch.Generator | None) -> tup
     return pick, donor
 
 
-def swap_features_members(x: Tensor, y: Tensor, mask: Tensor | None, fraction: float, members: int,
-                          generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """:func:`swap_features` drawn ``members`` times independently, one draw per member of an ensemble: x' [N, K, F]
-    and y' [N, K], member k's input and labels in column k."""
-    x2 = x.unsqueeze(1).repeat(1, members, 1)
-    y2 = y.unsqueeze(1).repeat(1, members)
+def draw_member_swaps(y: Tensor, mask: Tensor | None, fraction: float, members: int,
+                      generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor] | None:
+    """:func:`swap_features` drawn ``members`` times independently, one draw per member of an ensemble, as a plan:
+    (y' [N, K], pick [K, m], donor [K, m]); member k's input is ``x`` with rows ``pick[k]`` replaced by rows
+    ``donor[k]`` (``GCCAD.forward(..., member_swaps=(pick, donor))`` applies it without a [N, K, F] copy), and
+    column k of y' its labels. None when there is nothing to swap."""
     if fraction <= 0:
-        return x2, y2
+        return None
     cand = (y == 0) if mask is None else ((y == 0) & mask)
     idx = cand.nonzero().squeeze(1)
     m = int(round(fraction * idx.numel()))
-    n = x.size(0)
+    n = y.size(0)
     if m == 0 or n < 2:
-        return x2, y2
-    for k in range(members):
-        pick, donor = _draw(idx, m, n, generator)
-        x2[pick, k] = x[donor]
-        y2[pick, k] = 1
-    return x2, y2
+        return None
+    draws = [_draw(idx, m, n, generator) for _ in range(members)]
+    pick, donor = torch.stack([d[0] for d in draws]), torch.stack([d[1] for d in draws])
+    y2 = y.unsqueeze(1).repeat(1, members)
+    y2[pick, torch.arange(members, device=y.device).unsqueeze(1)] = 1
+    return y2, pick, donor

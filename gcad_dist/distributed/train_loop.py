@@ -58,7 +58,7 @@ import torch
 import torch.distributed as dist
 
 from gcad_dist.checkpoint import load_model_file, load_train_state, rng_state, save_model, save_train_state, set_rng_state
-from gcad_dist.data.online_corruption import swap_features, swap_features_members
+from gcad_dist.data.online_corruption import draw_member_swaps, swap_features
 from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
 from gcad_dist.distributed.context import AllReduceContextSync
@@ -345,15 +345,19 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             if pos >= steps_per_epoch:
                 break
             tb = tb.to(device)
-            if members > 1 and cfg.swap_features > 0:  # each ensemble member gets its own draw of swaps
-                x, y = swap_features_members(tb.x, tb.y, tb.loss_mask, cfg.swap_features, members)
+            plan, swaps = None, {}
+            if members > 1:  # each ensemble member gets its own draw of swaps, applied inside the model
+                plan = draw_member_swaps(tb.y, tb.loss_mask, cfg.swap_features, members)
+            if plan is not None:
+                x, (y, pick, donor) = tb.x, plan
+                swaps = {"member_swaps": (pick, donor)}
             else:
                 x, y = swap_features(tb.x, tb.y, tb.loss_mask, cfg.swap_features)
             sync.set_subgraph(tb.key, shared=tb.shared)
             with autocast(precision, device):
                 out = net(x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,
                           context_mask=tb.context_mask, sync=sync, num_sampled_nodes=tb.num_sampled_nodes,
-                          num_sampled_edges=tb.num_sampled_edges)
+                          num_sampled_edges=tb.num_sampled_edges, **swaps)
                 losses = model.loss(out, y, mask=tb.loss_mask, sync=sync)
             optimizer.zero_grad(set_to_none=True)
             losses["total"].backward()

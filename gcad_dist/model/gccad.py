@@ -163,6 +163,7 @@ class GCCAD(torch.nn.Module):
         sync: ContextSync | None = None,
         num_sampled_nodes: list[int] | None = None,
         num_sampled_edges: list[int] | None = None,
+        member_swaps: tuple[Tensor, Tensor] | None = None,
     ) -> GCCADOutput:
         """Encode a graph or a PyG batch of graphs.
 
@@ -172,8 +173,13 @@ class GCCAD(torch.nn.Module):
         identity; see :mod:`gcad_dist.model.context`). num_sampled_nodes / num_sampled_edges: per-hop
         counts of a neighbour-sampled minibatch whose context and loss masks are its seeds: later
         layers then skip what cannot reach the seeds (:class:`GCCADEncoder`); ``out.h`` and
-        ``out.batch`` then cover the first nodes only (the seeds among them).
+        ``out.batch`` then cover the first nodes only (the seeds among them). member_swaps: an ensemble's own
+        feature swaps, (pick, donor) [K, m] (:func:`gcad_dist.data.online_corruption.draw_member_swaps`): member k
+        sees ``x`` with rows ``pick[k]`` replaced by rows ``donor[k]``, without a [N, K, F] copy of ``x``.
         """
+        if member_swaps is not None and not (self.config.contrast == "local" and self.config.ensemble > 1
+                                             and x.dim() == 2):
+            raise ValueError("member_swaps are an ensemble's (local contrast, ensemble > 1) swaps of a [N, F] input")
         sync = IDENTITY if sync is None else sync
         n = x.size(0)
         if batch is None:
@@ -185,8 +191,12 @@ class GCCAD(torch.nn.Module):
             # neither side of the local contrast passes messages: the GCCAD layers are skipped (out.h = h^(0))
             if num_sampled_nodes is not None and num_sampled_edges is not None and len(num_sampled_edges) >= 1:
                 return self._local_seeds(x, edge_index, batch, num_graphs, context_mask, num_sampled_nodes[0],
-                                         num_sampled_edges[0])
+                                         num_sampled_edges[0], member_swaps)
             h0 = self.input_projection(x)
+            if member_swaps is not None:  # the projection is row-wise: a swapped row's h^(0) is its donor's
+                pick, donor, col = self._swap_index(member_swaps)
+                v = h0.view(h0.size(0), self.config.ensemble, -1)
+                h0 = v.index_put((pick, col), v[donor, col]).reshape(h0.shape)
             return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch, edge_index=edge_index,
                                num_graphs=num_graphs, h0=h0)
         if self.config.contrast != "graph":  # the neighbours' final embeddings are needed: no hop trimming
@@ -202,13 +212,26 @@ class GCCAD(torch.nn.Module):
             h0=h0 if self.config.contrast in ("ego", "local") or self.config.jump == "cat-local" else None,
         )
 
+    def _swap_index(self, member_swaps: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """(pick, donor, member) flat [K * m] of an ensemble's swaps (pick, donor) [K, m]."""
+        pick, donor = member_swaps
+        k = self.config.ensemble
+        if pick.dim() != 2 or pick.size(0) != k or donor.shape != pick.shape:
+            raise ValueError(f"member_swaps must be two [{k}, m] tensors (pick, donor), got {tuple(pick.shape)} and "
+                             f"{tuple(donor.shape)}")
+        col = torch.arange(k, device=pick.device).repeat_interleave(pick.size(1))
+        return pick.reshape(-1), donor.reshape(-1), col
+
     def _local_seeds(self, x: Tensor, edge_index: Tensor, batch: Tensor, num_graphs: int,
-                     context_mask: Tensor | None, seeds: int, hop1_edges: int) -> GCCADOutput:
+                     context_mask: Tensor | None, seeds: int, hop1_edges: int,
+                     member_swaps: tuple[Tensor, Tensor] | None = None) -> GCCADOutput:
         """The local contrast on a neighbour-sampled minibatch (nodes and edges ordered by hop): outputs for its
         ``seeds`` first rows only. A seed's context is the mean of its neighbours' h^(0) = W (mean of their x) + b,
         so the features are averaged over the hop-1 edges first and the projection runs on 2 x seeds rows instead
-        of every sampled node (PyG's SAGEConv order: aggregate, then transform). Same outputs, loss and gradients
-        as the whole minibatch's, up to rounding."""
+        of every sampled node (PyG's SAGEConv order: aggregate, then transform). An ensemble's swaps (of seeds)
+        replace the swapped seeds' rows and add, to the contexts of the seeds they neighbour, their change
+        (donor's projection minus own) over the degree. Same outputs, loss and gradients as the whole minibatch's,
+        up to rounding."""
         if context_mask is not None and bool(context_mask[seeds:].any()):
             raise ValueError("a hop-trimmed minibatch needs a context mask over the seeds only (the first "
                              "num_sampled_nodes[0] nodes): the other nodes' embeddings are not computed")
@@ -223,6 +246,27 @@ class GCCAD(torch.nn.Module):
         h0 = self.input_projection(x[:seeds])
         ctx = self.input_projection(mean.view((seeds,) + tuple(x.shape[1:])))
         ctx = ctx * (deg > 0).to(ctx.dtype).unsqueeze(-1)  # no neighbour: context 0, as neighbour_context gives
+        if member_swaps is not None:
+            pick, donor, col = self._swap_index(member_swaps)
+            if pick.numel() and int(pick.max()) >= seeds:
+                raise ValueError("member_swaps of a hop-trimmed minibatch must pick seeds (the first "
+                                 "num_sampled_nodes[0] nodes)")
+            k = self.config.ensemble
+            own = h0.view(seeds, k, -1)
+            moved = self.input_projection(x[donor]).view(-1, k, own.size(-1))[torch.arange(col.numel()), col]
+            h0 = own.index_put((pick, col), moved).reshape(h0.shape)
+            # contexts: a seed's neighbour that is a swapped seed brings (donor's h^(0) - its own) / degree
+            pos = torch.full((k, seeds), -1, dtype=torch.long, device=pick.device)
+            pos[col, pick] = torch.arange(col.numel(), device=pick.device)
+            src, dst = ei[0], ei[1]
+            near = (src < seeds).nonzero().squeeze(1)
+            hit = pos[:, src[near]]  # [K, E']: the swap of each member at each edge's source, or -1
+            km, e = (hit >= 0).nonzero(as_tuple=True)
+            if km.numel():
+                j, i, f = src[near[e]], dst[near[e]], hit[km, e]
+                delta = (moved[f] - own[j, km]) / deg[i].to(moved.dtype).unsqueeze(-1)
+                c = ctx.view(seeds, k, -1)
+                ctx = c.index_put((i, km), delta, accumulate=True).reshape(ctx.shape)
         return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch[:seeds], edge_index=ei,
                            num_graphs=num_graphs, h0=h0, local_context=ctx)
 
