@@ -147,22 +147,35 @@ class LinkPredictor(nn.Module):
         self.lin2 = nn.Linear(hidden, 1)
         self.fused = fused
 
-    def forward(self, h: Tensor, q: Tensor, edge_index: Tensor, batch: Tensor, num_dst: int | None = None) -> Tensor:
+    def folds_source_term(self, h: Tensor, q: Tensor, num_dst: int | None) -> bool:
+        """Whether :meth:`forward` takes the one-graph trimmed form, whose source term W3 h is then all it reads
+        of the non-target rows (so a caller may pass it precomputed, see :meth:`source_term_through`)."""
+        return self.link_global and num_dst is not None and num_dst < h.size(0) and q.size(0) == 1
+
+    def source_term_through(self, proj: nn.Linear, x: Tensor) -> Tensor:
+        """W3 proj(x) = x (W3 W_in)^T + W3 b_in: the source term of ``h = proj(x)`` from the input rows, one
+        product whose backward has no [N, h] gradient for ``h`` (cheaper when x has no more columns than h)."""
+        w_src = self.lin1.weight[:, 2 * self.hidden :]
+        return F.linear(x, w_src @ proj.weight, w_src @ proj.bias)
+
+    def forward(self, h: Tensor, q: Tensor, edge_index: Tensor, batch: Tensor, num_dst: int | None = None,
+                source_term: Tensor | None = None) -> Tensor:
         """Return the link logits [E] (p = sigmoid(logits)). ``num_dst``: every edge points into the first
-        ``num_dst`` nodes (a hop-trimmed minibatch), so the target-side term is computed for those only."""
+        ``num_dst`` nodes (a hop-trimmed minibatch), so the target-side term is computed for those only.
+        ``source_term``: W3 h precomputed (only where :meth:`folds_source_term`)."""
         src, dst = edge_index[0], edge_index[1]
         k = self.hidden
         w = self.lin1.weight  # [h, 3h] or [h, h]
         ud = us = None
         if self.link_global:
             # per node: W2 (h - q) + b for the target side, W3 (h - q) for the source side
-            if num_dst is not None and num_dst < h.size(0) and q.size(0) == 1:
+            if self.folds_source_term(h, q, num_dst):
                 # one graph (a minibatch): an edge's two nodes share q, so the context terms fold into the
                 # target side, W2 (h_d - q) + W3 (h_s - q) + b = W2 h_d + [b - (W2 + W3) q] + W3 h_s, and
                 # the source side is W3 h for every node, with no [N, h] pass for h - q (nor its backward)
                 w_dst, w_src = w[:, k : 2 * k], w[:, 2 * k :]
                 ud = F.linear(h[:num_dst], w_dst, self.lin1.bias - F.linear(q[0], w_dst + w_src))
-                us = F.linear(h, w_src)
+                us = F.linear(h, w_src) if source_term is None else source_term
             elif num_dst is not None and num_dst < h.size(0):
                 rel = h - q.index_select(0, batch)  # [N, h]: distance of each node to its graph's context
                 # two products (the target side on the first num_dst rows only), so that no [N, 2h] gradient
@@ -250,10 +263,11 @@ class EdgeUpdate(nn.Module):
         return torch.sigmoid(self.alpha_logit)
 
     def forward(
-        self, h: Tensor, q: Tensor, edge_index: Tensor, batch: Tensor, w_prev: Tensor, num_dst: int | None = None
+        self, h: Tensor, q: Tensor, edge_index: Tensor, batch: Tensor, w_prev: Tensor, num_dst: int | None = None,
+        source_term: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Return (w [E], p [E], logits [E]); ``num_dst`` as in :meth:`LinkPredictor.forward`."""
-        logits = self.predictor(h, q, edge_index, batch, num_dst)
+        """Return (w [E], p [E], logits [E]); ``num_dst`` and ``source_term`` as in :meth:`LinkPredictor.forward`."""
+        logits = self.predictor(h, q, edge_index, batch, num_dst, source_term)
         p = torch.sigmoid(logits)
         if self.training:
             keep = straight_through_sample(logits, self.temperature)

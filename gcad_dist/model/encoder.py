@@ -102,7 +102,12 @@ class GCCADEncoder(nn.Module):
                                      f"layer {layer} points past the first {n_out} nodes (nodes and edges must be "
                                      "ordered by hop, as the neighbour loaders yield them)")
             if self.config.edge_update:
-                w, p, lg = self.edge_updates[layer](h, q, edge_index, batch, w, num_dst=n_out)
+                source = None
+                predictor = self.edge_updates[layer].predictor
+                if layer == 0 and x.size(1) <= h.size(1) and predictor.folds_source_term(h, q, n_out):
+                    # h = input_proj(x): the source term straight from x, one product fewer in the backward
+                    source = predictor.source_term_through(self.input_proj, x)
+                w, p, lg = self.edge_updates[layer](h, q, edge_index, batch, w, num_dst=n_out, source_term=source)
                 probs.append(p)
                 logits.append(lg)
             if trim:
