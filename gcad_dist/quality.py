@@ -78,6 +78,11 @@ class QualityConfig:
     eval_every: int = TrainConfig.eval_every
     patience: int = TrainConfig.patience
     pre_epochs: int | None = None  # None: the recipe's (gcad_dist.detectors.gccad_pre: local 3, paper 10)
+    pre_ensemble: int | None = None  # None: the local recipe's (gcad_dist.detectors.gccad_pre.LOCAL_ENSEMBLE)
+
+    def detector_options(self) -> dict[str, Any]:
+        """The harness options that detectors read (:attr:`gcad_dist.detectors.DetectorSpec.options`)."""
+        return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble}
     device: str = "auto"
     threads: int = 0
     report_only: bool = False
@@ -155,7 +160,7 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
     else:
         from gcad_dist.detectors import DETECTORS, settings_of
 
-        s["detector"] = settings_of(model, {"pre_epochs": cfg.pre_epochs})
+        s["detector"] = settings_of(model, cfg.detector_options())
         libs = {"numpy": _version("numpy"), "sklearn": _version("sklearn"), "torch": _version("torch")}
         libs.update({m: _version(m) for m, _extra in DETECTORS[model].requires if m not in ("faiss", "ray")})
         s["libs"] = libs
@@ -272,7 +277,7 @@ def header(cfg: QualityConfig, models: list[str]) -> str:
 
         parts.append(f"Detectors ({', '.join(det)}): the published defaults of gcad_dist.detectors; label-free ones "
                      "fitted on all nodes without labels" + "".join(
-                         f"; {m} {settings_of(m, {'pre_epochs': cfg.pre_epochs})['pre_epochs']} pre-training epochs"
+                         f"; {m} {settings_of(m, cfg.detector_options())['pre_epochs']} pre-training epochs"
                          for m in det if m.startswith("gccad-pre")) + ".")
     parts.append("labels used: none = label-free, train = fitted on the train split, train+val = also epoch "
                  "selection on validation. s/run = wall seconds per run (fit + scoring).")
@@ -308,7 +313,7 @@ def run_detector(cfg: QualityConfig, model: str, raw: Any, standard: Any, seed: 
     except ValueError as e:
         raise UsageError(f"--datasets: {e}") from e
     t0 = time.perf_counter()
-    scores = fit_score(model, data, split, seed, pre_epochs=cfg.pre_epochs, threads=max(1, cfg.threads),
+    scores = fit_score(model, data, split, seed, **cfg.detector_options(), threads=max(1, cfg.threads),
                        device=cfg.device)
     seconds = time.perf_counter() - t0
     val, test = _evaluate(data, scores, split)
@@ -371,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--patience", type=int, default=d.patience, help="early-stopping patience in epochs (GNNs; 0 = off)")
     p.add_argument("--pre-epochs", type=int, default=d.pre_epochs,
                    help="pre-training epochs of gccad-pre / gccad-pre-paper (default: the recipe's, 3 / 10)")
+    p.add_argument("--pre-ensemble", type=int, default=d.pre_ensemble,
+                   help="models trained side by side in gccad-pre (pretrain --ensemble; 1 = one model, session 10's "
+                   "default) (default: the recipe's, 5)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "
@@ -385,6 +393,8 @@ def _validate(cfg: QualityConfig) -> None:
         raise UsageError(f"--seeds: must be >= 1, got {cfg.seeds}")
     if cfg.pre_epochs is not None and cfg.pre_epochs < 1:
         raise UsageError(f"--pre-epochs: must be >= 1, got {cfg.pre_epochs}")
+    if cfg.pre_ensemble is not None and cfg.pre_ensemble < 1:
+        raise UsageError(f"--pre-ensemble: must be >= 1, got {cfg.pre_ensemble}")
     for name in ("hidden", "layers", "epochs", "eval_every"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")

@@ -48,8 +48,10 @@ PAPER_EPOCHS = 10
 # The local recipe, the default.
 #: pre-training settings of the local recipe (PretrainConfig fields; the rest are its defaults)
 LOCAL_PRETRAIN: dict[str, Any] = {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15,
-                                  "lr": 1e-3, "ensemble": 5}
+                                  "lr": 1e-3}
 LOCAL_EPOCHS = 3
+#: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
+LOCAL_ENSEMBLE = 5
 LOCAL_SETTINGS: dict[str, Any] = {"recipe": "local", "k": 1, "corruption_mix": "none",
                                   "build": "defaults (normalize standard)", "workers": 1,
                                   "pretrain": {**LOCAL_PRETRAIN, "others": "PretrainConfig defaults"},
@@ -90,14 +92,15 @@ def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | No
         return score(loaded, prepared, store, "cuda" if cuda else "cpu")
 
 
-def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, threads: int = 1,
-              device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
+def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, pre_ensemble: int | None = None,
+              threads: int = 1, device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
-    score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`."""
+    score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`, ``pre_ensemble`` None = :data:`LOCAL_ENSEMBLE`."""
     from gcad_dist.score import score_data
 
     return _pipeline(data, seed, threads, device, workdir, {"k": 1, "corruption_mix": "none"},
-                     {"epochs": LOCAL_EPOCHS if pre_epochs is None else pre_epochs, **LOCAL_PRETRAIN},
+                     {"epochs": LOCAL_EPOCHS if pre_epochs is None else pre_epochs, **LOCAL_PRETRAIN,
+                      "ensemble": LOCAL_ENSEMBLE if pre_ensemble is None else pre_ensemble},
                      lambda loaded, prepared, _store, dev: score_data(loaded.model, prepared, device=dev))
 
 
