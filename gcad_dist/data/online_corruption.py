@@ -20,19 +20,23 @@ def swap_features(x: Tensor, y: Tensor, mask: Tensor | None, fraction: float,
     """(x', y'): ``round(fraction * #normal labelled nodes)`` of the nodes with ``y == 0`` (and in ``mask``,
     default all) get the feature row of a node drawn uniformly from all rows (never themselves) and the
     label 1. ``x`` and ``y`` are not modified. Nodes of rows without a label (y < 0) are never chosen."""
-    if fraction <= 0:
+    idx = _candidates(y, mask, fraction)
+    if idx is None:
         return x, y
-    cand = (y == 0) if mask is None else ((y == 0) & mask)
-    idx = cand.nonzero().squeeze(1)
-    m = int(round(fraction * idx.numel()))
-    n = x.size(0)
-    if m == 0 or n < 2:
-        return x, y
-    pick, donor = _draw(idx, m, n, generator)
+    pick, donor = _draw(idx, int(round(fraction * idx.numel())), x.size(0), generator)
     x2, y2 = x.clone(), y.clone()
     x2[pick] = x[donor]
     y2[pick] = 1
     return x2, y2
+
+
+def _candidates(y: Tensor, mask: Tensor | None, fraction: float) -> Tensor | None:
+    """The rows a swap may pick (normal, in ``mask``), or None when ``fraction`` of them rounds to no swap."""
+    if fraction <= 0 or y.size(0) < 2:
+        return None
+    cand = (y == 0) if mask is None else ((y == 0) & mask)
+    idx = cand.nonzero().squeeze(1)
+    return idx if round(fraction * idx.numel()) > 0 else None
 
 
 def _draw(idx: Tensor, m: int, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
@@ -49,15 +53,11 @@ def draw_member_swaps(y: Tensor, mask: Tensor | None, fraction: float, members: 
     (y' [N, K], pick [K, m], donor [K, m]); member k's input is ``x`` with rows ``pick[k]`` replaced by rows
     ``donor[k]`` (``GCCAD.forward(..., member_swaps=(pick, donor))`` applies it without a [N, K, F] copy), and
     column k of y' its labels. None when there is nothing to swap."""
-    if fraction <= 0:
+    idx = _candidates(y, mask, fraction)
+    if idx is None:
         return None
-    cand = (y == 0) if mask is None else ((y == 0) & mask)
-    idx = cand.nonzero().squeeze(1)
     m = int(round(fraction * idx.numel()))
-    n = y.size(0)
-    if m == 0 or n < 2:
-        return None
-    draws = [_draw(idx, m, n, generator) for _ in range(members)]
+    draws = [_draw(idx, m, y.size(0), generator) for _ in range(members)]
     pick, donor = torch.stack([d[0] for d in draws]), torch.stack([d[1] for d in draws])
     y2 = y.unsqueeze(1).repeat(1, members)
     y2[pick, torch.arange(members, device=y.device).unsqueeze(1)] = 1

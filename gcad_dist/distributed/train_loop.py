@@ -345,14 +345,12 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             if pos >= steps_per_epoch:
                 break
             tb = tb.to(device)
-            plan, swaps = None, {}
-            if members > 1:  # each ensemble member gets its own draw of swaps, applied inside the model
-                plan = draw_member_swaps(tb.y, tb.loss_mask, cfg.swap_features, members)
-            if plan is not None:
-                x, (y, pick, donor) = tb.x, plan
-                swaps = {"member_swaps": (pick, donor)}
+            # an ensemble's members each get their own draw of swaps, applied inside the model
+            plan = draw_member_swaps(tb.y, tb.loss_mask, cfg.swap_features, members) if members > 1 else None
+            if plan is None:
+                (x, y), swaps = swap_features(tb.x, tb.y, tb.loss_mask, cfg.swap_features), {}
             else:
-                x, y = swap_features(tb.x, tb.y, tb.loss_mask, cfg.swap_features)
+                x, y, swaps = tb.x, plan[0], {"member_swaps": plan[1:]}
             sync.set_subgraph(tb.key, shared=tb.shared)
             with autocast(precision, device):
                 out = net(x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,

@@ -21,6 +21,22 @@ if TYPE_CHECKING:
     from .gccad import GCCADConfig
 
 
+def check_seed_mask(context_mask: Tensor | None, seeds: int) -> None:
+    """A hop-trimmed minibatch computes its seeds' outputs only: a context mask beyond them is a usage error."""
+    if context_mask is not None and bool(context_mask[seeds:].any()):
+        raise ValueError("hop trimming needs a context mask over the seeds only (the first num_sampled_nodes[0] "
+                         "nodes): the other nodes' embeddings are not computed")
+
+
+def check_edges_into(edge_index: Tensor, n: int, what: str) -> None:
+    """Every edge of a hop-trimmed minibatch's ``what`` must point into its first ``n`` nodes. The native CPU kernels
+    trust these bounds, so they are checked on CPU (on a GPU, indexing checks them: no sync here)."""
+    if edge_index.is_cpu and edge_index.size(1) and int(edge_index[1].max()) >= n:
+        raise ValueError(f"num_sampled_nodes / num_sampled_edges do not match the minibatch: an edge of {what} points "
+                         f"past the first {n} nodes (nodes and edges must be ordered by hop, as the neighbour loaders "
+                         "yield them)")
+
+
 class GCCADEncoder(nn.Module):
     """Input projection Linear(in_dim, hidden) and ``num_layers`` GCCAD layers."""
 
@@ -76,9 +92,8 @@ class GCCADEncoder(nn.Module):
             w = torch.ones(edge_index.size(1), dtype=h.dtype, device=h.device)
         trim = (num_sampled_nodes is not None and num_sampled_edges is not None and self.config.conv in TRIMMABLE
                 and len(num_sampled_edges) == self.config.num_layers and len(num_sampled_nodes) == len(num_sampled_edges) + 1)
-        if trim and context_mask is not None and bool(context_mask[num_sampled_nodes[0]:].any()):
-            raise ValueError("hop trimming needs a context mask over the seeds only (the first num_sampled_nodes[0] "
-                             "nodes): the other nodes' embeddings are not computed")
+        if trim:
+            check_seed_mask(context_mask, num_sampled_nodes[0])
         # the readouts sum over the masked nodes only: with hop trimming those are among the seeds, so each
         # readout reads the seeds' rows (the same sums, without [N, h] passes over the other hops)
         n_ctx = num_sampled_nodes[0] if trim and context_mask is not None else None
@@ -96,11 +111,7 @@ class GCCADEncoder(nn.Module):
             n_out = None
             if trim:  # outputs only for the nodes the next layer reads (the seeds after the last layer)
                 n_out = sum(num_sampled_nodes[: self.config.num_layers - layer])
-                # the native CPU kernels trust these bounds (on a GPU, indexing checks them: no sync here)
-                if edge_index.is_cpu and edge_index.size(1) and int(edge_index[1].max()) >= n_out:
-                    raise ValueError("num_sampled_nodes / num_sampled_edges do not match the minibatch: an edge of "
-                                     f"layer {layer} points past the first {n_out} nodes (nodes and edges must be "
-                                     "ordered by hop, as the neighbour loaders yield them)")
+                check_edges_into(edge_index, n_out, f"layer {layer}")
             if self.config.edge_update:
                 source = None
                 predictor = self.edge_updates[layer].predictor

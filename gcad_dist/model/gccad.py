@@ -50,7 +50,7 @@ from torch import Tensor
 from .aggregate import weighted_sum
 from .context import IDENTITY, ContextSync
 from .edge_update import EVAL_RULES
-from .encoder import GCCADEncoder
+from .encoder import GCCADEncoder, check_edges_into, check_seed_mask
 from .heads import ClassifierHead, EnsembleProjectionHead, ProjectionHead
 from .loss import ce_loss, contrastive_loss_from_cosines, link_loss, logistic_loss_from_cosines
 from .node_update import CONVS
@@ -232,14 +232,9 @@ class GCCAD(torch.nn.Module):
         replace the swapped seeds' rows and add, to the contexts of the seeds they neighbour, their change
         (donor's projection minus own) over the degree. Same outputs, loss and gradients as the whole minibatch's,
         up to rounding."""
-        if context_mask is not None and bool(context_mask[seeds:].any()):
-            raise ValueError("a hop-trimmed minibatch needs a context mask over the seeds only (the first "
-                             "num_sampled_nodes[0] nodes): the other nodes' embeddings are not computed")
+        check_seed_mask(context_mask, seeds)
         ei = edge_index[:, :hop1_edges]
-        if ei.is_cpu and hop1_edges and int(ei[1].max()) >= seeds:  # the native kernels trust these bounds
-            raise ValueError("num_sampled_nodes / num_sampled_edges do not match the minibatch: a hop-1 edge points "
-                             f"past the first {seeds} nodes (nodes and edges must be ordered by hop, as the "
-                             "neighbour loaders yield them)")
+        check_edges_into(ei, seeds, "hop 1")
         deg = torch.bincount(ei[1], minlength=seeds)[:seeds]
         flat = x.reshape(x.size(0), -1)  # [N, F] or [N, K * F] (an ensemble's own inputs)
         mean = weighted_sum(flat, ei, None, seeds) / deg.clamp_min(1).to(flat.dtype).unsqueeze(-1)
@@ -253,7 +248,9 @@ class GCCAD(torch.nn.Module):
                                  "num_sampled_nodes[0] nodes)")
             k = self.config.ensemble
             own = h0.view(seeds, k, -1)
-            moved = self.input_projection(x[donor]).view(-1, k, own.size(-1))[torch.arange(col.numel()), col]
+            # member k's donors through member k's projection only: [m, K, F] rows, back to the flat (k, j) order
+            moved = self.input_projection(x[member_swaps[1]].transpose(0, 1))
+            moved = moved.view(-1, k, own.size(-1)).transpose(0, 1).reshape(-1, own.size(-1))
             h0 = own.index_put((pick, col), moved).reshape(h0.shape)
             # contexts: a seed's neighbour that is a swapped seed brings (donor's h^(0) - its own) / degree
             pos = torch.full((k, seeds), -1, dtype=torch.long, device=pick.device)
