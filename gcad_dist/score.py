@@ -268,9 +268,8 @@ def score_data(model: torch.nn.Module, data: Any, device: str = "auto", batch_si
     model = model.to(dev).eval()
     gid = getattr(data, "graph_id", None)
     if gid is None or batch_size <= 0:
-        d = data
+        d = copy.copy(data)  # .to() moves a Data's tensors in place: the caller's data stays where it is
         if gid is not None:
-            d = copy.copy(data)
             # graph ids may be arbitrary integers: relabel to 0..G-1 for the model's batch vector
             d.graph_id = torch.unique(gid, return_inverse=True)[1]
         return predict(model, d.to(dev)).cpu().numpy().astype(np.float32)

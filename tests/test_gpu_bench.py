@@ -72,3 +72,22 @@ def test_gpu_bench_ddp_section_cpu_smoke(tmp_path):
     out = json.loads((tmp_path / "r.json").read_text())
     rows = {row["what"]: row for row in out["rows"]}
     assert rows["Ray Train epoch, 1 worker: seed nodes/s"]["cpu"] > 0, out
+
+
+def test_gpu_step_needs_a_gpu_and_checks_its_sizes():
+    """bench/gpu_step.py is GPU-only: without CUDA a usage error, not a trace; sizes are checked first."""
+    import torch
+
+    from bench import gpu_step
+    from gcad_dist.cli import UsageError
+
+    with pytest.raises(UsageError, match="--batch-sizes"):
+        gpu_step.parse_args(["--batch-sizes", "0"])
+    cfg = gpu_step.parse_args(["--batch-sizes", "64", "--store-nodes", "500", "--profile", "64"])
+    assert cfg.batch_sizes == [64] and cfg.profile == 64
+    if torch.cuda.is_available():  # the GPU host runs it at tiny sizes
+        rows = gpu_step.run(cfg)
+        assert {r["model"] for r in rows} == {"GCCAD", "GraphSAGE"} and all(r["ms"] > 0 for r in rows)
+    else:
+        with pytest.raises(UsageError, match="no CUDA GPU"):
+            gpu_step.run(cfg)

@@ -237,7 +237,8 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     model = GCCAD(mcfg).to(device)
     torch.manual_seed(cfg.seed + 1000 * (rank + 1))
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    # fused: one kernel for every parameter on a GPU (a launch-bound step there; BENCHMARKS.md, session 12)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=device.type == "cuda" or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total_steps))
     timeout = datetime.timedelta(seconds=float(config["pretrain"].get("collective_timeout") or 1800))
     sync = AllReduceContextSync(group=dist.new_group(timeout=timeout) if world > 1 else None,

@@ -18,10 +18,13 @@ from torch import Tensor
 from . import native
 from .precision import fp32_kernel
 
-EDGE_CHUNK = 32_768  # edges per block: [block, d] temporaries stay in cache
+EDGE_CHUNK = 32_768  # edges per block on a CPU: [block, d] temporaries stay in cache
+# On a GPU a minibatch is one block: there kernel launches, not cache misses, bound the step (an H100 ran
+# about 1,000 launches per hop-trimmed step in blocks of 32k edges; BENCHMARKS.md, session 12).
+GPU_EDGE_CHUNK = 1 << 20
 FUSED = True  # False: plain gather-multiply-scatter with autograd (the reference; bench/model_step.py)
 
-__all__ = ["weighted_sum", "EDGE_CHUNK"]
+__all__ = ["weighted_sum", "EDGE_CHUNK", "GPU_EDGE_CHUNK"]
 
 
 class _WeightedSum(torch.autograd.Function):
@@ -71,4 +74,5 @@ def weighted_sum(x: Tensor, edge_index: Tensor, edge_weight: Tensor | None, num_
             return x.new_zeros(n, x.size(1)).index_add(0, dst, msg)
         if native.enabled(x, src):
             return native.weighted_sum(x, edge_weight, src, dst, n)
-        return _WeightedSum.apply(x, edge_weight.to(x.dtype), src, dst, n, EDGE_CHUNK)
+        chunk = EDGE_CHUNK if x.device.type == "cpu" else GPU_EDGE_CHUNK
+        return _WeightedSum.apply(x, edge_weight.to(x.dtype), src, dst, n, chunk)

@@ -13,10 +13,11 @@ from torch import Tensor, nn
 from torch.distributions import RelaxedBernoulli
 
 from . import native
+from .aggregate import GPU_EDGE_CHUNK
 from .precision import fp32_kernel
 
 
-EDGE_CHUNK = 32_768  # edges per block of the fused link MLP: its [chunk, h] temporaries stay in cache
+EDGE_CHUNK = 32_768  # edges per block of the fused link MLP on a CPU: its [chunk, h] temporaries stay in cache
 
 
 def _drop_threshold(p: float) -> tuple[int, float]:
@@ -201,7 +202,8 @@ class LinkPredictor(nn.Module):
                 if native.enabled(h, src):
                     logits = native.link_mlp(h, ud, us, w1, w2, src, dst, drop, seed)
                 else:
-                    logits = _LinkMLP.apply(h, ud, us, w1, w2, src, dst, drop, seed, EDGE_CHUNK)
+                    chunk = EDGE_CHUNK if h.device.type == "cpu" else GPU_EDGE_CHUNK  # one block on a GPU
+                    logits = _LinkMLP.apply(h, ud, us, w1, w2, src, dst, drop, seed, chunk)
                 return logits + self.lin2.bias
         diff = (h.index_select(0, dst) - h.index_select(0, src)).abs()
         if us is None:
