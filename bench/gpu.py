@@ -19,7 +19,8 @@ Sections (``--sections``, all by default), each timed on the CPU and on the GPU 
   ``bench/train.py`` builds them, on the GPU and the CPU; GCCAD also under bf16 autocast where the device
   supports it. The store is ``--store`` or a generated one (``--store-nodes``).
 * ``ddp``: one ``python -m gcad_dist.pretrain`` epoch (``gcad_dist.pretrain.run``: Ray Train, 1 worker)
-  of ``--ddp-steps`` steps with NCCL on the GPU against gloo on the CPU.
+  of ``--ddp-steps`` steps with NCCL on the GPU against gloo on the CPU; on the GPU twice, with the
+  minibatches sampled on the GPU (``--sample-on gpu``, the default there) and on the host (``--ddp-runs``).
 
 Peak GPU memory (``torch.cuda.max_memory_allocated``) is reported per GPU measurement (the ddp worker's
 is not visible from here). A section or a row whose piece is missing (no CUDA, FAISS without GPU
@@ -56,6 +57,7 @@ from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
 log = logging.getLogger("bench.gpu")
 
 SECTIONS = ("kmeans", "sampler", "step", "ddp")
+DDP_RUNS = ("cpu", "gpu", "gpu-host-sampling")  # the ddp section's epochs (--ddp-runs)
 
 
 @dataclass
@@ -81,6 +83,7 @@ class GpuBenchConfig:
     layers: int = 2
     conv: str = "gin"
     ddp_steps: int = 30
+    ddp_runs: list[str] = field(default_factory=lambda: list(DDP_RUNS))
     seed: int = 0
     json: str = "gpu_bench.json"
 
@@ -387,15 +390,19 @@ def section_ddp(b: Bench) -> None:
     store = b.store()
     names = {f.name for f in fields(PretrainConfig)}
     runs = {}
-    targets = [("cpu", 0.0)] + ([("cuda", 1.0)] if b.cuda else [])
-    if not b.cuda:
+    # (run, GPUs per worker, --sample-on): gpu samples on the GPU (the default there), gpu-host-sampling on the host
+    plan = {"cpu": (0.0, "cpu"), "gpu": (1.0, "gpu"), "gpu-host-sampling": (1.0, "cpu")}
+    targets = [r for r in cfg.ddp_runs if r == "cpu" or b.cuda]
+    if not b.cuda and any(r != "cpu" for r in cfg.ddp_runs):
         b.skip("ddp", "NCCL worker on the GPU", b.no_gpu_reason())
-    for dev, gpus in targets:
-        out = str(Path(b._tmp.name) / f"pre-{dev}")
+    for name in targets:
+        gpus, sample_on = plan[name]
+        out = str(Path(b._tmp.name) / f"pre-{name}")
         kw = dict(store=store, out=out, workers=1, gpus_per_worker=gpus, cpus_per_worker=b.threads, epochs=1,
                   batch_size=cfg.batch_size, fanouts=cfg.fanouts, hidden=cfg.hidden, layers=cfg.layers, conv=cfg.conv,
                   sample_threshold=max(1, min(10_000, cfg.store_nodes // 10)), max_steps_per_epoch=cfg.ddp_steps,
-                  min_steps_per_epoch=cfg.ddp_steps, max_failures=0, overwrite=True, seed=cfg.seed)
+                  min_steps_per_epoch=cfg.ddp_steps, max_failures=0, overwrite=True, seed=cfg.seed,
+                  sample_on=sample_on)
         pc = PretrainConfig(**{k: v for k, v in kw.items() if k in names})
         t0 = time.perf_counter()
         try:
@@ -403,20 +410,31 @@ def section_ddp(b: Bench) -> None:
             hist = json.loads((Path(out) / "metrics.json").read_text())["history"][-1]
         except Exception as e:  # noqa: BLE001 - report and go on
             log.debug("%s", traceback.format_exc())
-            b.skip("ddp", f"{dev} run", f"{type(e).__name__}: {e}".splitlines()[0][:300])
+            b.skip("ddp", f"{name} run", f"{type(e).__name__}: {e}".splitlines()[0][:300])
             continue
-        runs[dev] = {**hist, "wall_s": time.perf_counter() - t0, "final_loss": s.get("final_loss")}
+        runs[name] = {**hist, "wall_s": time.perf_counter() - t0, "final_loss": s.get("final_loss")}
+        log.info("ddp %s: %.0f seeds/s, %.0f sampled edges/s, %.1f%% waiting for data", name,
+                 runs[name].get("seeds_per_s") or 0, runs[name].get("edges_per_s") or 0,
+                 100 * (runs[name].get("wait_frac") or 0))
     if not runs:
         return
-    c, g = runs.get("cpu", {}), runs.get("cuda", {})
-    backend = "NCCL on the GPU vs gloo on the CPU"
-    b.row("ddp", "Ray Train epoch, 1 worker: seed nodes/s", "seeds/s", c.get("seeds_per_s"), g.get("seeds_per_s"),
-          f"{backend}; {c.get('steps') or g.get('steps')} steps, {b.threads} CPUs per worker", higher_is_better=True)
-    b.row("ddp", "Ray Train epoch, 1 worker: sampled edges/s", "edges/s", c.get("edges_per_s"),
-          g.get("edges_per_s"), "issue target on an H100: at least 20M sampled edges/s per GPU", higher_is_better=True)
-    b.row("ddp", "Ray Train epoch, 1 worker: epoch s (training loop)", "s", c.get("time_s"), g.get("time_s"),
-          "waiting for data: " + ", ".join(f"{k} {100 * v.get('wait_frac', 0):.1f}%" for k, v in runs.items()))
-    b.row("ddp", "Ray Train epoch, 1 worker: wall s incl. Ray start", "s", c.get("wall_s"), g.get("wall_s"))
+    c = runs.get("cpu", {})
+    steps = next(iter(runs.values())).get("steps")
+    for name in [r for r in ("gpu", "gpu-host-sampling") if r in runs] or ["cpu"]:
+        g = runs.get(name, {}) if name != "cpu" else {}
+        how = {"gpu": "sampled on the GPU", "gpu-host-sampling": "sampled on the host (--sample-on cpu)",
+               "cpu": ""}[name]
+        tag = f" ({how})" if how else ""
+        b.row("ddp", f"Ray Train epoch, 1 worker: seed nodes/s{tag}", "seeds/s", c.get("seeds_per_s"),
+              g.get("seeds_per_s"), f"NCCL on the GPU vs gloo on the CPU; {steps} steps of {cfg.batch_size} seeds, "
+              f"{b.threads} CPUs per worker", higher_is_better=True)
+        b.row("ddp", f"Ray Train epoch, 1 worker: sampled edges/s{tag}", "edges/s", c.get("edges_per_s"),
+              g.get("edges_per_s"), "issue target on an H100: at least 20M sampled edges/s per GPU",
+              higher_is_better=True)
+        b.row("ddp", f"Ray Train epoch, 1 worker: epoch s (training loop){tag}", "s", c.get("time_s"),
+              g.get("time_s"), "waiting for data: " + ", ".join(
+                  f"{k} {100 * (runs[k].get('wait_frac') or 0):.1f}%" for k in runs if k in ("cpu", name)))
+        b.row("ddp", f"Ray Train epoch, 1 worker: wall s incl. Ray start{tag}", "s", c.get("wall_s"), g.get("wall_s"))
 
 
 SECTION_FN = {"kmeans": section_kmeans, "sampler": section_sampler, "step": section_step, "ddp": section_ddp}
@@ -475,6 +493,9 @@ def parse_args(argv: list[str] | None) -> GpuBenchConfig:
                  "batch_size", "batches", "store_nodes", "store_k", "step_batches", "hidden", "layers", "ddp_steps",
                  "seed"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+    p.add_argument("--ddp-runs", nargs="+", choices=DDP_RUNS, default=d.ddp_runs,
+                   help="ddp epochs to run: cpu (gloo), gpu (NCCL, minibatches sampled on the GPU), gpu-host-sampling "
+                   "(NCCL, sampled on the host and copied over)")
     p.add_argument("--fanouts", default=d.fanouts, help="neighbours per hop")
     p.add_argument("--conv", default=d.conv, help="GCCAD node-update convolution")
     p.add_argument("--store", default=None, help="store for step/ddp (default: generate one of --store-nodes)")

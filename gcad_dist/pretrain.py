@@ -131,6 +131,7 @@ class PretrainConfig:
     ensemble: int | None = None
     memory_momentum: float = 0.5
     backend: str = "auto"
+    sample_on: str = "auto"
     cache_gb: float = 4.0
     prefetch: int = 2
     min_steps_per_epoch: int = 100
@@ -219,6 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--memory-momentum", type=float, default=d.memory_momentum,
       help="EMA momentum of the per-subgraph context memory on large subgraphs (0 = no memory)")
     a("--backend", default=d.backend, help="neighbour-sampling backend: auto, pyg-lib, torch-sparse, builtin")
+    a("--sample-on", default=d.sample_on, choices=["auto", "cpu", "gpu"],
+      help="where a GPU worker samples its minibatches: gpu = on its GPU (the subgraph's CSR and features are "
+      "copied there once; built-in sampler), cpu = on the host, then copied over; auto = gpu when training on "
+      "GPUs with --backend auto or builtin, else cpu")
     a("--cache-gb", type=float, default=d.cache_gb, help="memory per worker for caching subgraphs read from the store")
     a("--prefetch", type=int, default=d.prefetch, help="training steps prepared ahead in a background thread")
     a("--min-steps-per-epoch", type=int, default=d.min_steps_per_epoch,
@@ -295,6 +300,11 @@ def validate(cfg: PretrainConfig) -> dict:
         (cfg.collective_timeout > 0, "--collective-timeout", "must be > 0"),
         (cfg.precision in PRECISIONS, "--precision", f"must be one of {', '.join(PRECISIONS)}"),
         (not (cfg.resume and cfg.overwrite), "--resume", "cannot be combined with --overwrite"),
+        (cfg.sample_on in ("auto", "cpu", "gpu"), "--sample-on", "must be auto, cpu or gpu"),
+        (cfg.sample_on != "gpu" or cfg.gpus_per_worker > 0, "--sample-on gpu",
+         "needs GPU workers (--gpus-per-worker > 0)"),
+        (cfg.sample_on != "gpu" or cfg.backend in ("auto", "builtin"), "--sample-on gpu",
+         f"needs the built-in sampler (--backend auto or builtin; {cfg.backend} samples on the CPU only)"),
     ]
     for ok, opt, problem in checks:
         if not ok:

@@ -173,7 +173,10 @@ def test_new_options_in_help_and_validated(store: Path, tmp_path: Path) -> None:
     cfg = parse_config(["--store", str(store)])
     assert cfg.min_steps_per_epoch == 100 and cfg.checkpoint_interval == 60.0
     for args, needle in ((["--min-steps-per-epoch", "-1"], "--min-steps-per-epoch"),
-                         (["--checkpoint-interval", "-5"], "--checkpoint-interval")):
+                         (["--checkpoint-interval", "-5"], "--checkpoint-interval"),
+                         (["--sample-on", "gpu"], "--sample-on gpu: needs GPU workers"),
+                         (["--sample-on", "gpu", "--gpus-per-worker", "1", "--backend", "torch-sparse"],
+                          "--sample-on gpu: needs the built-in sampler")):
         with pytest.raises(UsageError, match=f"^{needle}"):
             validate(parse_config(["--store", str(store), "--out", str(tmp_path / "o")] + args))
 

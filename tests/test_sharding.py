@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch_geometric.data import Data
 
@@ -122,3 +123,27 @@ def test_store_dataset_steps_and_cache() -> None:
     assert len(again) == n_steps and reader.reads == reads  # second epoch: all from the cache
     tail = list(ds[0].iter_epoch(1, start=n_steps - 2))  # resume mid-epoch
     assert [b.step.kind for b in tail] == [b.step.kind for b in again[-2:]]
+
+
+def test_store_dataset_samples_on_the_gpu_with_the_builtin_sampler_only() -> None:
+    reader = _FakeReader([400])
+    cfg = ShardConfig(sample_threshold=100, batch_cost=150, batch_size=64, seed=0)
+    with pytest.raises(ValueError, match="samples on the CPU only"):
+        StoreDataset(reader, 0, 1, cfg, fanouts=[3, 2], backend="torch-sparse", device="cuda")
+    assert StoreDataset(reader, 0, 1, cfg, backend="auto", device="cuda").backend == "builtin"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_store_dataset_minibatches_sampled_on_the_gpu() -> None:
+    """device=cuda: the seeds steps come out on the GPU, with the same shapes of plan as on the CPU."""
+    reader = _FakeReader([30, 400, 20])
+    cfg = ShardConfig(sample_threshold=100, batch_cost=150, batch_size=64, seed=0)
+    cpu = list(StoreDataset(reader, 0, 1, cfg, fanouts=[3, 2], backend="builtin").iter_epoch(0))
+    gpu = list(StoreDataset(reader, 0, 1, cfg, fanouts=[3, 2], backend="builtin", device="cuda").iter_epoch(0))
+    assert [b.step.kind for b in gpu] == [b.step.kind for b in cpu]
+    for b, c in zip(gpu, cpu):
+        if b.step.kind != "seeds":
+            continue
+        assert b.x.is_cuda and b.edge_index.is_cuda and b.context_mask.is_cuda
+        assert b.num_seeds == c.num_seeds and int(b.context_mask.sum()) == b.num_seeds
+        assert int(b.edge_index.max()) < b.x.size(0) and b.x.size(1) == 4

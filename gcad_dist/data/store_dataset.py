@@ -81,6 +81,10 @@ class StoreDataset:
         backend: neighbour-sampling backend (``"auto"`` = fastest installed).
         cache_bytes: bound on the subgraphs kept in memory.
         prefetch: steps prepared ahead in a background thread (0 = in the caller's thread).
+        device: where large subgraphs are sampled. ``"cpu"``, or the training GPU: each sampled subgraph's
+            CSR and features then live on the GPU and its minibatches are drawn there by the built-in
+            sampler (the C++ backends sample on the CPU only), so the host no longer gathers and copies
+            every minibatch. Whole-graph steps are built on the CPU either way.
     """
 
     def __init__(
@@ -93,10 +97,17 @@ class StoreDataset:
         backend: str = "auto",
         cache_bytes: int = 4 << 30,
         prefetch: int = 2,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.reader = reader
         self.rank, self.world, self.cfg = rank, world, cfg
         self.fanouts = [int(f) for f in fanouts]
+        self.device = torch.device(device)
+        if self.device.type != "cpu":
+            if backend not in ("auto", "builtin"):
+                raise ValueError(f"backend {backend!r} samples on the CPU only; sampling on {self.device} "
+                                 "needs the built-in sampler (backend auto or builtin)")
+            backend = "builtin"
         self.backend = resolve_backend(backend)
         self.cache_bytes = int(cache_bytes)
         self.prefetch = int(prefetch)
@@ -149,8 +160,9 @@ class StoreDataset:
             # C++ samplers draw from torch's global RNG: let the loader run them in its own thread
             # (unseeded there) rather than re-seed the global RNG from our prefetch thread.
             inner_prefetch = 0 if self.backend == "builtin" else 2
+            dev = self.device
             ld = SubgraphNeighborLoader(
-                Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes),
+                Data(x=data.x.to(dev), edge_index=data.edge_index.to(dev), y=data.y.to(dev), num_nodes=data.num_nodes),
                 self.fanouts, self.cfg.batch_size, shuffle=True, backend=self.backend,
                 seed=self.cfg.seed * 7919 + sg * 31 + self.rank, seeds=torch.from_numpy(share),
                 prefetch=inner_prefetch,
@@ -172,7 +184,7 @@ class StoreDataset:
 
     def _seed_batch(self, d: Data, step: Step) -> TrainBatch:
         n = int(d.num_nodes)
-        seeds = torch.zeros(n, dtype=torch.bool)
+        seeds = torch.zeros(n, dtype=torch.bool, device=d.x.device)
         seeds[: int(d.batch_size)] = True
         sg = int(step.subgraphs[0])
         return TrainBatch(d.x, d.edge_index, d.y, None, 1, seeds, seeds, sg, True, int(d.batch_size),

@@ -224,8 +224,11 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     fanouts = cfg.fanout_list()
     if cfg.contrast == "local":  # the local contrast reads the seeds' own neighbours only: one hop
         fanouts = fanouts[:1]
+    sample_on_gpu = device.type == "cuda" and (cfg.sample_on == "gpu" or (
+        cfg.sample_on == "auto" and cfg.backend in ("auto", "builtin")))
     dataset = StoreDataset(reader, rank, world, shard, fanouts=fanouts, backend=cfg.backend,
-                           cache_bytes=int(cfg.cache_gb * (1 << 30)), prefetch=cfg.prefetch)
+                           cache_bytes=int(cfg.cache_gb * (1 << 30)), prefetch=cfg.prefetch,
+                           device=device if sample_on_gpu else "cpu")
     steps_per_epoch = dataset.steps_per_epoch()
     passes = dataset.passes_per_epoch()
     if cfg.max_steps_per_epoch:
