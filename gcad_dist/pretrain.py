@@ -368,6 +368,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _dashboard_dependency_error() -> str | None:
+    """Why Ray's dashboard cannot start here (``ray[default]`` not installed), or None (also when unknown)."""
+    try:
+        from ray._private.utils import get_dashboard_dependency_error
+    except ImportError:  # a Ray without this private helper: let ray.init decide
+        return None
+    err = get_dashboard_dependency_error()
+    return str(err) if err else None
+
+
 def _start_ray(cfg: PretrainConfig) -> bool:
     """Join a cluster or start a private local Ray; returns True when this process started it."""
     import ray
@@ -379,6 +389,12 @@ def _start_ray(cfg: PretrainConfig) -> bool:
         log.info("joining Ray cluster at %s", address)
         ray.init(address=address, log_to_driver=True)
         return True
+    missing = _dashboard_dependency_error()
+    if missing:  # Ray would fail deep inside ray.init with "Cannot include dashboard with missing packages."
+        raise UsageError(
+            f"Ray's dashboard packages are missing ({missing}). Ray Train polls the dashboard's state API, so a "
+            f"Ray started in this process needs them: pip install 'ray[default,train]=={ray.__version__}' (or "
+            "join a running cluster with --address)")
     pythonpath = os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)
     # A private instance on loopback. Its GCS port is chosen here so that Ray's own helper actors
     # (Ray Train V2's placement-group cleaner polls the state API) can be told which instance is theirs

@@ -255,3 +255,21 @@ def test_jump_reaches_the_pretrained_model() -> None:
     assert cfg.jump == "last" and model_config(cfg, 5).jump == "last"
     cfg = apply_recipe(parse_config(["--store", "s", "--out", "o", "--jump", "cat"]), store_corrupted=True)
     assert model_config(cfg, 5).jump == "cat"
+
+
+def test_missing_ray_dashboard_is_a_usage_error(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray Train needs the dashboard's state API: with ``ray[train]`` but not ``ray[default]`` installed, the
+    in-process start says what to install instead of Ray's "Cannot include dashboard with missing packages"."""
+    import ray
+    import ray._private.utils as ray_utils
+
+    from gcad_dist import pretrain
+    from gcad_dist.cli import UsageError
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init must not be reached"))
+    monkeypatch.setattr(ray_utils, "get_dashboard_dependency_error", lambda: "No module named 'aiohttp_cors'")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cfg = parse_config(["--store", str(store), "--out", str(tmp_path / "o")])
+    with pytest.raises(UsageError, match=r"aiohttp_cors.*pip install 'ray\[default,train\]=="):
+        pretrain._start_ray(cfg)
