@@ -297,13 +297,53 @@ def _minibatches(b: Bench):
     return reader, sg, batches
 
 
-def section_step(b: Bench) -> None:
+def training_steps(reader, sg: int, dev: torch.device, *, hidden: int, layers: int, conv: str,
+                   precision: str = "fp32", seed: int = 0):
+    """The GCCAD step (pre-training's, hop-trimmed, ``precision`` autocast) and the GraphSAGE step (fp32), each
+    with a fresh model and Adam as the trainer builds it (``fused`` on a GPU): ``(gccad_step, sage_step)``,
+    functions of one minibatch that return without waiting for the device."""
     from torch_geometric.nn import GraphSAGE
 
-    from bench.train import _time_steps
     from gcad_dist.distributed.context import AllReduceContextSync
     from gcad_dist.model import GCCAD, GCCADConfig
-    from gcad_dist.model.precision import autocast, bf16_supported
+    from gcad_dist.model.precision import autocast
+
+    fused = dev.type == "cuda" or None
+    torch.manual_seed(seed)
+    gccad = GCCAD(GCCADConfig(in_dim=reader.num_features, hidden=hidden, num_layers=layers, conv=conv)).to(dev).train()
+    sync = AllReduceContextSync(momentum=0.5)
+    sync.set_subgraph(sg, shared=True)
+    opt = torch.optim.Adam(gccad.parameters(), lr=1e-3, fused=fused)
+
+    def gccad_step(x) -> None:
+        mask = torch.zeros(x.num_nodes, dtype=torch.bool, device=dev)
+        mask[: x.batch_size] = True
+        with autocast(precision, dev):
+            out = gccad(x.x, x.edge_index, context_mask=mask, sync=sync, num_sampled_nodes=x.num_sampled_nodes,
+                        num_sampled_edges=x.num_sampled_edges)
+            loss = gccad.loss(out, x.y, mask=mask, sync=sync)["total"]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    torch.manual_seed(seed)
+    sage = GraphSAGE(reader.num_features, hidden, layers, out_channels=2, dropout=0.1).to(dev).train()
+    opt_s = torch.optim.Adam(sage.parameters(), lr=1e-3, fused=fused)
+
+    def sage_step(x) -> None:
+        logits = sage(x.x, x.edge_index, num_sampled_nodes_per_hop=x.num_sampled_nodes,
+                      num_sampled_edges_per_hop=x.num_sampled_edges)[: x.batch_size]
+        loss = torch.nn.functional.cross_entropy(logits, x.y[: x.batch_size].long())
+        opt_s.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_s.step()
+
+    return gccad_step, sage_step
+
+
+def section_step(b: Bench) -> None:
+    from bench.train import _time_steps
+    from gcad_dist.model.precision import bf16_supported
 
     cfg = b.cfg
     torch.set_num_threads(b.threads)
@@ -317,44 +357,16 @@ def section_step(b: Bench) -> None:
     for dev in devices:
         bs = [x.to(dev) for x in batches]
         for precision in ["fp32"] + (["bf16"] if bf16_supported(dev) else []):
-            torch.manual_seed(cfg.seed)
-            gccad = GCCAD(GCCADConfig(in_dim=reader.num_features, hidden=cfg.hidden, num_layers=cfg.layers,
-                                      conv=cfg.conv)).to(dev).train()
-            sync = AllReduceContextSync(momentum=0.5)
-            sync.set_subgraph(sg, shared=True)
-            opt = torch.optim.Adam(gccad.parameters(), lr=1e-3, fused=dev.type == "cuda" or None)  # as the trainer
+            steps = dict(zip(("gccad", "sage"), training_steps(reader, sg, dev, hidden=cfg.hidden, layers=cfg.layers,
+                                                               conv=cfg.conv, precision=precision, seed=cfg.seed)))
+            for model in ("gccad", "sage") if precision == "fp32" else ("gccad",):
+                def timed_step(x, step=steps[model]) -> None:
+                    step(x)
+                    b.sync()
 
-            def gccad_step(x, model=gccad, sync=sync, opt=opt, precision=precision, dev=dev) -> None:
-                mask = torch.zeros(x.num_nodes, dtype=torch.bool, device=dev)
-                mask[: x.batch_size] = True
-                with autocast(precision, dev):
-                    out = model(x.x, x.edge_index, context_mask=mask, sync=sync,
-                                num_sampled_nodes=x.num_sampled_nodes, num_sampled_edges=x.num_sampled_edges)
-                    loss = model.loss(out, x.y, mask=mask, sync=sync)["total"]
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                b.sync()
-
-            b.reset_peak()
-            t = min(_time_steps(gccad_step, bs) for _ in range(2))
-            results[("gccad", precision, dev.type)] = (t, b.peak_mib() if dev.type == "cuda" else None)
-        torch.manual_seed(cfg.seed)
-        sage = GraphSAGE(reader.num_features, cfg.hidden, cfg.layers, out_channels=2, dropout=0.1).to(dev).train()
-        opt_s = torch.optim.Adam(sage.parameters(), lr=1e-3, fused=dev.type == "cuda" or None)
-
-        def sage_step(x, sage=sage, opt=opt_s) -> None:
-            logits = sage(x.x, x.edge_index, num_sampled_nodes_per_hop=x.num_sampled_nodes,
-                          num_sampled_edges_per_hop=x.num_sampled_edges)[: x.batch_size]
-            loss = torch.nn.functional.cross_entropy(logits, x.y[: x.batch_size].long())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            b.sync()
-
-        b.reset_peak()
-        t = min(_time_steps(sage_step, bs) for _ in range(2))
-        results[("sage", "fp32", dev.type)] = (t, b.peak_mib() if dev.type == "cuda" else None)
+                b.reset_peak()
+                t = min(_time_steps(timed_step, bs) for _ in range(2))
+                results[(model, precision, dev.type)] = (t, b.peak_mib() if dev.type == "cuda" else None)
 
     def get(model, precision, dev):
         v = results.get((model, precision, dev))

@@ -62,45 +62,6 @@ def _median_ms(step, batches, repeats: int) -> float:
     return 1000 * ts[len(ts) // 2]
 
 
-def _steps(reader, sg: int, cfg: GpuStepConfig, dev: torch.device):
-    """The GCCAD step (pre-training's, hop-trimmed) and the GraphSAGE step, fresh models."""
-    from torch_geometric.nn import GraphSAGE
-
-    from gcad_dist.distributed.context import AllReduceContextSync
-    from gcad_dist.model import GCCAD, GCCADConfig
-
-    torch.manual_seed(0)
-    gccad = GCCAD(GCCADConfig(in_dim=reader.num_features, hidden=cfg.hidden, num_layers=cfg.layers,
-                              conv=cfg.conv)).to(dev).train()
-    sync = AllReduceContextSync(momentum=0.5)
-    sync.set_subgraph(sg, shared=True)
-    fused = dev.type == "cuda" or None
-    opt = torch.optim.Adam(gccad.parameters(), lr=1e-3, fused=fused)
-
-    def gccad_step(x) -> None:
-        mask = torch.zeros(x.num_nodes, dtype=torch.bool, device=dev)
-        mask[: x.batch_size] = True
-        out = gccad(x.x, x.edge_index, context_mask=mask, sync=sync, num_sampled_nodes=x.num_sampled_nodes,
-                    num_sampled_edges=x.num_sampled_edges)
-        loss = gccad.loss(out, x.y, mask=mask, sync=sync)["total"]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    sage = GraphSAGE(reader.num_features, cfg.hidden, cfg.layers, out_channels=2, dropout=0.1).to(dev).train()
-    opt_s = torch.optim.Adam(sage.parameters(), lr=1e-3, fused=fused)
-
-    def sage_step(x) -> None:
-        logits = sage(x.x, x.edge_index, num_sampled_nodes_per_hop=x.num_sampled_nodes,
-                      num_sampled_edges_per_hop=x.num_sampled_edges)[: x.batch_size]
-        loss = torch.nn.functional.cross_entropy(logits, x.y[: x.batch_size].long())
-        opt_s.zero_grad(set_to_none=True)
-        loss.backward()
-        opt_s.step()
-
-    return gccad_step, sage_step
-
-
 def _profile(step, batches) -> None:
     from torch.profiler import ProfilerActivity, profile
 
@@ -129,7 +90,7 @@ def _profile(step, batches) -> None:
 
 
 def run(cfg: GpuStepConfig) -> list[dict]:
-    from bench.gpu import Bench, GpuBenchConfig, _minibatches
+    from bench.gpu import Bench, GpuBenchConfig, _minibatches, training_steps
 
     if not (cfg.device.startswith("cuda") and torch.cuda.is_available()):
         raise UsageError(f"--device {cfg.device}: torch sees no CUDA GPU here (this benchmark is GPU-only)")
@@ -142,7 +103,7 @@ def run(cfg: GpuStepConfig) -> list[dict]:
         reader, sg, batches = _minibatches(b)
         batches = [x.to(dev) for x in batches]
         edges = sum(x.edge_index.size(1) for x in batches) / len(batches)
-        gccad_step, sage_step = _steps(reader, sg, cfg, dev)
+        gccad_step, sage_step = training_steps(reader, sg, dev, hidden=cfg.hidden, layers=cfg.layers, conv=cfg.conv)
         for name, step in (("GCCAD", gccad_step), ("GraphSAGE", sage_step)):
             ms = _median_ms(step, batches, cfg.repeats)
             rows.append({"batch": bs, "model": name, "edges": edges, "ms": ms, "medges_s": edges / ms / 1e3})
