@@ -222,8 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--backend", default=d.backend, help="neighbour-sampling backend: auto, pyg-lib, torch-sparse, builtin")
     a("--sample-on", default=d.sample_on, choices=["auto", "cpu", "gpu"],
       help="where a GPU worker samples its minibatches: gpu = on its GPU (the subgraph's CSR and features are "
-      "copied there once; built-in sampler), cpu = on the host, then copied over; auto = gpu when training on "
-      "GPUs with --backend auto or builtin, else cpu")
+      "copied there once; built-in sampler; the copies of the subgraphs kept by --cache-gb stay there too), cpu = "
+      "on the host, then copied over; auto = gpu when training on GPUs with --backend auto or builtin, else cpu")
     a("--cache-gb", type=float, default=d.cache_gb, help="memory per worker for caching subgraphs read from the store")
     a("--prefetch", type=int, default=d.prefetch, help="training steps prepared ahead in a background thread")
     a("--min-steps-per-epoch", type=int, default=d.min_steps_per_epoch,

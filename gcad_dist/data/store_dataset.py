@@ -160,9 +160,10 @@ class StoreDataset:
             # C++ samplers draw from torch's global RNG: let the loader run them in its own thread
             # (unseeded there) rather than re-seed the global RNG from our prefetch thread.
             inner_prefetch = 0 if self.backend == "builtin" else 2
-            dev = self.device
+            dev = self.device  # sampling on a GPU: the loader's copy of the subgraph lives there
             ld = SubgraphNeighborLoader(
-                Data(x=data.x.to(dev), edge_index=data.edge_index.to(dev), y=data.y.to(dev), num_nodes=data.num_nodes),
+                Data(x=data.x.to(dev), edge_index=data.edge_index.to(dev), y=data.y.to(dev),
+                     num_nodes=data.num_nodes),
                 self.fanouts, self.cfg.batch_size, shuffle=True, backend=self.backend,
                 seed=self.cfg.seed * 7919 + sg * 31 + self.rank, seeds=torch.from_numpy(share),
                 prefetch=inner_prefetch,
