@@ -307,13 +307,13 @@ def training_steps(reader, sg: int, dev: torch.device, *, hidden: int, layers: i
     from gcad_dist.distributed.context import AllReduceContextSync
     from gcad_dist.model import GCCAD, GCCADConfig
     from gcad_dist.model.precision import autocast
+    from gcad_dist.optim import adam
 
-    fused = dev.type == "cuda" or None
     torch.manual_seed(seed)
     gccad = GCCAD(GCCADConfig(in_dim=reader.num_features, hidden=hidden, num_layers=layers, conv=conv)).to(dev).train()
     sync = AllReduceContextSync(momentum=0.5)
     sync.set_subgraph(sg, shared=True)
-    opt = torch.optim.Adam(gccad.parameters(), lr=1e-3, fused=fused)
+    opt = adam(gccad.parameters(), dev, 1e-3)
 
     def gccad_step(x) -> None:
         mask = torch.zeros(x.num_nodes, dtype=torch.bool, device=dev)
@@ -328,7 +328,7 @@ def training_steps(reader, sg: int, dev: torch.device, *, hidden: int, layers: i
 
     torch.manual_seed(seed)
     sage = GraphSAGE(reader.num_features, hidden, layers, out_channels=2, dropout=0.1).to(dev).train()
-    opt_s = torch.optim.Adam(sage.parameters(), lr=1e-3, fused=fused)
+    opt_s = adam(sage.parameters(), dev, 1e-3)
 
     def sage_step(x) -> None:
         logits = sage(x.x, x.edge_index, num_sampled_nodes_per_hop=x.num_sampled_nodes,
@@ -432,11 +432,9 @@ def section_ddp(b: Bench) -> None:
         return
     c = runs.get("cpu", {})
     steps = next(iter(runs.values())).get("steps")
-    for name in [r for r in ("gpu", "gpu-host-sampling") if r in runs] or ["cpu"]:
-        g = runs.get(name, {}) if name != "cpu" else {}
-        how = {"gpu": "sampled on the GPU", "gpu-host-sampling": "sampled on the host (--sample-on cpu)",
-               "cpu": ""}[name]
-        tag = f" ({how})" if how else ""
+    how = {"gpu": " (sampled on the GPU)", "gpu-host-sampling": " (sampled on the host, --sample-on cpu)"}
+    for name in [r for r in how if r in runs] or ["cpu"]:  # one set of rows per GPU run, or the CPU's alone
+        g, tag = runs.get(name, {}) if name in how else {}, how.get(name, "")
         b.row("ddp", f"Ray Train epoch, 1 worker: seed nodes/s{tag}", "seeds/s", c.get("seeds_per_s"),
               g.get("seeds_per_s"), f"NCCL on the GPU vs gloo on the CPU; {steps} steps of {cfg.batch_size} seeds, "
               f"{b.threads} CPUs per worker", higher_is_better=True)

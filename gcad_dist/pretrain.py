@@ -154,6 +154,12 @@ class PretrainConfig:
     def fanout_list(self) -> list[int]:
         return [int(f) for f in str(self.fanouts).split(",") if f.strip()]
 
+    def samples_on_gpu(self, device: Any) -> bool:
+        """Whether a worker training on ``device`` samples its minibatches there (``--sample-on``)."""
+        if getattr(device, "type", "cpu") != "cuda" or self.sample_on == "cpu":
+            return False
+        return self.sample_on == "gpu" or self.backend in ("auto", "builtin")
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from gcad_dist.metrics import evaluate
 from gcad_dist.model.baselines import BaselineClassifier
 from gcad_dist.model.precision import autocast, resolve_precision
+from gcad_dist.optim import adam
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +195,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     is_baseline = isinstance(model, BaselineClassifier)
     weight = _class_weight(y, train_mask) if (is_baseline and cfg.class_weight) else None
 
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                           fused=device.type == "cuda" or None)  # one kernel for every parameter on a GPU
+    opt = adam(model.parameters(), device, cfg.lr, cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.epochs, cfg.warmup_frac, cfg.final_lr_frac))
 
     history: dict[str, list] = {"epoch": [], "loss": [], "lr": [], "eval_epoch": [], "val_auroc": [], "val_auprc": [],

@@ -273,3 +273,13 @@ def test_missing_ray_dashboard_is_a_usage_error(store: Path, tmp_path: Path, mon
     cfg = parse_config(["--store", str(store), "--out", str(tmp_path / "o")])
     with pytest.raises(UsageError, match=r"aiohttp_cors.*pip install 'ray\[default,train\]=="):
         pretrain._start_ray(cfg)
+
+
+def test_where_a_worker_samples() -> None:
+    """--sample-on: auto samples on a GPU worker's GPU with the built-in sampler, never on a CPU worker."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert PretrainConfig(store="s").samples_on_gpu(cuda)
+    assert not PretrainConfig(store="s").samples_on_gpu(cpu)
+    assert not PretrainConfig(store="s", backend="torch-sparse").samples_on_gpu(cuda)
+    assert PretrainConfig(store="s", backend="builtin", sample_on="gpu").samples_on_gpu(cuda)
+    assert not PretrainConfig(store="s", sample_on="cpu").samples_on_gpu(cuda)

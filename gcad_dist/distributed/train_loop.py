@@ -64,6 +64,7 @@ from gcad_dist.data.store_dataset import StoreDataset
 from gcad_dist.distributed.context import AllReduceContextSync
 from gcad_dist.model import GCCAD, GCCADConfig
 from gcad_dist.model.precision import autocast, resolve_precision
+from gcad_dist.optim import adam
 
 log = logging.getLogger("gcad_dist.pretrain")
 
@@ -224,11 +225,9 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     fanouts = cfg.fanout_list()
     if cfg.contrast == "local":  # the local contrast reads the seeds' own neighbours only: one hop
         fanouts = fanouts[:1]
-    sample_on_gpu = device.type == "cuda" and (cfg.sample_on == "gpu" or (
-        cfg.sample_on == "auto" and cfg.backend in ("auto", "builtin")))
     dataset = StoreDataset(reader, rank, world, shard, fanouts=fanouts, backend=cfg.backend,
                            cache_bytes=int(cfg.cache_gb * (1 << 30)), prefetch=cfg.prefetch,
-                           device=device if sample_on_gpu else "cpu")
+                           device=device if cfg.samples_on_gpu(device) else "cpu")
     steps_per_epoch = dataset.steps_per_epoch()
     passes = dataset.passes_per_epoch()
     if cfg.max_steps_per_epoch:
@@ -240,8 +239,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     model = GCCAD(mcfg).to(device)
     torch.manual_seed(cfg.seed + 1000 * (rank + 1))
-    # fused: one kernel for every parameter on a GPU (a launch-bound step there; BENCHMARKS.md, session 12)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=device.type == "cuda" or None)
+    optimizer = adam(model.parameters(), device, cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total_steps))
     timeout = datetime.timedelta(seconds=float(config["pretrain"].get("collective_timeout") or 1800))
     sync = AllReduceContextSync(group=dist.new_group(timeout=timeout) if world > 1 else None,

@@ -24,7 +24,12 @@ EDGE_CHUNK = 32_768  # edges per block on a CPU: [block, d] temporaries stay in 
 GPU_EDGE_CHUNK = 1 << 20
 FUSED = True  # False: plain gather-multiply-scatter with autograd (the reference; bench/model_step.py)
 
-__all__ = ["weighted_sum", "EDGE_CHUNK", "GPU_EDGE_CHUNK"]
+__all__ = ["weighted_sum", "edge_chunk", "EDGE_CHUNK", "GPU_EDGE_CHUNK"]
+
+
+def edge_chunk(t: Tensor, cpu_chunk: int) -> int:
+    """Edges per block of a fused edge kernel over ``t``'s device: ``cpu_chunk`` on a CPU, one block on a GPU."""
+    return cpu_chunk if t.is_cpu else GPU_EDGE_CHUNK
 
 
 class _WeightedSum(torch.autograd.Function):
@@ -74,5 +79,4 @@ def weighted_sum(x: Tensor, edge_index: Tensor, edge_weight: Tensor | None, num_
             return x.new_zeros(n, x.size(1)).index_add(0, dst, msg)
         if native.enabled(x, src):
             return native.weighted_sum(x, edge_weight, src, dst, n)
-        chunk = EDGE_CHUNK if x.device.type == "cpu" else GPU_EDGE_CHUNK
-        return _WeightedSum.apply(x, edge_weight.to(x.dtype), src, dst, n, chunk)
+        return _WeightedSum.apply(x, edge_weight.to(x.dtype), src, dst, n, edge_chunk(x, EDGE_CHUNK))

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from torch.distributions import RelaxedBernoulli
 
 from . import native
-from .aggregate import GPU_EDGE_CHUNK
+from .aggregate import edge_chunk
 from .precision import fp32_kernel
 
 
@@ -202,8 +202,7 @@ class LinkPredictor(nn.Module):
                 if native.enabled(h, src):
                     logits = native.link_mlp(h, ud, us, w1, w2, src, dst, drop, seed)
                 else:
-                    chunk = EDGE_CHUNK if h.device.type == "cpu" else GPU_EDGE_CHUNK  # one block on a GPU
-                    logits = _LinkMLP.apply(h, ud, us, w1, w2, src, dst, drop, seed, chunk)
+                    logits = _LinkMLP.apply(h, ud, us, w1, w2, src, dst, drop, seed, edge_chunk(h, EDGE_CHUNK))
                 return logits + self.lin2.bias
         diff = (h.index_select(0, dst) - h.index_select(0, src)).abs()
         if us is None:
