@@ -4,8 +4,8 @@ Used to choose the defaults of ``gcad_dist.train`` / ``gcad_dist.finetune`` with
 label: every run trains on the train split, selects its epoch on validation AUPRC and records only
 validation metrics (the test split is never scored here). Variants are ``name=key:value,...`` with
 keys ``link_eval`` (threshold|expected), ``score_space`` (encoder|projection), ``edge_update``
-(0|1), ``lr``, ``epochs``, ``patience``, ``weight_decay``, ``loss`` (contrastive|ce), ``conv``, ``dropout``,
-``tau`` (the contrastive temperature), ``hidden``, ``num_layers``, ``contrast``
+(0|1), ``lr``, ``epochs``, ``patience``, ``snapshots`` (1 = the single best epoch), ``weight_decay``,
+``loss`` (contrastive|ce), ``conv``, ``dropout``, ``tau`` (the contrastive temperature), ``hidden``, ``num_layers``, ``contrast``
 (graph|neighbors|ego), ``ensemble`` (N models, seeds ``seed + 1000 m``, m = 0..N-1, each choosing its own
 epoch on validation; their scores' ranks averaged, then scored on validation).
 
@@ -39,7 +39,7 @@ MODEL_KEYS = {"link_eval": str, "score_space": str, "edge_update": lambda v: boo
               "conv": str, "dropout": float, "link_loss_weight": float, "contrast": str, "tau": float,
               "hidden": int, "num_layers": int, "jump": str}
 FIT_KEYS = {"lr": float, "epochs": int, "patience": int, "weight_decay": float, "eval_every": int,
-            "ensemble": int}
+            "snapshots": int, "ensemble": int}
 
 
 def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -80,7 +80,8 @@ def run_one(data: Any, dataset: str, seed: int, model_o: dict, fit_o: dict) -> d
 
     split = make_split(data, seed=seed)
     d = SupervisedConfig()  # gcad_dist.train's defaults
-    fit = {"epochs": d.epochs, "lr": d.lr, "patience": d.patience, **fit_o}
+    # snapshots is in the run key: runs before session 13 scored with the single best epoch
+    fit = {"epochs": d.epochs, "lr": d.lr, "patience": d.patience, "snapshots": d.snapshots, **fit_o}
     members = int(fit.pop("ensemble", 1))
     # the test split is replaced by an empty mask: nothing here can read a test label
     empty = torch.zeros_like(split.test)

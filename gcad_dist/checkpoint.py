@@ -28,6 +28,7 @@ from partitioning.errors import GraphInputError
 
 MODEL_FILE = "model.pt"
 TRAIN_STATE_FILE = "train_state.pt"
+SNAPSHOTS_KEY = "snapshot_state_dicts"  # model.pt: a snapshot ensemble's states, the best first (optional)
 
 
 class CheckpointError(GraphInputError):
@@ -65,13 +66,19 @@ def _atomic_save(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra: dict | None = None) -> Path:
-    """Write ``model.pt`` = {config (dataclass as dict), state_dict, extra} atomically; returns its path."""
+def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra: dict | None = None,
+               snapshots: list[dict[str, torch.Tensor]] | None = None) -> Path:
+    """Write ``model.pt`` = {config (dataclass as dict), state_dict, extra[, snapshot_state_dicts]} atomically;
+    returns its path. ``snapshots``: the states of a snapshot ensemble (:mod:`gcad_dist.model.snapshots`),
+    the best first; with two or more, readers score with their mean (``state_dict`` stays the best one)."""
     directory = Path(directory)
     cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    obj: dict[str, Any] = {"config": cfg, "state_dict": state, "extra": extra or {}}
+    if snapshots and len(snapshots) > 1:
+        obj[SNAPSHOTS_KEY] = [{k: v.detach().cpu() for k, v in st.items()} for st in snapshots]
     path = directory / MODEL_FILE
-    _atomic_save({"config": cfg, "state_dict": state, "extra": extra or {}}, path)
+    _atomic_save(obj, path)
     return path
 
 

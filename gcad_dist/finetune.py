@@ -65,6 +65,7 @@ class FinetuneConfig:
     weight_decay: float = TrainConfig.weight_decay
     eval_every: int = TrainConfig.eval_every
     patience: int = TrainConfig.patience
+    snapshots: int = TrainConfig.snapshots
     link_eval: str = TrainConfig.link_eval
     score_space: str = TrainConfig.score_space
     seed: int = 0
@@ -88,6 +89,8 @@ def _validate(cfg: FinetuneConfig) -> None:
         raise UsageError(f"--eval-every: must be >= 1, got {cfg.eval_every}")
     if cfg.patience < 0:
         raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
+    if cfg.snapshots < 1:
+        raise UsageError(f"--snapshots: must be >= 1, got {cfg.snapshots}")
     if cfg.link_eval not in LINK_EVALS:
         raise UsageError(f"--link-eval: unknown value {cfg.link_eval!r} (choose from {', '.join(LINK_EVALS)})")
     if cfg.score_space not in SCORE_SPACES:
@@ -106,6 +109,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.checkpoint import save_model
     from gcad_dist.data.splits import make_split, subsample_split
     from gcad_dist.model import GCCAD
+    from gcad_dist.model.snapshots import base_model, member_states
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
     from gcad_dist.supervised import SupervisedConfig, fit_supervised, predict
@@ -143,7 +147,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     # Fine-tuning, validation and test: the same weights under the supervised evaluation settings.
     ft_config = dataclasses.replace(loaded.config, link_eval=cfg.link_eval, score_space=cfg.score_space)
     model = GCCAD(ft_config)
-    model.load_state_dict(zs_model.state_dict())
+    model.load_state_dict(base_model(zs_model).state_dict())  # a snapshot ensemble starts from its best state
     graph_np = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()
     y_np = y.numpy()
     dev = _resolve_device(cfg.device)
@@ -173,20 +177,22 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         "label_fraction": cfg.label_fraction,
         "pretrain_extra": {k: v for k, v in loaded.extra.items() if isinstance(v, (int, float, str, bool))},
     }
-    saved_model, saved_config = model, ft_config
+    saved_model, saved_config, snapshots = model, ft_config, None
     if cfg.epochs == 0:
-        saved_model, saved_config = zs_model, loaded.config  # the checkpoint unchanged
+        # the checkpoint unchanged
+        saved_model, saved_config, snapshots = base_model(zs_model), loaded.config, member_states(zs_model)
         scores, history, best_epoch = zs_scores, None, 0
         metrics.update({"best_epoch": 0, "epochs_run": 0, "val": zero_shot["val"], "test": zero_shot["test"]})
     else:
         scfg = SupervisedConfig(epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
-                                patience=cfg.patience, seed=cfg.seed, device=cfg.device, progress=cfg.progress)
+                                patience=cfg.patience, snapshots=cfg.snapshots, seed=cfg.seed, device=cfg.device,
+                                progress=cfg.progress)
         res = fit_supervised(model, data, sub, scfg)
-        scores, history, best_epoch = res.scores, res.history, res.best_epoch
+        scores, history, best_epoch, snapshots = res.scores, res.history, res.best_epoch, res.snapshot_states
         metrics.update(res.summary())
         metrics["history"] = res.history
     extra.update({"best_epoch": best_epoch, "val": metrics["val"], "test": metrics["test"]})
-    save_model(out / "final", saved_model.cpu(), saved_config, extra=extra)
+    save_model(out / "final", saved_model.cpu(), saved_config, extra=extra, snapshots=snapshots)
     metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
     write_json(metrics, out / "metrics.json")
     if cfg.plots:
@@ -222,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="Adam weight decay")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate on the validation split every n epochs")
     p.add_argument("--patience", type=int, default=d.patience, help="early stop after n epochs without better validation AUPRC (0 = off)")
+    p.add_argument("--snapshots", type=int, default=d.snapshots,
+                   help="score with the mean of the n evaluations with the best validation AUPRC (1 = the single best "
+                   "epoch; as gcad_dist.train). Default: %(default)s")
     p.add_argument("--link-eval", default=d.link_eval, choices=LINK_EVALS,
                    help="GCCAD link remover at evaluation (fine-tuned model; zero-shot keeps the checkpoint's): "
                         "'expected' weights each edge by its keep probability p, 'threshold' keeps iff p > 0.5 "

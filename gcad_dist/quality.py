@@ -77,6 +77,7 @@ class QualityConfig:
     lr: float = TrainConfig.lr
     eval_every: int = TrainConfig.eval_every
     patience: int = TrainConfig.patience
+    snapshots: int = TrainConfig.snapshots
     pre_epochs: int | None = None  # None: the recipe's (gcad_dist.detectors.gccad_pre: local 3, paper 10)
     pre_ensemble: int | None = None  # None: the local recipe's (gcad_dist.detectors.gccad_pre.LOCAL_ENSEMBLE)
 
@@ -129,7 +130,8 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
     return TrainConfig(
         graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, link_eval=cfg.link_eval,
         contrast=cfg.contrast, jump=cfg.jump, hidden=cfg.hidden,
-        layers=cfg.layers, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience, seed=seed,
+        layers=cfg.layers, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience,
+        snapshots=cfg.snapshots, seed=seed,
         device=cfg.device, progress=False, plots=False,
     )
 
@@ -149,6 +151,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
         keep = ("hidden", "layers", "dropout", "epochs", "lr", "weight_decay", "eval_every", "patience",
                 "class_weight", "normalize", "train_frac", "val_frac", "conv", "score_space", "link_eval")
         s["train"] = {k: tc[k] for k in keep if model in ("gccad", "gccad-ce") or k not in GCCAD_ONLY}
+        if tc["snapshots"] != 1:  # absent = 1, the single best epoch (runs before session 13)
+            s["train"]["snapshots"] = tc["snapshots"]
         if model == "gccad" and tc["contrast"] != "graph":  # absent = graph: keeps earlier runs' keys
             s["train"]["contrast"] = tc["contrast"]
             if tc["contrast"] == "auto":  # session 6's auto kept the higher validation AUPRC: another key
@@ -267,7 +271,9 @@ def header(cfg: QualityConfig, models: list[str]) -> str:
              "(seed s = split s, initialisation and noise s)."]
     gnn = [m for m in models if m in GNN_MODELS]
     if gnn:
-        parts.append(f"GNNs ({', '.join(gnn)}): epoch selected on validation AUPRC; hidden={cfg.hidden}, "
+        sel = ("epoch selected on validation AUPRC" if cfg.snapshots == 1 else
+               f"mean score of the {cfg.snapshots} evaluations with the best validation AUPRC")
+        parts.append(f"GNNs ({', '.join(gnn)}): {sel}; hidden={cfg.hidden}, "
                      f"layers={cfg.layers}, epochs<={cfg.epochs}, lr={cfg.lr}, eval every {cfg.eval_every}, "
                      f"patience {cfg.patience}; GCCAD conv={cfg.conv}, score space {cfg.score_space}, link eval {cfg.link_eval}"
                      + (f", contrast {cfg.contrast}" if cfg.contrast != "graph" else "") + ".")
@@ -374,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (GNNs)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="validation every n epochs (GNNs)")
     p.add_argument("--patience", type=int, default=d.patience, help="early-stopping patience in epochs (GNNs; 0 = off)")
+    p.add_argument("--snapshots", type=int, default=d.snapshots,
+                   help="GNNs: score with the mean of the n evaluations with the best validation AUPRC (1 = the single "
+                   "best epoch). Default: %(default)s")
     p.add_argument("--pre-epochs", type=int, default=d.pre_epochs,
                    help="pre-training epochs of gccad-pre / gccad-pre-paper (default: the recipe's, 3 / 10)")
     p.add_argument("--pre-ensemble", type=int, default=d.pre_ensemble,

@@ -106,7 +106,8 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
         FileNotFoundError: no ``model.pt`` there.
         GraphInputError: unreadable file, unknown model kind, or weights that do not fit the config.
     """
-    from gcad_dist.checkpoint import load_model_file
+    from gcad_dist.checkpoint import SNAPSHOTS_KEY, load_model_file
+    from gcad_dist.model.snapshots import SnapshotEnsemble
 
     src = str(checkpoint)
     try:
@@ -131,8 +132,11 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
             raise GraphInputError(src, f"unknown model kind {kind!r} in checkpoint")
         cfg = _dataclass_from_dict(BaselineConfig, ck["config"], src)
         model = build_baseline(cfg)
+    snapshots = ck.get(SNAPSHOTS_KEY) or []
     try:
         model.load_state_dict(ck["state_dict"])
+        if len(snapshots) > 1:  # a snapshot ensemble: score with the mean over its states, as training did
+            model = SnapshotEnsemble(model, snapshots)
     except RuntimeError as e:
         first = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
         raise GraphInputError(src, f"weights do not match the stored model config: {first[:200]}") from None
@@ -221,6 +225,7 @@ def score_parts_halo(model: torch.nn.Module, data: Any, node_part: np.ndarray, d
     from torch_geometric.utils import subgraph
 
     from gcad_dist.model import GCCAD
+    from gcad_dist.model.snapshots import base_model
 
     dev = _resolve_device(device)
     model = model.to(dev).eval()
@@ -245,7 +250,7 @@ def score_parts_halo(model: torch.nn.Module, data: Any, node_part: np.ndarray, d
         kwargs: dict[str, Any] = {}
         if sub_w is not None:
             kwargs["edge_weight"] = sub_w.to(dev)
-        if isinstance(model, GCCAD):
+        if isinstance(base_model(model), GCCAD):
             mask = torch.zeros(nodes.numel(), dtype=torch.bool)
             mask[:c] = True
             kwargs["context_mask"] = mask.to(dev)

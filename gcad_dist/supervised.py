@@ -4,9 +4,10 @@ One loop serves GCCAD (its own ``model.loss`` on the train nodes, score ``model.
 the cross-entropy baselines of :mod:`gcad_dist.model.baselines` (optionally class-weighted CE,
 score = softmax probability of class 1). Optimiser: Adam; learning-rate schedule as METHOD.md §2
 (linear warm-up over the first 10 % of steps, then linear decay to lr / 10; one step per epoch).
-The model is evaluated every ``eval_every`` epochs on the validation split; the state with the
-best **validation AUPRC** is kept (the test split is never used for selection) and training stops
-after ``patience`` epochs without improvement. Nodes with an unknown label (``y < 0``, partly labelled
+The model is evaluated every ``eval_every`` epochs on the validation split; the ``snapshots`` states with
+the best **validation AUPRC** are kept (the test split is never used for selection), every node is scored
+with the mean of their scores (:mod:`gcad_dist.model.snapshots`), and training stops after ``patience``
+epochs without a better single evaluation. Nodes with an unknown label (``y < 0``, partly labelled
 graphs) take part in message passing only: they are dropped from the train/val/test masks, so they enter
 no loss and no metric.
 """
@@ -28,6 +29,7 @@ from tqdm.auto import tqdm
 from gcad_dist.metrics import evaluate
 from gcad_dist.model.baselines import BaselineClassifier
 from gcad_dist.model.precision import autocast, resolve_precision
+from gcad_dist.model.snapshots import SnapshotEnsemble
 from gcad_dist.optim import adam
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,9 @@ class SupervisedConfig:
     final_lr_frac: float = 0.1  # the learning rate decays linearly to lr * final_lr_frac
     eval_every: int = 5  # evaluate on the validation split every n epochs (and after the last)
     patience: int = 50  # stop after this many epochs without a better val AUPRC (0 = never stop early)
+    # score with the mean of the scores of this many evaluations, those with the best val AUPRC (1 = the single
+    # best epoch, the rule before session 13; BENCHMARKS.md, "snapshot ensemble")
+    snapshots: int = 5
     class_weight: bool = True  # baselines: weight CE by inverse class frequency of the train nodes
     grad_clip: float = 0.0  # clip the gradient norm to this value (0 = off)
     seed: int = 0  # seed for dropout / Gumbel sampling during training
@@ -60,8 +65,9 @@ class SupervisedConfig:
 
 @dataclass
 class FitResult:
-    """Outcome of :func:`fit_supervised`. ``state_dict`` is the selected (best-validation) state,
-    already loaded into the model."""
+    """Outcome of :func:`fit_supervised`. ``state_dict`` is the best single (best-validation) state, already
+    loaded into the model; ``scores`` (and ``val``, ``test``) are those of the snapshot ensemble, the mean over
+    ``snapshot_states`` (the best first), which :meth:`ensemble` rebuilds as one module."""
 
     best_epoch: int
     val: dict[str, float]
@@ -73,6 +79,16 @@ class FitResult:
     seconds: float
     device: str
     extra: dict[str, Any] = field(default_factory=dict)
+    snapshot_states: list[dict[str, Tensor]] = field(default_factory=list)
+    snapshot_epochs: list[int] = field(default_factory=list)
+    best_scores: np.ndarray | None = None  # the best single state's scores (= scores with one snapshot)
+
+    def ensemble(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``model`` itself with one snapshot, else a :class:`SnapshotEnsemble` of ``model``'s architecture
+        holding the snapshots: the module whose scores are ``scores``."""
+        if len(self.snapshot_states) <= 1:
+            return model
+        return SnapshotEnsemble(model, self.snapshot_states)
 
     def seconds_per_epoch(self) -> float:
         """Mean wall seconds of an epoch after the first: its step, plus its validation pass when it had one
@@ -89,6 +105,7 @@ class FitResult:
             "seconds": round(self.seconds, 3),
             "seconds_per_epoch": self.seconds_per_epoch(),
             "device": self.device,
+            "snapshot_epochs": self.snapshot_epochs,
             "val": self.val,
             "test": self.test,
             **self.extra,
@@ -167,12 +184,15 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
         cfg: settings.
 
     Returns:
-        :class:`FitResult` with the selected state loaded into ``model``; ``history`` has per-epoch
+        :class:`FitResult` with the best single state loaded into ``model`` and the snapshot ensemble's scores
+        (``cfg.snapshots`` best evaluations by validation AUPRC); ``history`` has per-epoch
         ``loss`` (and loss parts, ``lr``) and per-evaluation ``eval_epoch``, ``val_auroc``, ``val_auprc``.
     """
     cfg = cfg or SupervisedConfig()
     if cfg.epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {cfg.epochs}")
+    if cfg.snapshots < 1:
+        raise ValueError(f"snapshots must be >= 1, got {cfg.snapshots}")
     device = resolve_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)
     train_mask, val_mask, test_mask = (torch.as_tensor(m).bool() for m in split)
@@ -206,6 +226,8 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
         native.available()  # build / load the edge kernels now, not inside the first timed epoch
     best_auprc, best_epoch = -math.inf, 0
     best_state = copy.deepcopy(model.state_dict())
+    # the cfg.snapshots best evaluations, best first: (val AUPRC, epoch, scores of every node, state)
+    top: list[tuple[float, int, np.ndarray, dict[str, Tensor]]] = []
     t0 = time.perf_counter()
     epoch = 0
     bar = tqdm(range(1, cfg.epochs + 1), desc="train", unit="ep", disable=not cfg.progress, leave=False)
@@ -244,7 +266,10 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
             score = m["auprc"] if not math.isnan(m["auprc"]) else -math.inf
             if score > best_auprc:
                 best_auprc, best_epoch = score, epoch
-                best_state = copy.deepcopy(model.state_dict())
+            if len(top) < cfg.snapshots or score > top[-1][0]:  # ties keep the earlier evaluation
+                top.append((score, epoch, s, copy.deepcopy(model.state_dict())))
+                top.sort(key=lambda t: (-t[0], t[1]))
+                del top[cfg.snapshots:]
             bar.set_postfix(loss=f"{history['loss'][-1]:.4f}", val_auprc=f"{m['auprc']:.4f}", best=best_epoch)
             log.debug("epoch %d loss %.4f val auroc %.4f auprc %.4f", epoch, history["loss"][-1], m["auroc"], m["auprc"])
             stop = bool(cfg.patience and epoch - best_epoch >= cfg.patience)
@@ -257,8 +282,13 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     bar.close()
     seconds = time.perf_counter() - t0
 
-    model.load_state_dict(best_state)
-    s = predict(model, data, precision).cpu().numpy()
+    if top:
+        best_state, best_s = top[0][3], top[0][2]
+        s = np.mean([t[2] for t in top], axis=0) if len(top) > 1 else best_s
+        model.load_state_dict(best_state)
+    else:  # stopped (non-finite loss) before the first evaluation: the initial state
+        model.load_state_dict(best_state)
+        s = best_s = predict(model, data, precision).cpu().numpy()
     val = evaluate(y_np, s, graph_np, val_np)
     test = evaluate(y_np, s, graph_np, test_np)
     return FitResult(
@@ -272,4 +302,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
         seconds=seconds,
         device=str(device),
         extra={"class_weight": bool(weight is not None), "precision": precision},
+        snapshot_states=[t[3] for t in top],
+        snapshot_epochs=[t[1] for t in top],
+        best_scores=best_s,
     )

@@ -4,12 +4,14 @@ Reads a labelled graph (``.npz`` / ``.pt`` / folder, see :func:`partitioning.io.
 splits it (the dataset's own split masks if it has them, else a seeded stratified 40/20/40 split),
 using only the nodes whose label is known when the graph is partly labelled (``y = -1`` / ``label_mask``:
 unlabelled nodes pass messages but are in no split, no loss and no metric),
-trains GCCAD (or an ablation, or a baseline) full-batch, selects the epoch on validation AUPRC and
-writes to ``--out``. GCCAD's default ``--contrast auto`` trains two candidates with the same seed, the paper's
+trains GCCAD (or an ablation, or a baseline) full-batch, keeps the ``--snapshots`` evaluations with the best
+validation AUPRC and scores with the mean of their scores (:mod:`gcad_dist.model.snapshots`), and writes to
+``--out``. GCCAD's default ``--contrast auto`` trains two candidates with the same seed, the paper's
 graph contrast and the local ``ego`` one, and keeps ego only when a paired bootstrap over the validation nodes
 finds it clearly better (:mod:`gcad_dist.selection`). Written:
 
-* ``model.pt``       checkpoint (:func:`gcad_dist.checkpoint.save_model`; ``extra["model"]`` is the kind)
+* ``model.pt``       checkpoint (:func:`gcad_dist.checkpoint.save_model`; ``extra["model"]`` is the kind; the
+  snapshot states, which :func:`gcad_dist.score.load_checkpoint_model` loads as one ensemble)
 * ``metrics.json``   config, label counts, split sizes, selected epoch, validation and test metrics, history
 * ``training_curves.png``, ``roc_pr_test.png``
 """
@@ -74,6 +76,7 @@ class TrainConfig:
     weight_decay: float = SupervisedConfig.weight_decay
     eval_every: int = SupervisedConfig.eval_every
     patience: int = SupervisedConfig.patience
+    snapshots: int = SupervisedConfig.snapshots
     class_weight: bool = SupervisedConfig.class_weight
     normalize: str = "standard"
     seed: int = 0
@@ -194,6 +197,8 @@ def _validate(cfg: TrainConfig) -> None:
                          f"not to --contrast {cfg.contrast}")
     if cfg.patience < 0:
         raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
+    if cfg.snapshots < 1:
+        raise UsageError(f"--snapshots: must be >= 1, got {cfg.snapshots}")
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise UsageError(f"--lr: must be > 0, got {cfg.lr}")
     if not 0 <= cfg.dropout < 1:
@@ -220,8 +225,19 @@ class TrainOutcome:
     split: Any  # gcad_dist.data.splits.Split
 
 
-def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
-    """Load (unless ``data`` is given), split, build and fit one model."""
+@dataclass
+class Candidates:
+    """What :func:`fit_candidates` produced: every candidate's fit, before the choice between them."""
+
+    fits: list[tuple[FitResult, torch.nn.Module, Any]]  # (fit, model, model config), the default first
+    data: Any
+    split: Any
+    counts: dict[str, int]
+    budget: dict[str, int]
+
+
+def fit_candidates(cfg: TrainConfig, data=None) -> Candidates:
+    """Load (unless ``data`` is given), split, build and fit the model, or each candidate of ``--contrast auto``."""
     from gcad_dist.data.splits import make_split, subsample_split
 
     _validate(cfg)
@@ -239,7 +255,7 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
     fit_split, budget = subsample_split(split, data.y, cfg.label_fraction, seed=cfg.seed)
     scfg = SupervisedConfig(
         epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
-        patience=cfg.patience, class_weight=cfg.class_weight, seed=cfg.seed, device=cfg.device,
+        patience=cfg.patience, snapshots=cfg.snapshots, class_weight=cfg.class_weight, seed=cfg.seed, device=cfg.device,
         progress=cfg.progress,
     )
     log.info("%s: %d nodes, %d directed edges, %d features; %s; split %s %s; model %s%s",
@@ -257,6 +273,14 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
                                        cfg.ablation, cfg.score_space, cfg.link_eval, contrast,
                                        resolve_jump(cfg.model, cfg.ablation, cfg.jump))
         fits.append((fit_supervised(model, data, fit_split, scfg), model, model_cfg))
+    return Candidates(fits, data, split, counts, budget)
+
+
+def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
+    """Load (unless ``data`` is given), split, build and fit one model (or the candidates of ``--contrast
+    auto``, keeping one on validation)."""
+    c = fit_candidates(cfg, data)
+    fits, data, split, counts, budget = c.fits, c.data, c.split, c.counts, c.budget
     chosen, selection = choose_contrast(fits, data.y, split.val, seed=cfg.seed) if len(fits) > 1 else (0, None)
     res, model, model_cfg = fits[chosen]
     metrics = {
@@ -389,6 +413,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="Adam weight decay")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate on the validation split every n epochs")
     p.add_argument("--patience", type=int, default=d.patience, help="early stop after n epochs without better validation AUPRC (0 = off)")
+    p.add_argument("--snapshots", type=int, default=d.snapshots,
+                   help="score with the mean of the scores of the n evaluations with the best validation AUPRC, a "
+                   "snapshot ensemble that the checkpoint keeps (1 = the single best epoch). Steadier than one epoch "
+                   "picked on a few validation anomalies (BENCHMARKS.md, session 13). Default: %(default)s")
     p.add_argument("--no-class-weight", dest="class_weight", action="store_false",
                    help="baselines: plain cross-entropy instead of inverse-class-frequency weighting")
     p.add_argument("--normalize", default=d.normalize, choices=("standard", "none"), help="feature normalisation (label-free z-score over all nodes)")
@@ -420,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     save_model(out, o.model, o.model_config, extra={
         "model": kind, "ablation": "ce" if cfg.model == "gccad-ce" else cfg.ablation,
         "normalize": cfg.normalize, "best_epoch": res.best_epoch, "val": res.val, "test": res.test,
-    })
+    }, snapshots=res.snapshot_states)
     metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
     write_json(metrics, out / "metrics.json")
     if cfg.plots:
@@ -431,9 +459,10 @@ def main(argv: list[str] | None = None) -> int:
         y_np = o.data.y.cpu().numpy()
         test = o.split.test.cpu().numpy() & (y_np >= 0)
         plot_roc_pr(y_np[test], res.scores[test], out / "roc_pr_test.png", title=f"test, {title}")
+    snaps = f" (scored by {len(res.snapshot_epochs)} snapshots)" if len(res.snapshot_epochs) > 1 else ""
     kept = (f" | contrast {o.model_config.contrast} (kept of {', '.join(metrics['contrast_selection']['candidates'])})"
             if "contrast_selection" in metrics else "")
-    print(f"{cfg.model}: {describe_labels(o.data.y)}{kept} | best epoch {res.best_epoch}/{res.epochs_run}, "
+    print(f"{cfg.model}: {describe_labels(o.data.y)}{kept} | best epoch {res.best_epoch}/{res.epochs_run}{snaps}, "
           f"{metrics['wall_seconds']:.1f} s ({res.seconds_per_epoch():.3f} s/epoch) | "
           f"val AUROC {res.val['auroc']:.4f} AUPRC {res.val['auprc']:.4f} | "
           f"test ({res.test['num_nodes']} labelled nodes) AUROC {res.test['auroc']:.4f} AUPRC {res.test['auprc']:.4f} "

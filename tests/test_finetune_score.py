@@ -115,7 +115,54 @@ def test_finetune_honours_label_fraction_and_writes_checkpoint(small_graph, pre_
     assert ck["config"] == {**load_model_file(pre_checkpoint)["config"], "link_eval": "expected", "score_space": "projection"}
     assert ck["extra"]["finetuned_from"] == str(pre_checkpoint) and ck["extra"]["label_fraction"] == 0.25
     loaded = load_checkpoint_model(out / "final")
-    assert isinstance(loaded.model, GCCAD)
+    from gcad_dist.model.snapshots import SnapshotEnsemble, base_model
+
+    # fine-tuning scores with the snapshot ensemble of its best evaluations (3 here: epochs 2, 4, 6), kept whole
+    assert isinstance(loaded.model, SnapshotEnsemble) and len(loaded.model.members) == len(m["snapshot_epochs"]) == 3
+    assert isinstance(base_model(loaded.model), GCCAD)
+
+
+def test_snapshot_checkpoint_scores_with_the_mean_and_fine_tunes(small_graph, pre_checkpoint, tmp_path, capsys) -> None:
+    """A checkpoint with snapshot states loads as a SnapshotEnsemble whose scores (whole graph, per part and per
+    part with its halo) are the mean of its members'; fine-tuning starts from the best member, and zero-shot
+    keeps every member."""
+    from gcad_dist.model.snapshots import SnapshotEnsemble, member_states
+    from gcad_dist.score import score_parts_halo
+
+    g, path = small_graph
+    base = load_checkpoint_model(pre_checkpoint)
+    states = [base.model.state_dict()]
+    for k in (1, 2):
+        torch.manual_seed(k)
+        states.append({n: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v for n, v in states[0].items()})
+    d = tmp_path / "ens"
+    save_model(d, base.model, base.config, extra={"stage": "test"}, snapshots=states)
+    loaded = load_checkpoint_model(d)
+    ens = loaded.model
+    assert isinstance(ens, SnapshotEnsemble) and len(ens.members) == 3
+    assert all(torch.equal(a[n], b[n]) for a, b in zip(member_states(ens), states) for n in a)
+    data = prepare_data(str(path), loaded)
+    members = [m.eval() for m in ens.members]
+    np.testing.assert_allclose(score_data(ens, data, device="cpu"),
+                               np.mean([score_data(m, data, device="cpu") for m in members], 0), atol=1e-5)
+    part = np.arange(data.num_nodes) % 3
+    np.testing.assert_allclose(score_parts_halo(ens, data, part, device="cpu"),
+                               np.mean([score_parts_halo(m, data, part, device="cpu") for m in members], 0), atol=1e-5)
+    assert np.abs(score_data(members[0], data, device="cpu") - score_data(members[1], data, device="cpu")).max() > 1e-4
+
+    zs = tmp_path / "zs"
+    code, _, err = _run(finetune_main, ["--checkpoint", str(d), "--graph", str(path), "--out", str(zs), "--epochs", "0",
+                                        "--no-progress", "--no-plots", "--threads", "1"], capsys)
+    assert code == 0, err
+    again = load_checkpoint_model(zs / "final").model
+    assert isinstance(again, SnapshotEnsemble)
+    assert all(torch.equal(a[n], b[n]) for a, b in zip(member_states(again), states) for n in a)
+    ft = tmp_path / "ft"
+    code, _, err = _run(finetune_main, ["--checkpoint", str(d), "--graph", str(path), "--out", str(ft), "--epochs", "2",
+                                        "--eval-every", "1", "--snapshots", "1", "--no-progress", "--no-plots",
+                                        "--threads", "1"], capsys)
+    assert code == 0, err
+    assert isinstance(load_checkpoint_model(ft / "final").model, GCCAD)  # one snapshot: a plain model
 
 
 def test_zero_shot_evaluates_pretrained_weights_unchanged(small_graph, pre_checkpoint, tmp_path, capsys) -> None:

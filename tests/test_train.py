@@ -40,6 +40,19 @@ def _cli(args: list[str], capsys) -> tuple[int, str]:
     return int(exc.value.code or 0), capsys.readouterr().err
 
 
+def _shifted_graph(n: int, features: int, shift: float, edges: int):
+    """(Data, y, stratified split): 15% anomalies whose features are shifted by ``shift``, random undirected edges."""
+    from torch_geometric.data import Data
+
+    from gcad_dist.data.splits import stratified_split
+
+    torch.manual_seed(0)
+    y = (torch.rand(n) < 0.15).long()
+    x = torch.randn(n, features) + shift * y[:, None].float()
+    ei = torch.randint(0, n, (2, edges))
+    return Data(x=x, edge_index=torch.cat([ei, ei.flip(0)], 1), y=y), y, stratified_split(y, seed=0)
+
+
 def test_lr_schedule_warmup_then_decay_to_tenth():
     f = lr_lambda(100, 0.1, 0.1)
     assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
@@ -63,18 +76,20 @@ def test_train_cli_end_to_end(tmp_path, capsys):
     assert m["split"]["train"] + m["split"]["val"] + m["split"]["test"] == 600
     ck = load_model_file(out)
     assert ck["extra"]["model"] == "gccad" and ck["config"]["hidden"] == 16
-    # the checkpoint reproduces the selected model's validation AUPRC
-    from gcad_dist.model import GCCAD, GCCADConfig
-    from gcad_dist.supervised import predict
-    from gcad_dist.train import load_labelled
+    # the checkpoint reproduces the selected model's validation AUPRC: a snapshot ensemble of the best evaluations
     from gcad_dist.data.splits import make_split
     from gcad_dist.metrics import evaluate
+    from gcad_dist.model.snapshots import SnapshotEnsemble
+    from gcad_dist.score import load_checkpoint_model
+    from gcad_dist.supervised import predict
+    from gcad_dist.train import load_labelled
 
-    model = GCCAD(GCCADConfig(**ck["config"]))
-    model.load_state_dict(ck["state_dict"])
+    loaded = load_checkpoint_model(out)
+    assert isinstance(loaded.model, SnapshotEnsemble) and len(loaded.model.members) == len(m["snapshot_epochs"]) == 3
+    assert m["snapshot_epochs"][0] == m["best_epoch"]
     data = load_labelled(str(g))
     split = make_split(data, seed=0)
-    s = predict(model, data)
+    s = predict(loaded.model, data)
     assert evaluate(data.y, s, mask=split.val)["auprc"] == pytest.approx(m["val"]["auprc"], abs=1e-6)
 
 
@@ -131,20 +146,12 @@ def test_unlabelled_graph_rejected(tmp_path, capsys):
 def test_fit_selects_on_validation_and_baseline_learns():
     """A GCN on a graph whose labels follow the features learns them; the kept state is the best
     validation AUPRC among the evaluations, never chosen by test."""
-    from torch_geometric.data import Data
-
-    from gcad_dist.data.splits import stratified_split
     from gcad_dist.model.baselines import BaselineConfig, build_baseline
 
-    torch.manual_seed(0)
-    n = 400
-    y = (torch.rand(n) < 0.15).long()
-    x = torch.randn(n, 4) + 2.5 * y[:, None].float()
-    ei = torch.randint(0, n, (2, 2000))
-    data = Data(x=x, edge_index=torch.cat([ei, ei.flip(0)], 1), y=y)
-    split = stratified_split(y, seed=0)
+    data, y, split = _shifted_graph(400, 4, 2.5, 2000)
     model = build_baseline(BaselineConfig(in_dim=4, kind="mlp", hidden=16))
-    res = fit_supervised(model, data, split, SupervisedConfig(epochs=60, lr=1e-2, eval_every=5, progress=False))
+    res = fit_supervised(model, data, split, SupervisedConfig(epochs=60, lr=1e-2, eval_every=5, snapshots=1,
+                                                              progress=False))
     assert res.val["auprc"] == pytest.approx(max(res.history["val_auprc"]))
     assert res.best_epoch == res.history["eval_epoch"][int(np.argmax(res.history["val_auprc"]))]
     assert res.test["auroc"] > 0.9
@@ -152,6 +159,51 @@ def test_fit_selects_on_validation_and_baseline_learns():
     assert len(res.history["epoch_seconds"]) == res.epochs_run == len(res.history["epoch"])
     assert res.summary()["seconds_per_epoch"] == pytest.approx(np.mean(res.history["epoch_seconds"][1:]), abs=1e-4)
     assert sum(res.history["epoch_seconds"]) <= res.seconds
+
+
+@pytest.mark.parametrize("model_kind", ["gccad", "gcn"])
+def test_snapshot_ensemble_averages_the_best_validation_evaluations(model_kind):
+    """With ``snapshots=k`` the scores are the mean over the k evaluations with the best validation AUPRC (the
+    best first, ties to the earlier one), chosen without a test label; the ensemble module rebuilds them, and
+    ``snapshots=1`` is the single best epoch."""
+    from gcad_dist.model.snapshots import SnapshotEnsemble
+    from gcad_dist.supervised import predict
+    from gcad_dist.train import build_model
+
+    data, y, split = _shifted_graph(300, 6, 1.0, 1200)
+
+    def fit(k, labels):
+        torch.manual_seed(0)
+        model, _ = build_model(model_kind, 6, hidden=16, contrast="graph")
+        d = data.clone()
+        d.y = labels
+        return model, fit_supervised(model, d, split, SupervisedConfig(epochs=40, lr=1e-2, eval_every=4, patience=0,
+                                                                         snapshots=k, progress=False))
+
+    model, res = fit(3, y)
+    auprc = np.array(res.history["val_auprc"])
+    epochs = np.array(res.history["eval_epoch"])
+    order = sorted(range(len(auprc)), key=lambda i: (-auprc[i], epochs[i]))[:3]
+    assert res.snapshot_epochs == [int(epochs[i]) for i in order] and res.best_epoch == res.snapshot_epochs[0]
+    ens = res.ensemble(model)
+    assert isinstance(ens, SnapshotEnsemble) and len(ens.members) == 3
+    assert np.allclose(predict(ens, data).numpy(), res.scores, atol=1e-5)
+    members = [predict(m, data).numpy() for m in ens.members]
+    assert np.allclose(np.mean(members, 0), res.scores, atol=1e-5)
+    assert np.allclose(predict(model, data).numpy(), members[0], atol=1e-6)  # the model holds the best state
+    # one snapshot: the single best epoch, the model's own scores
+    model1, res1 = fit(1, y)
+    assert res1.ensemble(model1) is model1 and res1.snapshot_epochs == [res1.best_epoch]
+    assert np.allclose(predict(model1, data).numpy(), res1.scores, atol=1e-6)
+    # the trajectory does not depend on the ensemble size: the best single state is the one snapshots=1 keeps
+    assert res1.best_epoch == res.best_epoch and np.allclose(res1.scores, res.best_scores)
+    # no test label read: scrambling the test labels leaves the kept epochs and every score unchanged
+    y2 = y.clone()
+    t = split.test.nonzero().flatten()
+    y2[t] = y[t[torch.randperm(len(t), generator=torch.Generator().manual_seed(1))]]
+    y2[t[:5]] = 1 - y2[t[:5]]
+    _, res2 = fit(3, y2)
+    assert res2.snapshot_epochs == res.snapshot_epochs and np.allclose(res2.scores, res.scores)
 
 
 def test_gccad_finds_planted_anomalies(tmp_path):
@@ -240,3 +292,39 @@ def test_contrast_auto_switches_only_on_clear_validation_evidence(tmp_path, monk
     assert seen == ["graph"] and "contrast_selection" not in out.metrics
     with pytest.raises(Exception, match="--contrast"):
         train_mod.train_one(train_mod.TrainConfig(graph=str(g), out="", contrast="halo"))
+
+
+def test_baseline_adjacency_cache_follows_the_edge_tensor():
+    """The baselines cache their sparse adjacency per edge_index tensor: another graph of the same size, or an
+    in-place edit of the same tensor, gives the outputs of a model without a cache."""
+    from gcad_dist.model.baselines import BaselineConfig, build_baseline
+
+    torch.manual_seed(0)
+    n = 50
+    x = torch.randn(n, 4)
+    model = build_baseline(BaselineConfig(in_dim=4, kind="gcn", hidden=8)).eval()
+
+    def fresh(ei):
+        m = build_baseline(BaselineConfig(in_dim=4, kind="gcn", hidden=8)).eval()
+        m.load_state_dict(model.state_dict())
+        return m(x, ei)
+
+    a, b = torch.randint(0, n, (2, 200)), torch.randint(0, n, (2, 200))
+    with torch.no_grad():
+        assert torch.allclose(model(x, a), fresh(a))
+        assert torch.allclose(model(x, b), fresh(b))  # same shape, another graph
+        b[1] = torch.randint(0, n, (200,))  # edited in place
+        assert torch.allclose(model(x, b), fresh(b), atol=1e-6)
+
+
+def test_snapshot_bench_table_means_and_differences():
+    """bench.snapshots: one row per (graph, model), the mean over seeds of each rule and their difference."""
+    from bench.snapshots import table
+
+    def row(seed, single, snap):
+        return {"dataset": "g", "model": "gccad", "seed": seed, "size": 5,
+                "single": {"test_auroc": single[0], "test_auprc": single[1]},
+                "snapshots": {"test_auroc": snap[0], "test_auprc": snap[1]}}
+
+    out = table([row(0, (0.6, 0.1), (0.7, 0.2)), row(1, (0.8, 0.3), (0.7, 0.2))])
+    assert out.splitlines()[2] == "| g | gccad | 2 | 0.7000 / 0.2000 | 0.7000 / 0.2000 | +0.0000 / +0.0000 |"

@@ -66,17 +66,21 @@ class BaselineClassifier(nn.Module):
         self.layers = nn.ModuleList(_layer(cfg.kind, cfg.hidden, cfg.heads) for _ in range(cfg.num_layers))
         self.norms = nn.ModuleList(nn.LayerNorm(cfg.hidden) for _ in range(cfg.num_layers))
         self.head = nn.Linear(cfg.hidden, 2)
+        self._adj_src: Tensor | None = None  # the edge_index the cached adjacency was built from
         self._adj_key: tuple | None = None
         self._adj_t: Tensor | None = None
 
     def _adjacency(self, edge_index: Tensor, n: int) -> Tensor:
-        """Sparse CSR ``adj_t`` (row = target, PyG convention) of ``edge_index``, cached."""
-        key = (edge_index.data_ptr(), tuple(edge_index.shape), n, edge_index.device)
-        if self._adj_key != key:
+        """Sparse CSR ``adj_t`` (row = target, PyG convention) of ``edge_index``, cached for that very tensor.
+
+        The cache holds the tensor itself and its version counter: a new tensor that happens to reuse a freed
+        one's memory, or an in-place edit, rebuilds it (a key of the data pointer alone would not)."""
+        key = (edge_index._version, n)
+        if self._adj_src is not edge_index or self._adj_key != key:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
                 self._adj_t = to_torch_csr_tensor(edge_index.flip(0), size=(n, n))
-            self._adj_key = key
+            self._adj_src, self._adj_key = edge_index, key
         return self._adj_t
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, **_: object) -> Tensor:
