@@ -264,12 +264,11 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
             history["val_auroc"].append(m["auroc"])
             history["val_auprc"].append(m["auprc"])
             score = m["auprc"] if not math.isnan(m["auprc"]) else -math.inf
-            if score > best_auprc:
-                best_auprc, best_epoch = score, epoch
             if len(top) < cfg.snapshots or score > top[-1][0]:  # ties keep the earlier evaluation
                 top.append((score, epoch, s, copy.deepcopy(model.state_dict())))
                 top.sort(key=lambda t: (-t[0], t[1]))
                 del top[cfg.snapshots:]
+            best_auprc, best_epoch = top[0][0], top[0][1]  # the best single evaluation leads the snapshots
             bar.set_postfix(loss=f"{history['loss'][-1]:.4f}", val_auprc=f"{m['auprc']:.4f}", best=best_epoch)
             log.debug("epoch %d loss %.4f val auroc %.4f auprc %.4f", epoch, history["loss"][-1], m["auroc"], m["auprc"])
             stop = bool(cfg.patience and epoch - best_epoch >= cfg.patience)
