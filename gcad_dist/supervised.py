@@ -224,8 +224,8 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
         from gcad_dist.model import native
 
         native.available()  # build / load the edge kernels now, not inside the first timed epoch
-    best_auprc, best_epoch = -math.inf, 0
-    best_state = copy.deepcopy(model.state_dict())
+    best_epoch = 0
+    best_state = copy.deepcopy(model.state_dict())  # kept if no evaluation happens (non-finite loss at once)
     # the cfg.snapshots best evaluations, best first: (val AUPRC, epoch, scores of every node, state)
     top: list[tuple[float, int, np.ndarray, dict[str, Tensor]]] = []
     t0 = time.perf_counter()
@@ -268,7 +268,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
                 top.append((score, epoch, s, copy.deepcopy(model.state_dict())))
                 top.sort(key=lambda t: (-t[0], t[1]))
                 del top[cfg.snapshots:]
-            best_auprc, best_epoch = top[0][0], top[0][1]  # the best single evaluation leads the snapshots
+            best_epoch = top[0][1]  # the best single evaluation leads the snapshots
             bar.set_postfix(loss=f"{history['loss'][-1]:.4f}", val_auprc=f"{m['auprc']:.4f}", best=best_epoch)
             log.debug("epoch %d loss %.4f val auroc %.4f auprc %.4f", epoch, history["loss"][-1], m["auroc"], m["auprc"])
             stop = bool(cfg.patience and epoch - best_epoch >= cfg.patience)
@@ -276,18 +276,16 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
             stop = False
         history["epoch_seconds"].append(time.perf_counter() - t_epoch)
         if stop:
-            log.info("early stop at epoch %d (best val AUPRC %.4f at epoch %d)", epoch, best_auprc, best_epoch)
+            log.info("early stop at epoch %d (best val AUPRC %.4f at epoch %d)", epoch, top[0][0], best_epoch)
             break
     bar.close()
     seconds = time.perf_counter() - t0
 
     if top:
-        best_state, best_s = top[0][3], top[0][2]
-        s = np.mean([t[2] for t in top], axis=0) if len(top) > 1 else best_s
-        model.load_state_dict(best_state)
-    else:  # stopped (non-finite loss) before the first evaluation: the initial state
-        model.load_state_dict(best_state)
-        s = best_s = predict(model, data, precision).cpu().numpy()
+        best_state = top[0][3]
+    model.load_state_dict(best_state)
+    best_s = top[0][2] if top else predict(model, data, precision).cpu().numpy()
+    s = np.mean([t[2] for t in top], axis=0) if len(top) > 1 else best_s
     val = evaluate(y_np, s, graph_np, val_np)
     test = evaluate(y_np, s, graph_np, test_np)
     return FitResult(
