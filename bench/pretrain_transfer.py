@@ -282,6 +282,7 @@ def _record(dataset: str, method: str, fraction: float | None, seed: int, m: dic
         "link_eval": m.get("link_eval", (m.get("model_config") or {}).get("link_eval")),
         "score_space": m.get("score_space", (m.get("model_config") or {}).get("score_space")),
         "wall_seconds": m.get("wall_seconds"), "split": m.get("split"),
+        "finetuned_model": m.get("finetuned_model"),  # gcad_dist.finetune --model auto: the model kept on validation
     }
 
 
@@ -319,11 +320,12 @@ def table(records: list[dict[str, Any]]) -> str:
 
 def comparison(records: list[dict[str, Any]]) -> str:
     """Markdown table: per (dataset, label fraction), fine-tune minus scratch paired by seed (mean ± std of the
-    per-seed differences), the seeds where fine-tuning has the higher test AUROC / AUPRC, and the ratio of the mean
-    test AUPRCs (fine-tune / scratch). Seeds with only one of the two runs are left out."""
+    per-seed differences), the seeds where fine-tuning has the higher test AUROC / AUPRC, the ratio of the mean
+    test AUPRCs (fine-tune / scratch) and which model each fine-tuning kept (``gcad_dist.finetune --model``: the
+    checkpoint's or the graph model, counted over seeds). Seeds with only one of the two runs are left out."""
     lines = ["| dataset | label fraction | seeds | Δ test AUROC | Δ test AUPRC | Δ test Rec@K | seeds fine-tune better (AUROC, AUPRC) | "
-             "AUPRC ratio |",
-             "|---|---|---|---|---|---|---|---|"]
+             "AUPRC ratio | fine-tuned model kept |",
+             "|---|---|---|---|---|---|---|---|---|"]
     runs: dict[tuple[str, float, str], dict[int, dict[str, Any]]] = {}
     keys: list[tuple[str, float]] = []
     for r in records:
@@ -342,8 +344,10 @@ def comparison(records: list[dict[str, Any]]) -> str:
         wins = ", ".join(f"{sum(d > 0 for d in diffs[k])}/{len(seeds)}" for k in ("auroc", "auprc"))
         sc_auprc = np.mean([sc[s]["auprc"] for s in seeds])
         ratio = f"{np.mean([ft[s]['auprc'] for s in seeds]) / sc_auprc:.2f}" if sc_auprc > 0 else "-"
+        kept = [ft[s].get("finetuned_model") or "checkpoint" for s in seeds]  # older runs fine-tuned the checkpoint
+        kept_cell = ", ".join(f"{m} {kept.count(m)}/{len(seeds)}" for m in dict.fromkeys(kept))
         lines.append(f"| {ds} | {frac:g} | {','.join(map(str, seeds))} | "
-                     f"{' | '.join(_mean_std(diffs[k], signed=True) for k in METRICS)} | {wins} | {ratio} |")
+                     f"{' | '.join(_mean_std(diffs[k], signed=True) for k in METRICS)} | {wins} | {ratio} | {kept_cell} |")
     return "\n".join(lines)
 
 

@@ -14,6 +14,17 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    checkpoint's own ``link_eval`` / ``score_space``, as ``python -m gcad_dist.score`` scores it), then
    fine-tune full-batch with :func:`gcad_dist.supervised.fit_supervised`, selecting the epoch on
    validation AUPRC. ``--epochs 0`` stops after the zero-shot evaluation.
+5. Which model is fine-tuned (``--model``, :data:`FINETUNE_MODELS`): the checkpoint's own (``checkpoint``);
+   ``gcad_dist.train``'s GCCAD started from the checkpoint's input projection (``graph``); or that GCCAD from a
+   random start (``scratch``: what ``gcad_dist.train`` fits on the same labels). The label-free recipe's model
+   (the ``local`` contrast) passes no message: it carries the pre-trained score, and labels cannot teach it the
+   graph. So by default (``auto``) such a checkpoint is fitted all three ways and one is kept on validation:
+   the checkpoint's model unless an alternative's AUPRC is clearly higher by a paired bootstrap over the
+   validation nodes (the rule of ``gcad_dist.train --contrast auto``, :func:`gcad_dist.train.choose_contrast`).
+   Both graph starts are candidates because neither wins everywhere on validation (BENCHMARKS.md, session 15:
+   the pre-trained start is better on tolokers, worse on inj_cora with all its labels). A checkpoint that passes
+   messages is fine-tuned as it is. ``metrics.json`` records the choice (``finetuned_model``,
+   ``model_selection``, and each graph model's own contrast choice in ``contrast_selection``).
 
 Fine-tuning uses the supervised defaults of ``python -m gcad_dist.train`` (taken from its
 :class:`~gcad_dist.train.TrainConfig`, not copied): the optimiser, epoch and patience settings and the
@@ -48,7 +59,15 @@ from partitioning.errors import GraphInputError
 
 log = logging.getLogger("gcad_dist.finetune")
 
-__all__ = ["FinetuneConfig", "subsample_labels", "finetune", "main"]
+__all__ = ["FINETUNE_MODELS", "FinetuneConfig", "subsample_labels", "warm_start_input_projection", "finetune", "main"]
+
+#: ``--model``: ``checkpoint`` fine-tunes the checkpoint's own model; ``graph`` fine-tunes gcad_dist.train's model
+#: (message passing, its ``--contrast auto`` candidates) started from the checkpoint's input projection; ``scratch``
+#: trains that model from a random start, as gcad_dist.train does (the pre-trained weights unused); ``auto``
+#: fine-tunes the checkpoint as it is when its model passes messages, else fits AUTO_MODELS and keeps one on
+#: validation (the bootstrap rule of :mod:`gcad_dist.selection`, the checkpoint's model the default)
+FINETUNE_MODELS = ("auto", "checkpoint", "graph", "scratch")
+AUTO_MODELS = ("checkpoint", "graph", "scratch")
 
 
 @dataclass
@@ -59,6 +78,7 @@ class FinetuneConfig:
     graph: str
     out: str = "runs/ft"
     label_fraction: float = 1.0
+    model: str = "auto"  # which model is fine-tuned: FINETUNE_MODELS
     # Supervised defaults shared with ``python -m gcad_dist.train`` (one place: TrainConfig).
     epochs: int = TrainConfig.epochs
     lr: float = TrainConfig.lr
@@ -91,6 +111,8 @@ def _validate(cfg: FinetuneConfig) -> None:
         raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
     if cfg.snapshots < 1:
         raise UsageError(f"--snapshots: must be >= 1, got {cfg.snapshots}")
+    if cfg.model not in FINETUNE_MODELS:
+        raise UsageError(f"--model: unknown value {cfg.model!r} (choose from {', '.join(FINETUNE_MODELS)})")
     if cfg.link_eval not in LINK_EVALS:
         raise UsageError(f"--link-eval: unknown value {cfg.link_eval!r} (choose from {', '.join(LINK_EVALS)})")
     if cfg.score_space not in SCORE_SPACES:
@@ -104,6 +126,36 @@ def _validate(cfg: FinetuneConfig) -> None:
         raise UsageError(f"--out: {out} exists and is not a directory")
 
 
+def passes_messages(config: Any) -> bool:
+    """Whether a GCCAD config's forward pass uses its message-passing layers (the ``local`` contrast skips them:
+    the label-free recipe's model is an input projection and a head)."""
+    return not (getattr(config, "contrast", "graph") == "local" and getattr(config, "loss", "contrastive") != "ce")
+
+
+def warm_start_input_projection(model: torch.nn.Module, source: torch.nn.Module) -> None:
+    """Copy ``source``'s input projection (``encoder.input_proj``, F -> hidden) into ``model``'s, in place.
+
+    An ensemble's projection holds K members' blocks of ``hidden`` rows side by side; the first member's is taken
+    (the members are trained alike from different starts, so any one is as good a start, and their mean is not a
+    trained projection). Raises ValueError when the widths differ.
+    """
+    dst, src = model.encoder.input_proj, source.encoder.input_proj
+    rows = dst.weight.size(0)
+    if src.weight.size(1) != dst.weight.size(1) or src.weight.size(0) % rows:
+        raise ValueError(f"input projections differ in shape: {tuple(src.weight.shape)} cannot start "
+                         f"{tuple(dst.weight.shape)}")
+    with torch.no_grad():
+        dst.weight.copy_(src.weight[:rows])
+        dst.bias.copy_(src.bias[:rows])
+
+
+def _models_to_fit(choice: str, config: Any) -> list[str]:
+    """The candidates ``--model`` asks for, given the checkpoint's model config."""
+    if choice == "auto":
+        return ["checkpoint"] if passes_messages(config) else list(AUTO_MODELS)
+    return [choice]
+
+
 def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     """Run steps 1-4 of the module doc and write the outputs; returns the metrics dict."""
     from gcad_dist.checkpoint import save_model
@@ -113,7 +165,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
     from gcad_dist.supervised import SupervisedConfig, fit_supervised, predict
-    from gcad_dist.train import check_labels, warn_split_classes, write_json
+    from gcad_dist.train import check_labels, choose_contrast, fit_models, warn_split_classes, write_json
     from partitioning.graph import describe_labels
 
     _validate(cfg)
@@ -187,10 +239,41 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         scfg = SupervisedConfig(epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
                                 patience=cfg.patience, snapshots=cfg.snapshots, seed=cfg.seed, device=cfg.device,
                                 progress=cfg.progress)
-        res = fit_supervised(model, data, sub, scfg)
+        names, fits, graph_selection = [], [], {}
+        for which in _models_to_fit(cfg.model, loaded.config):
+            if which == "checkpoint":
+                log.info("fine-tuning the checkpoint's model (contrast %s)", ft_config.contrast)
+                fits.append((fit_supervised(model, data, sub, scfg), model, ft_config))
+            else:  # gcad_dist.train's model and candidates, from the pre-trained input projection or from scratch
+                tcfg = TrainConfig(graph=cfg.graph, out=cfg.out, hidden=loaded.config.hidden, epochs=cfg.epochs,
+                                   lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
+                                   patience=cfg.patience, snapshots=cfg.snapshots, link_eval=cfg.link_eval,
+                                   score_space=cfg.score_space, seed=cfg.seed, device=cfg.device,
+                                   progress=cfg.progress)
+                source = base_model(zs_model)
+                init = (lambda m: warm_start_input_projection(m, source)) if which == "graph" else None
+                log.info("fine-tuning gcad_dist.train's model (message passing), %s",
+                         "started from the checkpoint's input projection" if init else "from scratch")
+                gfits = fit_models(tcfg, data, sub, scfg, init=init)
+                gi = 0
+                if len(gfits) > 1:
+                    gi, graph_selection[which] = choose_contrast(gfits, y, split.val, seed=cfg.seed)
+                fits.append(gfits[gi])
+            names.append(which)
+        chosen = 0
+        if len(fits) > 1:
+            chosen, selection = choose_contrast(fits, y, split.val, seed=cfg.seed, names=names,
+                                                what="fine-tuned model")
+            metrics["model_selection"] = selection
+        if graph_selection:  # each graph model's own choice, graph against ego contrast, as gcad_dist.train makes it
+            metrics["contrast_selection"] = graph_selection
+        res, saved_model, saved_config = fits[chosen]
         scores, history, best_epoch, snapshots = res.scores, res.history, res.best_epoch, res.snapshot_states
+        metrics["finetuned_model"] = names[chosen]
+        metrics["model_config"] = asdict(saved_config)
         metrics.update(res.summary())
         metrics["history"] = res.history
+        extra["finetuned_model"] = names[chosen]
     extra.update({"best_epoch": best_epoch, "val": metrics["val"], "test": metrics["test"]})
     save_model(out / "final", saved_model.cpu(), saved_config, extra=extra, snapshots=snapshots)
     metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
@@ -222,6 +305,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-fraction", type=float, default=d.label_fraction,
                    help="fraction of the training split's labels to use, in (0, 1]; stratified by class, seeded, "
                         "at least one node of each class (partly labelled graph: of its labelled training nodes)")
+    p.add_argument("--model", default=d.model, choices=FINETUNE_MODELS,
+                   help="what is fitted: 'checkpoint' = the checkpoint's own model; 'graph' = gcad_dist.train's GCCAD "
+                        "(message passing; its --contrast auto candidates) started from the checkpoint's input "
+                        "projection; 'scratch' = that GCCAD from a random start, as gcad_dist.train fits it; 'auto' = "
+                        "'checkpoint' when that model passes messages, else all three, keeping the checkpoint's unless "
+                        "a paired bootstrap over the validation nodes finds another's AUPRC clearly higher (the "
+                        "label-free recipe's model has no message passing: where its score says little about the "
+                        "labelled anomalies, a graph model learns what it cannot; costs about 2x gcad_dist.train)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch fine-tuning epochs; 0 = zero-shot evaluation only "
                                                             "(optimiser, epoch and patience defaults are gcad_dist.train's)")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
@@ -256,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(cfg.verbose)
     m = finetune(cfg)
     zs, te = m["zero_shot"]["test"], m["test"]
-    label = "zero-shot only" if cfg.epochs == 0 else f"best epoch {m['best_epoch']}/{m['epochs_run']}"
+    label = ("zero-shot only" if cfg.epochs == 0
+             else f"{m['finetuned_model']} model, best epoch {m['best_epoch']}/{m['epochs_run']}")
     lab = m["labels"]
     graph_labels = ("all labelled" if lab["labelled"] == lab["nodes"]
                     else f"{lab['labelled']:,} of {lab['nodes']:,} nodes labelled")

@@ -25,7 +25,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -253,15 +253,29 @@ def fit_candidates(cfg: TrainConfig, data=None) -> Candidates:
     warn_split_classes(split, data.y)
     # --label-fraction: the same seeded stratified subsample of the training labels as gcad_dist.finetune
     fit_split, budget = subsample_split(split, data.y, cfg.label_fraction, seed=cfg.seed)
-    scfg = SupervisedConfig(
-        epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
-        patience=cfg.patience, snapshots=cfg.snapshots, class_weight=cfg.class_weight, seed=cfg.seed, device=cfg.device,
-        progress=cfg.progress,
-    )
+    scfg = supervised_config(cfg)
     log.info("%s: %d nodes, %d directed edges, %d features; %s; split %s %s; model %s%s",
              cfg.graph, data.num_nodes, data.edge_index.shape[1], data.num_features, describe_labels(data.y),
              split.source, split.sizes(), cfg.model,
              f" (conv {cfg.conv}, ablation {cfg.ablation})" if cfg.model == "gccad" else "")
+    fits = fit_models(cfg, data, fit_split, scfg)
+    return Candidates(fits, data, split, counts, budget)
+
+
+def supervised_config(cfg: TrainConfig) -> SupervisedConfig:
+    """The :class:`SupervisedConfig` of a run of ``cfg`` (optimiser, epochs, selection, device)."""
+    return SupervisedConfig(
+        epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
+        patience=cfg.patience, snapshots=cfg.snapshots, class_weight=cfg.class_weight, seed=cfg.seed, device=cfg.device,
+        progress=cfg.progress,
+    )
+
+
+def fit_models(cfg: TrainConfig, data: Any, fit_split: Any, scfg: SupervisedConfig,
+               init: Callable[[torch.nn.Module], None] | None = None) -> list[tuple[FitResult, torch.nn.Module, Any]]:
+    """Build and fit ``cfg``'s model on ``data`` (each candidate of ``--contrast auto``, the default first), every
+    candidate from the same seed. ``init`` (if given) changes each freshly built model before its fit, e.g.
+    :func:`gcad_dist.finetune` starting from a pre-trained input projection."""
     # auto: the full model only; an ablation or a baseline keeps the paper's graph contrast (a controlled comparison)
     auto = cfg.contrast == "auto" and cfg.model == "gccad" and cfg.ablation == "none"
     candidates = AUTO_CONTRASTS if auto else ((cfg.contrast if cfg.contrast != "auto" else "graph",))
@@ -272,8 +286,10 @@ def fit_candidates(cfg: TrainConfig, data=None) -> Candidates:
         model, model_cfg = build_model(cfg.model, data.num_features, cfg.hidden, cfg.layers, cfg.dropout, cfg.conv,
                                        cfg.ablation, cfg.score_space, cfg.link_eval, contrast,
                                        resolve_jump(cfg.model, cfg.ablation, cfg.jump))
+        if init is not None:
+            init(model)
         fits.append((fit_supervised(model, data, fit_split, scfg), model, model_cfg))
-    return Candidates(fits, data, split, counts, budget)
+    return fits
 
 
 def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
@@ -297,27 +313,31 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
     return TrainOutcome(res, metrics, model, model_cfg, data, split)
 
 
-def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any,
-                    seed: int = 0) -> tuple[int, dict[str, Any]]:
+def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any, seed: int = 0,
+                    names: list[str] | None = None, what: str = "contrast") -> tuple[int, dict[str, Any]]:
     """Keep the first candidate (the paper's graph contrast) unless an alternative's validation AUPRC is
     better with bootstrap confidence >= :data:`gcad_dist.selection.SWITCH_CONFIDENCE` (paired Poisson
-    bootstrap over the validation nodes; among several such alternatives, the surest wins). With fewer than
+    bootstrap over the validation nodes; among several such alternatives, the surest wins, and among equally
+    sure ones the higher validation AUPRC). With fewer than
     :data:`gcad_dist.selection.MIN_POSITIVES` validation anomalies the first candidate is kept.
 
     Reads the validation nodes' labels and scores only. Returns the kept candidate's index and a JSON-ready
     record: the choice, the rule, each candidate's validation AUPRC and bootstrap comparison, and (for
-    reports, read after the choice) each candidate's selected epoch and held-out metrics.
+    reports, read after the choice) each candidate's selected epoch and held-out metrics. ``names`` name the
+    candidates (default: their configs' contrasts); ``what`` names the choice in the log.
     """
     from gcad_dist.selection import SWITCH_RULE, compare_auprc
 
     vm = torch.as_tensor(val_mask, dtype=torch.bool).cpu().numpy()
     yv = torch.as_tensor(y).cpu().numpy()[vm]
-    names = [m_cfg.contrast for _, _, m_cfg in fits]
+    names = [m_cfg.contrast for _, _, m_cfg in fits] if names is None else list(names)
+    if len(set(names)) != len(names) or len(names) != len(fits):
+        raise ValueError(f"one distinct name per candidate needed, got {names} for {len(fits)} candidates")
     default = fits[0][0].scores[vm]
     record: dict[str, Any] = {"rule": f"keep {names[0]} unless an alternative's validation AUPRC is higher by "
                                       f"paired bootstrap over the validation nodes: {SWITCH_RULE}",
                               "val_auprc": {}, "bootstrap": {}, "candidates": {}}
-    chosen, best_p = 0, -1.0
+    chosen, best = 0, (-1.0, -1.0)
     for i, (res, _, _) in enumerate(fits):
         record["val_auprc"][names[i]] = float(res.val.get("auprc", float("nan")))
         record["candidates"][names[i]] = {"best_epoch": res.best_epoch, "val": res.val, "test": res.test}
@@ -325,10 +345,10 @@ def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
             continue
         cmp = compare_auprc(yv, default, res.scores[vm], seed=seed)
         record["bootstrap"][names[i]] = cmp.as_dict()
-        if cmp.switch and cmp.p_alternative_better > best_p:
-            chosen, best_p = i, cmp.p_alternative_better
+        if cmp.switch and (cmp.p_alternative_better, cmp.alternative_auprc) > best:  # ties: the higher AUPRC
+            chosen, best = i, (cmp.p_alternative_better, cmp.alternative_auprc)
     record["chosen"] = names[chosen]
-    log.info("contrast kept on validation: %s (%s)", names[chosen], "; ".join(
+    log.info("%s kept on validation: %s (%s)", what, names[chosen], "; ".join(
         f"{n}: val AUPRC {record['val_auprc'][n]:.4f}"
         + (f", P(better than {names[0]}) {record['bootstrap'][n]['p_alternative_better']:.3f}" if n in record["bootstrap"] else "")
         for n in names))

@@ -658,3 +658,145 @@ def test_transfer_runs_share_fraction_seed_and_settings() -> None:
         opts = dict(zip(args[::1], args[1::1]))
         assert (opts["--epochs"], opts["--lr"], opts["--patience"], opts["--score-space"], opts["--link-eval"]) == \
             (epochs, "0.002", "20", "encoder", "threshold")
+
+
+# ---------------------------------------------------------------------------------------------
+# which model is fine-tuned (--model)
+
+
+@pytest.fixture(scope="module")
+def local_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint of the label-free recipe's model: the local contrast (no message passing), 3 members."""
+    torch.manual_seed(1)
+    cfg = GCCADConfig(in_dim=8, hidden=16, contrast="local", loss="logistic", tau=0.2, ensemble=3)
+    d = tmp_path_factory.mktemp("pre_local") / "final"
+    save_model(d, GCCAD(cfg), cfg, extra={"stage": "pretrain", "normalize": "standard"})
+    return d
+
+
+def test_warm_start_copies_the_first_members_input_projection() -> None:
+    from gcad_dist.finetune import passes_messages, warm_start_input_projection
+
+    torch.manual_seed(0)
+    src = GCCAD(GCCADConfig(in_dim=8, hidden=16, contrast="local", loss="logistic", ensemble=3))
+    dst = GCCAD(GCCADConfig(in_dim=8, hidden=16, jump="cat"))
+    before = {k: v.clone() for k, v in dst.state_dict().items()}
+    warm_start_input_projection(dst, src)
+    assert torch.equal(dst.encoder.input_proj.weight, src.encoder.input_proj.weight[:16])
+    assert torch.equal(dst.encoder.input_proj.bias, src.encoder.input_proj.bias[:16])
+    # nothing else moves
+    for k, v in dst.state_dict().items():
+        if not k.startswith("encoder.input_proj."):
+            assert torch.equal(v, before[k]), k
+    with pytest.raises(ValueError, match="differ in shape"):
+        warm_start_input_projection(GCCAD(GCCADConfig(in_dim=5, hidden=16)), src)
+    assert not passes_messages(src.config) and passes_messages(dst.config)
+    assert passes_messages(GCCADConfig(in_dim=8, contrast="local", loss="ce"))
+
+
+def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validation(
+        small_graph, local_checkpoint, tmp_path, capsys, monkeypatch) -> None:
+    """A model without message passing is fine-tuned as it is, and gcad_dist.train's GCCAD is trained from its input
+    projection and from scratch; the choice reads validation labels only, and the written checkpoint is the kept
+    model."""
+    import gcad_dist.train as train_mod
+
+    g, path = small_graph
+    seen = {}
+    real = train_mod.choose_contrast
+
+    def spy(fits, y, val_mask, seed=0, names=None, what="contrast"):
+        if what == "fine-tuned model":
+            seen["val_mask"] = torch.as_tensor(val_mask).clone()
+            seen["names"] = names
+        return real(fits, y, val_mask, seed=seed, names=names, what=what)
+
+    monkeypatch.setattr(train_mod, "choose_contrast", spy)
+    out = tmp_path / "ft"
+    code, stdout, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out",
+                                            str(out), "--epochs", "4", "--eval-every", "2", "--seed", "0",
+                                            "--no-progress", "--no-plots", "--threads", "1"], capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert seen["names"] == ["checkpoint", "graph", "scratch"]
+    from gcad_dist.data.splits import make_split
+
+    split = make_split(g.to_data(), seed=0)
+    assert torch.equal(seen["val_mask"], split.val)  # the choice saw the validation nodes, not the test nodes
+    sel = m["model_selection"]
+    assert set(sel["val_auprc"]) == {"checkpoint", "graph", "scratch"} and sel["chosen"] == m["finetuned_model"]
+    # each graph model's own choice, graph against ego, as gcad_dist.train makes it
+    assert set(m["contrast_selection"]) == {"graph", "scratch"}
+    ck = load_model_file(out / "final")
+    assert ck["extra"]["finetuned_model"] == m["finetuned_model"]
+    kept = m["finetuned_model"]
+    assert ck["config"]["contrast"] == ("local" if kept == "checkpoint" else m["contrast_selection"][kept]["chosen"])
+    assert f"{kept} model" in stdout
+
+
+def test_scratch_candidate_is_gcad_dist_train(small_graph, local_checkpoint, tmp_path, capsys) -> None:
+    """``--model scratch`` fits exactly what gcad_dist.train fits on the same labels (the pre-trained weights unused),
+    so the fine-tuning choice compares against the real baseline; ``graph`` differs from it in the start only."""
+    from gcad_dist.train import main as train_main
+
+    g, path = small_graph
+    common = ["--graph", str(path), "--epochs", "4", "--eval-every", "2", "--seed", "0", "--label-fraction", "0.5",
+              "--no-progress", "--no-plots", "--threads", "1"]
+    runs = {}
+    for choice in ("scratch", "graph"):
+        code, _, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--out", str(tmp_path / choice),
+                                           "--model", choice, *common], capsys)
+        assert code == 0, err
+        runs[choice] = json.loads((tmp_path / choice / "metrics.json").read_text())
+    code, _, err = _run(train_main, ["--out", str(tmp_path / "train"), "--hidden", "16", *common], capsys)
+    assert code == 0, err
+    tr = json.loads((tmp_path / "train" / "metrics.json").read_text())
+    assert runs["scratch"]["val"] == tr["val"] and runs["scratch"]["test"] == tr["test"]
+    assert runs["graph"]["val"] != tr["val"]
+
+
+@pytest.mark.parametrize("choice", ["checkpoint", "graph", "scratch"])
+def test_model_flag_fits_only_the_model_asked_for(small_graph, local_checkpoint, tmp_path, capsys, choice) -> None:
+    g, path = small_graph
+    out = tmp_path / choice
+    code, _, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out", str(out),
+                                       "--model", choice, "--epochs", "2", "--seed", "0", "--no-progress",
+                                       "--no-plots", "--threads", "1"], capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["finetuned_model"] == choice and "model_selection" not in m
+    ck = load_model_file(out / "final")
+    if choice != "checkpoint":  # gcad_dist.train's model at the checkpoint's width
+        assert ck["config"]["contrast"] in ("graph", "ego") and ck["config"]["hidden"] == 16
+        assert ck["config"]["ensemble"] == 1
+    else:
+        assert ck["config"]["contrast"] == "local" and ck["config"]["ensemble"] == 3
+
+
+def test_auto_fine_tunes_a_message_passing_checkpoint_as_it_is(small_graph, pre_checkpoint, tmp_path, capsys) -> None:
+    g, path = small_graph
+    out = tmp_path / "ft"
+    code, _, err = _run(finetune_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(out),
+                                       "--epochs", "2", "--no-progress", "--no-plots", "--threads", "1"], capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["finetuned_model"] == "checkpoint" and "model_selection" not in m
+
+
+def test_bad_model_choice_is_a_one_line_error(small_graph, pre_checkpoint, tmp_path, capsys) -> None:
+    g, path = small_graph
+    code, _, err = _run(finetune_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out",
+                                       str(tmp_path / "x"), "--model", "bogus"], capsys)
+    assert code != 0 and "--model" in err and "Traceback" not in err
+
+
+def test_transfer_comparison_counts_the_fine_tuned_model_kept() -> None:
+    from bench.pretrain_transfer import comparison
+
+    recs = _fake_records()
+    for r in recs:
+        if r["method"] == "fine-tune" and r["fraction"] == 0.1:
+            r["finetuned_model"] = "graph" if r["seed"] == 1 else "checkpoint"
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in comparison(recs).splitlines()[2:]]
+    assert rows[0][8] == "checkpoint 2/3, graph 1/3"
+    assert rows[1][8] == "checkpoint 3/3"  # runs from before --model record nothing: they fine-tuned the checkpoint
