@@ -127,9 +127,8 @@ def _validate(cfg: FinetuneConfig) -> None:
 
 
 def passes_messages(config: Any) -> bool:
-    """Whether a GCCAD config's forward pass uses its message-passing layers (the ``local`` contrast skips them:
-    the label-free recipe's model is an input projection and a head)."""
-    return not (getattr(config, "contrast", "graph") == "local" and getattr(config, "loss", "contrastive") != "ce")
+    """Whether a GCCAD config's forward pass uses its message-passing layers (:attr:`GCCADConfig.passes_messages`)."""
+    return bool(config.passes_messages)
 
 
 def warm_start_input_projection(model: torch.nn.Module, source: torch.nn.Module) -> None:
@@ -164,8 +163,9 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.model.snapshots import base_model, member_states
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
-    from gcad_dist.supervised import SupervisedConfig, fit_supervised, predict
-    from gcad_dist.train import check_labels, choose_contrast, fit_models, warn_split_classes, write_json
+    from gcad_dist.supervised import fit_supervised, predict
+    from gcad_dist.train import (check_labels, choose_contrast, fit_models, supervised_config, warn_split_classes,
+                                 write_json)
     from partitioning.graph import describe_labels
 
     _validate(cfg)
@@ -236,21 +236,19 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         scores, history, best_epoch = zs_scores, None, 0
         metrics.update({"best_epoch": 0, "epochs_run": 0, "val": zero_shot["val"], "test": zero_shot["test"]})
     else:
-        scfg = SupervisedConfig(epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
-                                patience=cfg.patience, snapshots=cfg.snapshots, seed=cfg.seed, device=cfg.device,
-                                progress=cfg.progress)
+        # gcad_dist.train's settings for its model (the graph candidates) and for every fit here
+        tcfg = TrainConfig(graph=cfg.graph, out=cfg.out, hidden=loaded.config.hidden, epochs=cfg.epochs, lr=cfg.lr,
+                           weight_decay=cfg.weight_decay, eval_every=cfg.eval_every, patience=cfg.patience,
+                           snapshots=cfg.snapshots, link_eval=cfg.link_eval, score_space=cfg.score_space,
+                           seed=cfg.seed, device=cfg.device, progress=cfg.progress)
+        scfg = supervised_config(tcfg)
+        source = base_model(zs_model)
         names, fits, graph_selection = [], [], {}
         for which in _models_to_fit(cfg.model, loaded.config):
             if which == "checkpoint":
                 log.info("fine-tuning the checkpoint's model (contrast %s)", ft_config.contrast)
                 fits.append((fit_supervised(model, data, sub, scfg), model, ft_config))
             else:  # gcad_dist.train's model and candidates, from the pre-trained input projection or from scratch
-                tcfg = TrainConfig(graph=cfg.graph, out=cfg.out, hidden=loaded.config.hidden, epochs=cfg.epochs,
-                                   lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
-                                   patience=cfg.patience, snapshots=cfg.snapshots, link_eval=cfg.link_eval,
-                                   score_space=cfg.score_space, seed=cfg.seed, device=cfg.device,
-                                   progress=cfg.progress)
-                source = base_model(zs_model)
                 init = (lambda m: warm_start_input_projection(m, source)) if which == "graph" else None
                 log.info("fine-tuning gcad_dist.train's model (message passing), %s",
                          "started from the checkpoint's input projection" if init else "from scratch")

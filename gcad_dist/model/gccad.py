@@ -99,7 +99,7 @@ class GCCADConfig:
             (self.link_eval in EVAL_RULES, f"link_eval must be one of {EVAL_RULES}, got {self.link_eval!r}"),
             (self.in_dim >= 1 and self.hidden >= 1, "in_dim and hidden must be >= 1"),
             (self.ensemble >= 1, "ensemble must be >= 1"),
-            (self.ensemble == 1 or (self.contrast == "local" and self.loss != "ce"),
+            (self.ensemble == 1 or not self.passes_messages,
              "ensemble > 1 needs the local contrast (and not the ce loss)"),
             (self.num_layers >= 1, "num_layers must be >= 1"),
             (self.tau > 0 and self.gumbel_temperature > 0, "tau and gumbel_temperature must be > 0"),
@@ -109,6 +109,12 @@ class GCCADConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+
+    @property
+    def passes_messages(self) -> bool:
+        """Whether the forward pass runs the GCCAD layers: the ``local`` contrast (not the CE ablation) skips them,
+        and the model is then its input projection and head (the label-free recipe's)."""
+        return not (self.contrast == "local" and self.loss != "ce")
 
 
 @dataclass
@@ -187,7 +193,7 @@ class GCCAD(torch.nn.Module):
             num_graphs = 1 if num_graphs is None else num_graphs
         elif num_graphs is None:
             num_graphs = int(batch.max().item()) + 1 if n > 0 else 1
-        if self.config.contrast == "local" and self.config.loss != "ce":
+        if not self.config.passes_messages:
             # neither side of the local contrast passes messages: the GCCAD layers are skipped (out.h = h^(0))
             if num_sampled_nodes is not None and num_sampled_edges is not None and len(num_sampled_edges) >= 1:
                 return self._local_seeds(x, edge_index, batch, num_graphs, context_mask, num_sampled_nodes[0],
