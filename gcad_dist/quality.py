@@ -80,6 +80,8 @@ class QualityConfig:
     snapshots: int = TrainConfig.snapshots
     pre_epochs: int | None = None  # None: the recipe's (gcad_dist.detectors.gccad_pre: local 3, paper 10)
     pre_ensemble: int | None = None  # None: the local recipe's (gcad_dist.detectors.gccad_pre.LOCAL_ENSEMBLE)
+    # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
+    paired_with: str | None = None
 
     def detector_options(self) -> dict[str, Any]:
         """The harness options that detectors read (:attr:`gcad_dist.detectors.DetectorSpec.options`)."""
@@ -264,6 +266,35 @@ def markdown_tables(results: dict[tuple[str, str], list[dict]], datasets: list[s
     return "\n".join(lines)
 
 
+def paired_tables(results: dict[tuple[str, str], list[dict]], datasets: list[str], models: list[str],
+                  reference: str) -> str:
+    """``reference`` against every other model, seed by seed. Seed s is the same split for every model, so the
+    difference of two models' test metrics on one seed is free of the split's luck, which dominates the spread
+    of the per-model tables on graphs with few anomalies. Per dataset and model: the seeds both ran, the mean
+    ± std of (reference - model) in test AUROC and AUPRC, and on how many of those seeds the reference is
+    ahead."""
+    lines = [f"### Paired against {reference} (test, same seeds; difference = {reference} - method)\n",
+             f"| dataset | method | seeds | AUROC difference | {reference} ahead (AUROC) | AUPRC difference | "
+             f"{reference} ahead (AUPRC) |", "|---|---|---|---|---|---|---|"]
+    for ds in datasets:
+        ref = {r["seed"]: r["test"] for r in results.get((ds, reference), [])}
+        for m in models:
+            if m == reference:
+                continue
+            other = {r["seed"]: r["test"] for r in results.get((ds, m), [])}
+            seeds = sorted(set(ref) & set(other))
+            if not seeds:
+                continue
+            cells = []
+            for k in ("auroc", "auprc"):
+                d = np.array([ref[s][k] - other[s][k] for s in seeds], dtype=float)
+                ok = d[np.isfinite(d)]
+                spread = f" ± {ok.std(ddof=1):.4f}" if ok.size > 1 else ""
+                cells += [f"{ok.mean():+.4f}{spread}" if ok.size else "n/a", f"{int((ok > 0).sum())}/{ok.size}"]
+            lines.append(f"| {ds} | {m} | {len(seeds)} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
 def header(cfg: QualityConfig, models: list[str]) -> str:
     """What the tables' figures were computed with (the settings every row's runs match)."""
     seeds = f"{cfg.first_seed}..{cfg.first_seed + cfg.seeds - 1}"
@@ -392,6 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "
                         "detectors use max(1, threads)")
+    p.add_argument("--paired-with", default=d.paired_with, choices=ALL_MODELS, metavar="MODEL",
+                   help="add a table comparing this model with every other, seed by seed on the same splits (mean "
+                        "difference and on how many seeds it is ahead); default: gccad when it is among --models")
     p.add_argument("--report-only", action="store_true", help="train nothing; build the tables from the run JSONs in --out")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
@@ -407,6 +441,8 @@ def _validate(cfg: QualityConfig) -> None:
     for name in ("hidden", "layers", "epochs", "eval_every"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
+    if cfg.paired_with is not None and cfg.paired_with not in cfg.models:
+        raise UsageError(f"--paired-with {cfg.paired_with}: not among --models ({' '.join(cfg.models)})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -471,6 +507,9 @@ def main(argv: list[str] | None = None) -> int:
                      summary["val"]["auprc"], summary["wall_seconds"])
     results = collect(out, settings, seeds)
     md = header(cfg, models) + markdown_tables(results, names, models, skipped)
+    reference = cfg.paired_with or ("gccad" if "gccad" in models else None)
+    if reference is not None and len(models) > 1:
+        md += "\n" + paired_tables(results, names, models, reference)
     out.mkdir(parents=True, exist_ok=True)
     (out / "quality.md").write_text(md)
     write_json({"config": asdict(cfg), "settings_keys": {f"{d}/{m}": settings_key(s) for (d, m), s in settings.items()},

@@ -126,6 +126,36 @@ def test_table_counts_the_contrast_each_seed_kept():
     assert "mlp: contrast" not in text
 
 
+def test_paired_table_compares_seed_by_seed():
+    import numpy as np
+
+    from gcad_dist.quality import paired_tables
+
+    def run(seed, auroc, auprc):
+        return {"seed": seed, "test": {"auroc": auroc, "auprc": auprc, "recall_at_k": 0.0}}
+
+    # gccad is ahead of mlp on seeds 0 and 2 in AUROC, behind on seed 1; mlp has no seed 3
+    results = {("g", "gccad"): [run(0, 0.8, 0.5), run(1, 0.6, 0.4), run(2, 0.9, 0.3), run(3, 0.7, 0.2)],
+               ("g", "mlp"): [run(0, 0.7, 0.5), run(1, 0.7, 0.2), run(2, 0.8, 0.1)],
+               ("g", "gat"): []}
+    text = paired_tables(results, ["g"], ["gccad", "mlp", "gat"], "gccad")
+    row = next(line for line in text.splitlines() if line.startswith("| g | mlp |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "3"  # the seeds both ran
+    d = np.array([0.1, -0.1, 0.1])
+    assert cells[3] == f"{d.mean():+.4f} ± {d.std(ddof=1):.4f}" and cells[4] == "2/3"
+    assert cells[5].startswith("+0.1333") and cells[6] == "2/3"  # AUPRC: 0.0 is not ahead
+    assert "| g | gat |" not in text and "| g | gccad |" not in text
+
+
+def test_paired_with_must_be_run():
+    from gcad_dist.cli import UsageError
+    from gcad_dist.quality import main
+
+    with pytest.raises(UsageError, match="--paired-with"):
+        main(["--models", "mlp", "--paired-with", "gcn", "--datasets", "x", "--data-dir", "/nonexistent"])
+
+
 def test_run_key_covers_dataset_content(tiny, tmp_path):
     import os
     import shutil
