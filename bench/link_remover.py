@@ -32,12 +32,10 @@ log = logging.getLogger("bench.link_remover")
 
 
 def separation(p: np.ndarray, normal_normal: np.ndarray) -> float:
-    """AUROC of ``p`` for normal-normal (positive) against mixed (negative) edges: the Mann-Whitney statistic."""
-    from sklearn.metrics import roc_auc_score
+    """AUROC of ``p`` for normal-normal (positive) against mixed (negative) edges; NaN when one group is empty."""
+    from gcad_dist.metrics import auroc
 
-    if normal_normal.all() or not normal_normal.any():
-        return float("nan")
-    return float(roc_auc_score(normal_normal, p))
+    return auroc(normal_normal.astype(np.int64), p)
 
 
 def edge_groups(edge_index: np.ndarray, y: np.ndarray, part: np.ndarray, both: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -126,11 +126,6 @@ def _validate(cfg: FinetuneConfig) -> None:
         raise UsageError(f"--out: {out} exists and is not a directory")
 
 
-def passes_messages(config: Any) -> bool:
-    """Whether a GCCAD config's forward pass uses its message-passing layers (:attr:`GCCADConfig.passes_messages`)."""
-    return bool(config.passes_messages)
-
-
 def warm_start_input_projection(model: torch.nn.Module, source: torch.nn.Module) -> None:
     """Copy ``source``'s input projection (``encoder.input_proj``, F -> hidden) into ``model``'s, in place.
 
@@ -151,7 +146,7 @@ def warm_start_input_projection(model: torch.nn.Module, source: torch.nn.Module)
 def _models_to_fit(choice: str, config: Any) -> list[str]:
     """The candidates ``--model`` asks for, given the checkpoint's model config."""
     if choice == "auto":
-        return ["checkpoint"] if passes_messages(config) else list(AUTO_MODELS)
+        return ["checkpoint"] if config.passes_messages else list(AUTO_MODELS)
     return [choice]
 
 

@@ -675,7 +675,7 @@ def local_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_warm_start_copies_the_first_members_input_projection() -> None:
-    from gcad_dist.finetune import passes_messages, warm_start_input_projection
+    from gcad_dist.finetune import warm_start_input_projection
 
     torch.manual_seed(0)
     src = GCCAD(GCCADConfig(in_dim=8, hidden=16, contrast="local", loss="logistic", ensemble=3))
@@ -690,8 +690,8 @@ def test_warm_start_copies_the_first_members_input_projection() -> None:
             assert torch.equal(v, before[k]), k
     with pytest.raises(ValueError, match="differ in shape"):
         warm_start_input_projection(GCCAD(GCCADConfig(in_dim=5, hidden=16)), src)
-    assert not passes_messages(src.config) and passes_messages(dst.config)
-    assert passes_messages(GCCADConfig(in_dim=8, contrast="local", loss="ce"))
+    assert not src.config.passes_messages and dst.config.passes_messages
+    assert GCCADConfig(in_dim=8, contrast="local", loss="ce").passes_messages
 
 
 def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validation(
