@@ -40,7 +40,8 @@ from tqdm.auto import tqdm
 
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from gcad_dist.selection import SWITCH_RULE
-from gcad_dist.train import CONVS, LINK_EVALS, SCORE_SPACES, TrainConfig, load_labelled, normalize_features, resolve_jump, train_one, write_json
+from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
+                             load_labelled, normalize_features, resolve_jump, train_one, write_json)
 
 log = logging.getLogger("gcad_dist.quality")
 
@@ -71,6 +72,7 @@ class QualityConfig:
     link_eval: str = "expected"
     contrast: str = TrainConfig.contrast
     jump: str | None = TrainConfig.jump
+    norm: str = TrainConfig.norm
     hidden: int = TrainConfig.hidden
     layers: int = TrainConfig.layers
     epochs: int = TrainConfig.epochs
@@ -131,7 +133,7 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
     """The :class:`TrainConfig` of one GNN run."""
     return TrainConfig(
         graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, link_eval=cfg.link_eval,
-        contrast=cfg.contrast, jump=cfg.jump, hidden=cfg.hidden,
+        contrast=cfg.contrast, jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
         layers=cfg.layers, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience,
         snapshots=cfg.snapshots, seed=seed,
         device=cfg.device, progress=False, plots=False,
@@ -159,9 +161,14 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
             s["train"]["contrast"] = tc["contrast"]
             if tc["contrast"] == "auto":  # session 6's auto kept the higher validation AUPRC: another key
                 s["train"]["contrast_rule"] = SWITCH_RULE
+                cands = auto_candidates(tc["norm"])
+                if cands != tuple((c, "layer") for c in AUTO_CONTRASTS):  # absent = graph and ego (sessions 6-16)
+                    s["train"]["auto_candidates"] = [list(c) for c in cands]
         jump = resolve_jump(model, "none", tc["jump"])
         if model in ("gccad", "gccad-ce") and jump != "last":  # absent = last: keeps earlier runs' keys
             s["train"]["jump"] = jump
+        if tc["norm"] != "layer":  # absent = layer (LayerNorm): keeps earlier runs' keys
+            s["train"]["norm"] = tc["norm"]
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
         from gcad_dist.detectors import DETECTORS, settings_of
@@ -403,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jump", default=d.jump, choices=("last", "cat", "cat-local"),
                    help="GCCAD's graph-contrast embedding (gcad_dist.train --jump; default: cat for gccad, last "
                         "for gccad-ce)")
+    p.add_argument("--norm", default=d.norm, choices=NORMS,
+                   help="normalisation after each message-passing layer, every GNN (gcad_dist.train --norm)")
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
                    help="GCCAD score on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (GNNs)")

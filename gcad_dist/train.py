@@ -43,6 +43,7 @@ SCORE_SPACES = ("encoder", "projection")
 LINK_EVALS = ("expected", "threshold")
 CONTRASTS = ("graph", "neighbors", "ego")  # gcad_dist.model.gccad.CONTRASTS, without importing the model here
 JUMPS = ("last", "cat", "cat-local")  # gcad_dist.model.gccad.JUMPS
+NORMS = ("layer", "graph")  # gcad_dist.model.node_update.NORMS
 
 
 def resolve_jump(model: str, ablation: str = "none", jump: str | None = None) -> str:
@@ -53,6 +54,20 @@ def resolve_jump(model: str, ablation: str = "none", jump: str | None = None) ->
         return jump
     return "cat" if model == "gccad" and ablation == "none" else "last"
 AUTO_CONTRASTS = ("graph", "ego")  # --contrast auto: both trained; ego kept only if clearly better on validation
+
+
+def auto_candidates(norm: str = "layer") -> tuple[tuple[str, str], ...]:
+    """``--contrast auto``'s candidates as (contrast, norm), the default first: the graph and ego contrasts with
+    ``norm``, and with LayerNorm (the default) also the graph contrast with the graph norm, which keeps the
+    nodes' relative sizes (BENCHMARKS.md, session 17: +0.05 validation AUPRC on inj_cora, -0.09 on tolokers)."""
+    pairs = tuple((c, norm) for c in AUTO_CONTRASTS)
+    return pairs + ((("graph", "graph"),) if norm == "layer" else ())
+
+
+def candidate_name(model_cfg: Any, norm: str = "layer") -> str:
+    """A candidate's name in the selection record: its contrast, plus the norm where it differs from ``norm``."""
+    n = getattr(model_cfg, "norm", "layer")
+    return model_cfg.contrast if n == norm else f"{model_cfg.contrast}, {n} norm"
 
 
 @dataclass
@@ -68,6 +83,7 @@ class TrainConfig:
     link_eval: str = "expected"
     contrast: str = "auto"
     jump: str | None = None  # None: "cat" for the full GCCAD model, "last" (the paper's) for its ablations
+    norm: str = "layer"  # node-update normalisation, every model: "layer" (LayerNorm) | "graph" (GraphScaleNorm)
     hidden: int = 64
     layers: int = 2
     dropout: float = 0.1
@@ -105,7 +121,7 @@ def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
 def build_model(kind: str, in_dim: int, hidden: int = 64, layers: int = 2, dropout: float = 0.1,
                 conv: str = "gin", ablation: str = "none", score_space: str = "projection",
                 link_eval: str = "expected", contrast: str = "graph",
-                jump: str = "last") -> tuple[torch.nn.Module, Any]:
+                jump: str = "last", norm: str = "layer") -> tuple[torch.nn.Module, Any]:
     """Construct a model and its config dataclass. ``jump`` applies to the graph contrast only (the local
     contrasts compare single-layer embeddings); with another contrast it is ignored.
 
@@ -121,7 +137,7 @@ def build_model(kind: str, in_dim: int, hidden: int = 64, layers: int = 2, dropo
             raise UsageError(f"--score-space: unknown value {score_space!r} (choose from {', '.join(SCORE_SPACES)})")
         cfg = GCCADConfig(in_dim=in_dim, hidden=hidden, num_layers=layers, conv=conv, dropout=dropout,
                           score_space=score_space, link_eval=link_eval, contrast=contrast,
-                          jump=jump if contrast == "graph" else "last")
+                          jump=jump if contrast == "graph" else "last", norm=norm)
         if ablation == "ce":
             cfg.loss = "ce"
         elif ablation == "no-link-loss":
@@ -139,7 +155,7 @@ def build_model(kind: str, in_dim: int, hidden: int = 64, layers: int = 2, dropo
         raise UsageError(f"--model: unknown value {kind!r} (choose from {', '.join(MODELS)})")
     if ablation != "none":
         raise UsageError(f"--ablation: only applies to --model gccad, not {kind}")
-    bcfg = BaselineConfig(in_dim=in_dim, kind=kind, hidden=hidden, num_layers=layers, dropout=dropout)
+    bcfg = BaselineConfig(in_dim=in_dim, kind=kind, hidden=hidden, num_layers=layers, dropout=dropout, norm=norm)
     if kind == "gat" and hidden % bcfg.heads:
         raise UsageError(f"--hidden: GAT needs a multiple of {bcfg.heads} heads, got {hidden}")
     return build_baseline(bcfg), bcfg
@@ -278,14 +294,14 @@ def fit_models(cfg: TrainConfig, data: Any, fit_split: Any, scfg: SupervisedConf
     :func:`gcad_dist.finetune` starting from a pre-trained input projection."""
     # auto: the full model only; an ablation or a baseline keeps the paper's graph contrast (a controlled comparison)
     auto = cfg.contrast == "auto" and cfg.model == "gccad" and cfg.ablation == "none"
-    candidates = AUTO_CONTRASTS if auto else ((cfg.contrast if cfg.contrast != "auto" else "graph",))
+    candidates = auto_candidates(cfg.norm) if auto else (((cfg.contrast if cfg.contrast != "auto" else "graph"), cfg.norm),)
     fits = []
-    for contrast in candidates:
+    for contrast, norm in candidates:
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         model, model_cfg = build_model(cfg.model, data.num_features, cfg.hidden, cfg.layers, cfg.dropout, cfg.conv,
                                        cfg.ablation, cfg.score_space, cfg.link_eval, contrast,
-                                       resolve_jump(cfg.model, cfg.ablation, cfg.jump))
+                                       resolve_jump(cfg.model, cfg.ablation, cfg.jump), norm)
         if init is not None:
             init(model)
         fits.append((fit_supervised(model, data, fit_split, scfg), model, model_cfg))
@@ -324,13 +340,16 @@ def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     Reads the validation nodes' labels and scores only. Returns the kept candidate's index and a JSON-ready
     record: the choice, the rule, each candidate's validation AUPRC and bootstrap comparison, and (for
     reports, read after the choice) each candidate's selected epoch and held-out metrics. ``names`` name the
-    candidates (default: their configs' contrasts); ``what`` names the choice in the log.
+    candidates (default: :func:`candidate_name`, their contrasts and norms); ``what`` names the choice in the log.
     """
     from gcad_dist.selection import SWITCH_RULE, compare_auprc
 
     vm = torch.as_tensor(val_mask, dtype=torch.bool).cpu().numpy()
     yv = torch.as_tensor(y).cpu().numpy()[vm]
-    names = [m_cfg.contrast for _, _, m_cfg in fits] if names is None else list(names)
+    if names is None:
+        ref = getattr(fits[0][2], "norm", "layer")
+        names = [candidate_name(m_cfg, ref) for _, _, m_cfg in fits]
+    names = list(names)
     if len(set(names)) != len(names) or len(names) != len(fits):
         raise ValueError(f"one distinct name per candidate needed, got {names} for {len(fits)} candidates")
     default = fits[0][0].scores[vm]
@@ -408,9 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--contrast", default=d.contrast, choices=(*CONTRASTS, "auto"),
                    help="GCCAD: what each node is contrasted with: graph = the graph's context (the paper's); "
                    "neighbors / ego = the mean of its neighbours' embeddings (ego: against the node's own feature "
-                   "projection); auto = train graph and ego with the same seed and keep graph unless ego's validation "
-                   "AUPRC is higher with paired-bootstrap confidence >= 0.95 over >= 10 validation anomalies (twice the "
-                   "time; the full GCCAD model only, ablations use graph)")
+                   "projection); auto = train graph, ego and (with --norm layer) graph with the graph norm, same seed, "
+                   "and keep graph unless an alternative's validation AUPRC is higher with paired-bootstrap confidence "
+                   ">= 0.95 over >= 10 validation anomalies (about 2.5x the time; the full GCCAD model only, ablations "
+                   "use graph)")
     p.add_argument("--jump", default=d.jump, choices=JUMPS,
                    help="GCCAD graph contrast: last = contrast and score the last layer's embedding h^(L) with the "
                    "context q^(L) (METHOD.md); cat = jumping knowledge, every layer's embedding and context "
@@ -420,6 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "model); chosen on validation (BENCHMARKS.md, session 9). cat-local = cat with the first context "
                    "block the mean of the node's neighbours' h^(0) instead of the graph's (not the default yet: "
                    "BENCHMARKS.md, session 10)")
+    p.add_argument("--norm", default=d.norm, choices=NORMS,
+                   help="normalisation after each message-passing layer, every model: layer = LayerNorm, every node "
+                   "rescaled to the same size; graph = one divisor (the root mean square over all nodes) and a "
+                   "per-channel affine map, so a node's size relative to the others (a sum over many neighbours) "
+                   "survives")
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
                    help="GCCAD score 1 - cos(h, q) on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--ablation", default=d.ablation, choices=ABLATIONS,
@@ -480,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         test = o.split.test.cpu().numpy() & (y_np >= 0)
         plot_roc_pr(y_np[test], res.scores[test], out / "roc_pr_test.png", title=f"test, {title}")
     snaps = f" (scored by {len(res.snapshot_epochs)} snapshots)" if len(res.snapshot_epochs) > 1 else ""
-    kept = (f" | contrast {o.model_config.contrast} (kept of {', '.join(metrics['contrast_selection']['candidates'])})"
+    kept = (f" | {metrics['contrast_selection']['chosen']} (kept of {', '.join(metrics['contrast_selection']['candidates'])})"
             if "contrast_selection" in metrics else "")
     print(f"{cfg.model}: {describe_labels(o.data.y)}{kept} | best epoch {res.best_epoch}/{res.epochs_run}{snaps}, "
           f"{metrics['wall_seconds']:.1f} s ({res.seconds_per_epoch():.3f} s/epoch) | "

@@ -730,7 +730,11 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
     ck = load_model_file(out / "final")
     assert ck["extra"]["finetuned_model"] == m["finetuned_model"]
     kept = m["finetuned_model"]
-    assert ck["config"]["contrast"] == ("local" if kept == "checkpoint" else m["contrast_selection"][kept]["chosen"])
+    from gcad_dist.train import candidate_name
+    from gcad_dist.model import GCCADConfig
+
+    assert (ck["config"]["contrast"] == "local" if kept == "checkpoint"
+            else candidate_name(GCCADConfig(**ck["config"])) == m["contrast_selection"][kept]["chosen"])
     assert f"{kept} model" in stdout
 
 

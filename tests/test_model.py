@@ -303,6 +303,8 @@ CONFIGS = [dict(conv=c, readout=r) for c in sorted(CONVS) for r in READOUTS] + [
     dict(link_loss_weight=0.0),
     dict(score_space="projection"),
     dict(num_layers=1),
+    dict(norm="graph"),
+    dict(norm="graph", jump="cat", score_space="projection"),
 ]
 
 
@@ -508,3 +510,44 @@ def test_jump_cat_local_puts_the_neighbours_mean_of_h0_in_the_first_context_bloc
     s = b.batch_size
     torch.testing.assert_close(model.graph_context(trim), model.graph_context(full)[:s])
     torch.testing.assert_close(model.loss(trim, b.y, mask=seeds)["total"], model.loss(full, b.y, mask=seeds)["total"])
+
+
+def test_graph_scale_norm_keeps_relative_node_sizes_where_layernorm_erases_them():
+    from gcad_dist.model.node_update import GraphScaleNorm, make_norm
+
+    base = torch.rand(4, 8) + 0.1
+    x = torch.cat([base, 3 * base])  # nodes 4..7: the same directions at three times the size
+    norm = GraphScaleNorm(8).train()
+    out = norm(x).detach()
+    np.testing.assert_allclose(out[4:].numpy(), 3 * out[:4].numpy(), rtol=1e-5)  # weight 1, bias 0
+    assert torch.allclose(out.pow(2).mean(), torch.tensor(1.0), atol=1e-5)  # one RMS for all nodes
+    ln = make_norm("layer", 8)
+    np.testing.assert_allclose(ln(x)[4:].detach().numpy(), ln(x)[:4].detach().numpy(), atol=1e-3)
+
+
+def test_graph_scale_norm_uses_batch_rms_in_training_and_running_rms_in_eval():
+    from gcad_dist.model.node_update import GraphScaleNorm
+
+    norm = GraphScaleNorm(3, momentum=0.5)
+    a, b = torch.full((5, 3), 2.0), torch.full((2, 3), 4.0)
+    norm.train()
+    assert torch.allclose(norm(a), torch.ones(5, 3))  # batch statistic
+    assert norm.running_rms.item() == pytest.approx(2.0)  # the first batch sets the running average
+    norm(b)
+    assert norm.running_rms.item() == pytest.approx(3.0)  # then momentum 0.5: 2 + 0.5 * (4 - 2)
+    norm.eval()
+    with torch.no_grad():
+        alone, together = norm(b[:1]), norm(torch.cat([b[:1], 100 * a]))[:1]
+    assert torch.allclose(alone, together) and torch.allclose(alone, torch.full((1, 3), 4.0 / 3.0))
+    with pytest.raises(ValueError, match="norm"):
+        GCCADConfig(in_dim=3, norm="batch")
+
+
+def test_baselines_take_the_norm_too():
+    from gcad_dist.model.node_update import GraphScaleNorm
+    from gcad_dist.train import build_model
+
+    model, cfg = build_model("gin", 5, hidden=8, norm="graph")
+    assert cfg.norm == "graph" and all(isinstance(n, GraphScaleNorm) for n in model.norms)
+    model, cfg = build_model("gccad", 5, hidden=8, norm="graph")
+    assert cfg.norm == "graph" and all(isinstance(u.norm, GraphScaleNorm) for u in model.encoder.node_updates)

@@ -114,6 +114,13 @@ def test_run_key_covers_result_settings(tiny):
     assert "jump" not in run_settings(QualityConfig(), "tiny", tiny, "gccad-ce")["train"]
     assert key("gccad-ce", jump="last") == key("gccad-ce") != key("gccad-ce", jump="cat")
     assert key("mlp", jump="cat") == key("mlp")
+    # the norm keys every GNN when it is not LayerNorm (earlier runs stay valid); auto's candidates key GCCAD runs
+    assert "norm" not in run_settings(QualityConfig(), "tiny", tiny, "gin")["train"]
+    assert key("gin", norm="graph") != key("gin") and key("gccad", norm="graph") != key("gccad")
+    assert settings["train"]["auto_candidates"] == [["graph", "layer"], ["ego", "layer"], ["graph", "graph"]]
+    assert "auto_candidates" not in run_settings(QualityConfig(contrast="graph"), "tiny", tiny, "gccad")["train"]
+    graph_norm = run_settings(QualityConfig(norm="graph"), "tiny", tiny, "gccad")["train"]
+    assert graph_norm["auto_candidates"] == [["graph", "graph"], ["ego", "graph"]] and graph_norm["norm"] == "graph"
 
 
 def test_table_counts_the_contrast_each_seed_kept():

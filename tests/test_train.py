@@ -246,11 +246,12 @@ def test_quality_cli_writes_table_and_resumes(tmp_path, capsys, caplog):
     assert runs[0].stat().st_mtime_ns == stamp
 
 
-@pytest.mark.parametrize("case", ["ego-clearly-better", "ego-slightly-better", "ego-better-on-test-only"])
+@pytest.mark.parametrize("case", ["ego-clearly-better", "ego-slightly-better", "ego-better-on-test-only",
+                                  "graph-norm-clearly-better"])
 def test_contrast_auto_switches_only_on_clear_validation_evidence(tmp_path, monkeypatch, case):
-    """``--contrast auto`` trains graph and ego and keeps graph unless ego's *validation* AUPRC is higher with
-    bootstrap confidence >= 0.95: a clear validation win switches, a small one does not, and a win on the
-    held-out nodes alone (what the choice must never read) does not either."""
+    """``--contrast auto`` trains graph, ego and graph with the graph norm, and keeps graph unless an alternative's
+    *validation* AUPRC is higher with bootstrap confidence >= 0.95: a clear validation win switches, a small one
+    does not, and a win on the held-out nodes alone (what the choice must never read) does not either."""
     import gcad_dist.train as train_mod
     from gcad_dist.supervised import FitResult
 
@@ -258,7 +259,7 @@ def test_contrast_auto_switches_only_on_clear_validation_evidence(tmp_path, monk
     seen = []
 
     def fake_fit(model, data, split, cfg):
-        c = model.config.contrast
+        c = train_mod.candidate_name(model.config)
         seen.append(c)
         y = data.y.numpy().astype(float)
         rng = np.random.default_rng(0)
@@ -269,8 +270,10 @@ def test_contrast_auto_switches_only_on_clear_validation_evidence(tmp_path, monk
                 s = noise + 3.0 * y
             elif case == "ego-slightly-better":
                 s = noise + 0.5 * y + 0.01 * rng.normal(size=data.num_nodes)
-            else:  # perfect on the test nodes, the same as graph on validation
+            elif case == "ego-better-on-test-only":  # perfect on the test nodes, the same as graph on validation
                 s = np.where(split.test.numpy(), 10.0 * y, s)
+        if c == "graph, graph norm" and case == "graph-norm-clearly-better":
+            s = noise + 3.0 * y
         val = {"auroc": 0.6, "auprc": 0.5}
         return FitResult(best_epoch=1, epochs_run=1, seconds=0.0, device="cpu", val=val, test={"auprc": 0.0},
                          history={}, state_dict={}, scores=s.astype(np.float32))
@@ -278,13 +281,14 @@ def test_contrast_auto_switches_only_on_clear_validation_evidence(tmp_path, monk
     monkeypatch.setattr(train_mod, "fit_supervised", fake_fit)
     out = train_mod.train_one(train_mod.TrainConfig(graph=str(g), out="", contrast="auto", hidden=8, progress=False,
                                                     threads=1))
-    winner = "ego" if case == "ego-clearly-better" else "graph"
-    assert seen == ["graph", "ego"]
-    assert out.model_config.contrast == winner and out.model.config.contrast == winner
+    winner = {"ego-clearly-better": "ego", "graph-norm-clearly-better": "graph, graph norm"}.get(case, "graph")
+    assert seen == ["graph", "ego", "graph, graph norm"]
+    assert train_mod.candidate_name(out.model_config) == winner and out.model.config is out.model_config
+    assert out.model_config.norm == ("graph" if winner == "graph, graph norm" else "layer")
     sel = out.metrics["contrast_selection"]
-    assert sel["chosen"] == winner and set(sel["candidates"]) == {"graph", "ego"}
-    p_better = sel["bootstrap"]["ego"]["p_alternative_better"]
-    assert (p_better >= 0.95) == (winner == "ego")
+    assert sel["chosen"] == winner and set(sel["candidates"]) == {"graph", "ego", "graph, graph norm"}
+    for alt in ("ego", "graph, graph norm"):
+        assert (sel["bootstrap"][alt]["p_alternative_better"] >= 0.95) == (winner == alt)
     # an ablation keeps the paper's contrast: auto trains one model only
     seen.clear()
     out = train_mod.train_one(train_mod.TrainConfig(graph=str(g), out="", ablation="no-global", hidden=8,

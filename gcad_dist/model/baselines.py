@@ -23,6 +23,8 @@ from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 from torch_geometric.utils import to_torch_csr_tensor
 
+from .node_update import make_norm
+
 __all__ = ["BASELINES", "BaselineConfig", "BaselineClassifier", "build_baseline"]
 
 BASELINES = ("mlp", "gcn", "gin", "sage", "gat")
@@ -38,6 +40,7 @@ class BaselineConfig:
     num_layers: int = 2
     dropout: float = 0.1
     heads: int = 4  # GAT attention heads (concatenated; hidden must be divisible by heads)
+    norm: str = "layer"  # "layer" | "graph" (gcad_dist.model.node_update.NORMS)
 
 
 def _layer(kind: str, hidden: int, heads: int) -> nn.Module:
@@ -57,14 +60,14 @@ def _layer(kind: str, hidden: int, heads: int) -> nn.Module:
 
 
 class BaselineClassifier(nn.Module):
-    """Node classifier: projection -> ``num_layers`` x (layer, ReLU, LayerNorm, dropout) -> Linear(hidden, 2)."""
+    """Node classifier: projection -> ``num_layers`` x (layer, ReLU, norm, dropout) -> Linear(hidden, 2)."""
 
     def __init__(self, cfg: BaselineConfig) -> None:
         super().__init__()
         self.config = cfg
         self.proj = nn.Linear(cfg.in_dim, cfg.hidden)
         self.layers = nn.ModuleList(_layer(cfg.kind, cfg.hidden, cfg.heads) for _ in range(cfg.num_layers))
-        self.norms = nn.ModuleList(nn.LayerNorm(cfg.hidden) for _ in range(cfg.num_layers))
+        self.norms = nn.ModuleList(make_norm(cfg.norm, cfg.hidden) for _ in range(cfg.num_layers))
         self.head = nn.Linear(cfg.hidden, 2)
         self._adj_src: Tensor | None = None  # the edge_index the cached adjacency was built from
         self._adj_key: tuple | None = None

@@ -53,7 +53,7 @@ from .edge_update import EVAL_RULES
 from .encoder import GCCADEncoder, check_edges_into, check_seed_mask
 from .heads import ClassifierHead, EnsembleProjectionHead, ProjectionHead
 from .loss import ce_loss, contrastive_loss_from_cosines, link_loss, logistic_loss_from_cosines
-from .node_update import CONVS
+from .node_update import CONVS, NORMS
 from .readout import READOUTS, neighbour_context
 
 __all__ = ["GCCADConfig", "GCCADOutput", "GCCAD"]
@@ -84,6 +84,8 @@ class GCCADConfig:
     score_space: str = "encoder"  # "encoder" (METHOD section 3) | "projection" (reference code)
     contrast: str = "graph"  # "graph" (METHOD.md) | "neighbors" | "ego" | "local": what each node is contrasted with
     jump: str = "last"  # "last" (METHOD.md: h^(L), q^(L)) | "cat": every layer's h^(l) and q^(l), l = 0..L, concatenated
+    # node-update normalisation: "layer" (LayerNorm per node) | "graph" (one RMS for all nodes: relative sizes kept)
+    norm: str = "layer"
     # local contrast: K (input projection, projection head) pairs trained side by side, scores averaged (1 = one model)
     ensemble: int = 1
 
@@ -93,6 +95,7 @@ class GCCADConfig:
             (self.readout in READOUTS, f"readout must be one of {READOUTS}, got {self.readout!r}"),
             (self.loss in LOSSES, f"loss must be one of {LOSSES}, got {self.loss!r}"),
             (self.jump in JUMPS, f"jump must be one of {JUMPS}, got {self.jump!r}"),
+            (self.norm in NORMS, f"norm must be one of {NORMS}, got {self.norm!r}"),
             (self.jump == "last" or self.contrast == "graph", f"jump {self.jump!r} needs contrast 'graph'"),
             (self.contrast in CONTRASTS, f"contrast must be one of {CONTRASTS}, got {self.contrast!r}"),
             (self.score_space in SCORE_SPACES, f"score_space must be one of {SCORE_SPACES}"),

@@ -14,8 +14,17 @@ Every conv takes edge weights ``w`` [E] (or None = all ones) and treats ``w = 0`
   Removed edges get no attention mass; w = 1 everywhere gives plain GAT. (PyG's ``GATConv`` only
   feeds edge attributes into the attention logits, it cannot scale or drop messages.)
 
-Normalisation is LayerNorm: per node, so it behaves the same on one graph, a batch of graphs and a
-neighbour-sampled minibatch, in train and eval mode (BatchNorm would couple the nodes of a batch).
+Normalisation (``norm``, :data:`NORMS`):
+
+* ``layer``: LayerNorm, per node, so it behaves the same on one graph, a batch of graphs and a
+  neighbour-sampled minibatch, in train and eval mode. It also rescales every node to the same size, so
+  whatever a node's scale said (GIN's sum grows with the number of kept neighbours: a clique member's is
+  several times a normal node's) is gone, and the cosine score cannot see it either.
+* ``graph``: :class:`GraphScaleNorm`, one divisor for all nodes (the root mean square over the nodes and
+  channels), then a per-channel affine map: nodes keep their sizes relative to each other. This is
+  PairNorm's scaling (Zhao & Akoglu, ICLR 2020) without its centring. Like BatchNorm it uses the batch's
+  statistic in training and a running average in evaluation, so a node's evaluation output does not depend
+  on which other nodes are in its batch.
 """
 
 from __future__ import annotations
@@ -146,17 +155,58 @@ def make_conv(name: str, hidden: int) -> nn.Module:
     return CONVS[name](hidden)
 
 
+class GraphScaleNorm(nn.Module):
+    """``x / rms(x) * weight + bias``, with one root mean square over all rows and channels of the batch.
+
+    Training divides by the batch's RMS and updates ``running_rms`` (exponential average, ``momentum``);
+    evaluation divides by ``running_rms``. Relative node scales survive, unlike LayerNorm's per-row rescale.
+    """
+
+    def __init__(self, hidden: int, momentum: float = 0.1, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.bias = nn.Parameter(torch.zeros(hidden))
+        self.momentum, self.eps = momentum, eps
+        self.register_buffer("running_rms", torch.ones(()))
+        self.register_buffer("tracked", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.training and x.shape[0] > 0:
+            rms = x.float().pow(2).mean().add(self.eps).sqrt()
+            with torch.no_grad():
+                # the first batch sets the average (BatchNorm starts from 1 and needs many steps to forget it)
+                m = 1.0 if int(self.tracked) == 0 else self.momentum
+                self.running_rms.lerp_(rms.detach(), m)
+                self.tracked += 1
+        else:
+            rms = self.running_rms
+        return (x / rms.to(x.dtype)) * self.weight + self.bias
+
+
+#: node-update normalisations (see the module docstring)
+NORMS = ("layer", "graph")
+
+
+def make_norm(name: str, hidden: int) -> nn.Module:
+    """The normalisation called ``name`` (one of :data:`NORMS`) over ``hidden`` channels."""
+    if name == "layer":
+        return nn.LayerNorm(hidden)
+    if name == "graph":
+        return GraphScaleNorm(hidden)
+    raise ValueError(f"unknown norm {name!r}; choose from {NORMS}")
+
+
 class NodeUpdate(nn.Module):
-    """conv(h, edge_index, w) -> ReLU -> LayerNorm -> Dropout.
+    """conv(h, edge_index, w) -> ReLU -> norm (LayerNorm, or :class:`GraphScaleNorm`) -> Dropout.
 
     ``num_dst`` (hop-trimmed minibatches, convs in :data:`TRIMMABLE`): only the first ``num_dst`` nodes'
     outputs are computed, the nodes the next layer (or the loss) still reads. Every edge must point into
     them. All of them skip the other nodes' norm and dropout, GIN and GraphSAGE also their MLP / linear maps."""
 
-    def __init__(self, conv: str, hidden: int, dropout: float = 0.1) -> None:
+    def __init__(self, conv: str, hidden: int, dropout: float = 0.1, norm: str = "layer") -> None:
         super().__init__()
         self.conv = make_conv(conv, hidden)
-        self.norm = nn.LayerNorm(hidden)
+        self.norm = make_norm(norm, hidden)
         self.dropout = Dropout(dropout)
 
     def forward(self, h: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None,
