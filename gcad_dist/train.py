@@ -66,7 +66,7 @@ def auto_candidates(norm: str = "layer") -> tuple[tuple[str, str], ...]:
 
 def candidate_name(model_cfg: Any, norm: str = "layer") -> str:
     """A candidate's name in the selection record: its contrast, plus the norm where it differs from ``norm``."""
-    n = getattr(model_cfg, "norm", "layer")
+    n = model_cfg.norm
     return model_cfg.contrast if n == norm else f"{model_cfg.contrast}, {n} norm"
 
 
@@ -347,8 +347,7 @@ def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     vm = torch.as_tensor(val_mask, dtype=torch.bool).cpu().numpy()
     yv = torch.as_tensor(y).cpu().numpy()[vm]
     if names is None:
-        ref = getattr(fits[0][2], "norm", "layer")
-        names = [candidate_name(m_cfg, ref) for _, _, m_cfg in fits]
+        names = [candidate_name(m_cfg, fits[0][2].norm) for _, _, m_cfg in fits]
     names = list(names)
     if len(set(names)) != len(names) or len(names) != len(fits):
         raise ValueError(f"one distinct name per candidate needed, got {names} for {len(fits)} candidates")

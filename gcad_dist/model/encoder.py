@@ -55,7 +55,7 @@ class GCCADEncoder(nn.Module):
             else []
         )
         self.node_updates = nn.ModuleList(
-            [NodeUpdate(config.conv, hid, config.dropout, getattr(config, "norm", "layer")) for _ in range(config.num_layers)]
+            [NodeUpdate(config.conv, hid, config.dropout, config.norm) for _ in range(config.num_layers)]
         )
         self.readouts = nn.ModuleList([Readout(config.readout) for _ in range(config.num_layers)])
 

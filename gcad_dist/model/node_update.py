@@ -174,8 +174,9 @@ class GraphScaleNorm(nn.Module):
         if self.training and x.shape[0] > 0:
             rms = x.float().pow(2).mean().add(self.eps).sqrt()
             with torch.no_grad():
-                # the first batch sets the average (BatchNorm starts from 1 and needs many steps to forget it)
-                m = 1.0 if int(self.tracked) == 0 else self.momentum
+                # the first batch sets the average (BatchNorm starts from 1 and needs many steps to forget it);
+                # a tensor weight, so no host sync on a GPU
+                m = torch.where(self.tracked == 0, 1.0, self.momentum).to(self.running_rms.dtype)
                 self.running_rms.lerp_(rms.detach(), m)
                 self.tracked += 1
         else:
