@@ -29,6 +29,8 @@ from partitioning.errors import GraphInputError
 MODEL_FILE = "model.pt"
 TRAIN_STATE_FILE = "train_state.pt"
 SNAPSHOTS_KEY = "snapshot_state_dicts"  # model.pt: a snapshot ensemble's states, the best first (optional)
+# model.pt: a candidate ensemble's members, the primary first (optional): [{config, states, mean, std}]
+CANDIDATES_KEY = "candidate_members"
 
 
 class CheckpointError(GraphInputError):
@@ -70,16 +72,35 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
                snapshots: list[dict[str, torch.Tensor]] | None = None) -> Path:
     """Write ``model.pt`` = {config (dataclass as dict), state_dict, extra[, snapshot_state_dicts]} atomically;
     returns its path. ``snapshots``: the states of a snapshot ensemble (:mod:`gcad_dist.model.snapshots`),
-    the best first; with two or more, readers score with their mean (``state_dict`` stays the best one)."""
+    the best first; with two or more, readers score with their mean (``state_dict`` stays the best one).
+    A :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` is written as its primary member (config,
+    ``state_dict`` and snapshots as above, what older readers load) plus every member under ``candidate_members``:
+    its config, states (the best first) and score standardisation."""
+    from gcad_dist.model.candidate_ensemble import CandidateEnsemble
+    from gcad_dist.model.snapshots import base_model, member_states
+
     directory = Path(directory)
+    members = None
+    if isinstance(model, CandidateEnsemble):  # the primary stays the top-level model; every member is kept too
+        members = [{"config": asdict(base_model(m).config),
+                    "states": [_cpu(st) for st in member_states(m)], "mean": float(mu), "std": float(sd)}
+                   for m, mu, sd in zip(model.members, model.means.tolist(), model.stds.tolist())]
+        snapshots = member_states(model.members[0])
+        model = base_model(model)
     cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    state = _cpu(model.state_dict())
     obj: dict[str, Any] = {"config": cfg, "state_dict": state, "extra": extra or {}}
+    if members:
+        obj[CANDIDATES_KEY] = members
     if snapshots and len(snapshots) > 1:
-        obj[SNAPSHOTS_KEY] = [{k: v.detach().cpu() for k, v in st.items()} for st in snapshots]
+        obj[SNAPSHOTS_KEY] = [_cpu(st) for st in snapshots]
     path = directory / MODEL_FILE
     _atomic_save(obj, path)
     return path
+
+
+def _cpu(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu() for k, v in state.items()}
 
 
 def load_model_file(directory: str | Path) -> dict:

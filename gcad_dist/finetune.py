@@ -20,11 +20,13 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    (the ``local`` contrast) passes no message: it carries the pre-trained score, and labels cannot teach it the
    graph. So by default (``auto``) such a checkpoint is fitted all three ways and one is kept on validation:
    the checkpoint's model unless an alternative's AUPRC is clearly higher by a paired bootstrap over the
-   validation nodes (the rule of ``gcad_dist.train --contrast auto``, :func:`gcad_dist.train.choose_contrast`).
+   validation nodes (:func:`gcad_dist.train.choose_contrast`, sessions 7-17's rule of ``--contrast auto``). Each
+   graph model is itself ``gcad_dist.train``'s: its ``--contrast auto`` candidates, those validation cannot tell
+   apart kept and averaged (:func:`gcad_dist.train.keep_candidates`).
    Both graph starts are candidates because neither wins everywhere on validation (BENCHMARKS.md, session 15:
    the pre-trained start is better on tolokers, worse on inj_cora with all its labels). A checkpoint that passes
    messages is fine-tuned as it is. ``metrics.json`` records the choice (``finetuned_model``,
-   ``model_selection``, and each graph model's own contrast choice in ``contrast_selection``).
+   ``model_selection``, and each graph model's own candidates kept in ``contrast_selection``).
 
 Fine-tuning uses the supervised defaults of ``python -m gcad_dist.train`` (taken from its
 :class:`~gcad_dist.train.TrainConfig`, not copied): the optimiser, epoch and patience settings and the
@@ -159,8 +161,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
     from gcad_dist.supervised import fit_supervised, predict
-    from gcad_dist.train import (check_labels, choose_contrast, fit_models, supervised_config, warn_split_classes,
-                                 write_json)
+    from gcad_dist.train import (check_labels, choose_contrast, combine_candidates, fit_models, keep_candidates,
+                                 supervised_config, warn_split_classes, write_json)
     from partitioning.graph import describe_labels
 
     _validate(cfg)
@@ -248,17 +250,18 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                 log.info("fine-tuning gcad_dist.train's model (message passing), %s",
                          "started from the checkpoint's input projection" if init else "from scratch")
                 gfits = fit_models(tcfg, data, sub, scfg, init=init)
-                gi = 0
-                if len(gfits) > 1:
-                    gi, graph_selection[which] = choose_contrast(gfits, y, split.val, seed=cfg.seed)
-                fits.append(gfits[gi])
+                if len(gfits) > 1:  # the candidates validation cannot tell apart, scored together, as in train
+                    kept, graph_selection[which] = keep_candidates(gfits, y, split.val, seed=cfg.seed)
+                    fits.append(combine_candidates(gfits, kept, data, split))
+                else:
+                    fits.append(gfits[0])
             names.append(which)
         chosen = 0
         if len(fits) > 1:
             chosen, selection = choose_contrast(fits, y, split.val, seed=cfg.seed, names=names,
                                                 what="fine-tuned model")
             metrics["model_selection"] = selection
-        if graph_selection:  # each graph model's own choice, graph against ego contrast, as gcad_dist.train makes it
+        if graph_selection:  # each graph model's own candidates kept, as gcad_dist.train keeps them
             metrics["contrast_selection"] = graph_selection
         res, saved_model, saved_config = fits[chosen]
         scores, history, best_epoch, snapshots = res.scores, res.history, res.best_epoch, res.snapshot_states

@@ -39,7 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
-from gcad_dist.selection import SWITCH_RULE
+from gcad_dist.selection import KEEP_RULE
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
                              load_labelled, normalize_features, resolve_jump, train_one, write_json)
 
@@ -160,7 +160,7 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
         if model == "gccad" and tc["contrast"] != "graph":  # absent = graph: keeps earlier runs' keys
             s["train"]["contrast"] = tc["contrast"]
             if tc["contrast"] == "auto":  # session 6's auto kept the higher validation AUPRC: another key
-                s["train"]["contrast_rule"] = SWITCH_RULE
+                s["train"]["contrast_rule"] = KEEP_RULE  # was SWITCH_RULE (keep one) in sessions 7-17
                 cands = auto_candidates(tc["norm"])
                 if cands != tuple((c, "layer") for c in AUTO_CONTRASTS):  # absent = graph and ego (sessions 6-16)
                     s["train"]["auto_candidates"] = [list(c) for c in cands]
@@ -264,11 +264,11 @@ def markdown_tables(results: dict[tuple[str, str], list[dict]], datasets: list[s
             secs = float(np.mean([r.get("wall_seconds", float("nan")) for r in runs]))
             secs_txt = f"{secs:.1f}" if secs < 10 else f"{secs:.0f}"
             lines.append(f"| {m} | {labels_used(m)} | {' | '.join(cells)} | {val} | {len(runs)} | {secs_txt} |")
-        for m in models:  # --contrast auto: which contrast each seed kept
+        for m in models:  # --contrast auto: which candidates each seed kept (one before session 18)
             kept = [r["contrast_selection"]["chosen"] for r in results.get((ds, m), []) if r.get("contrast_selection")]
             if kept:
                 counts = ", ".join(f"{c} {kept.count(c)}" for c in sorted(set(kept)))
-                lines.append(f"\n{m}: contrast kept on validation ({len(kept)} seeds): {counts}.")
+                lines.append(f"\n{m}: candidates kept on validation ({len(kept)} seeds): {counts}.")
         lines.append("")
     return "\n".join(lines)
 

@@ -106,7 +106,7 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
         FileNotFoundError: no ``model.pt`` there.
         GraphInputError: unreadable file, unknown model kind, or weights that do not fit the config.
     """
-    from gcad_dist.checkpoint import SNAPSHOTS_KEY, load_model_file
+    from gcad_dist.checkpoint import CANDIDATES_KEY, SNAPSHOTS_KEY, load_model_file
     from gcad_dist.model.snapshots import SnapshotEnsemble
 
     src = str(checkpoint)
@@ -133,15 +133,37 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
         cfg = _dataclass_from_dict(BaselineConfig, ck["config"], src)
         model = build_baseline(cfg)
     snapshots = ck.get(SNAPSHOTS_KEY) or []
+    members = ck.get(CANDIDATES_KEY) or []
     try:
         model.load_state_dict(ck["state_dict"])
         if len(snapshots) > 1:  # a snapshot ensemble: score with the mean over its states, as training did
             model = SnapshotEnsemble(model, snapshots)
+        if members:  # a candidate ensemble (gcad_dist.train --contrast auto): every kept candidate, standardised
+            model = _candidate_ensemble(members, kind, src)
     except RuntimeError as e:
         first = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
         raise GraphInputError(src, f"weights do not match the stored model config: {first[:200]}") from None
     model.eval()
     return LoadedModel(model=model, config=cfg, kind=kind, extra=extra, path=src)
+
+
+def _candidate_ensemble(members: list[dict], kind: str, src: str) -> torch.nn.Module:
+    """Rebuild a :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` from its checkpoint record."""
+    from gcad_dist.model import GCCAD, GCCADConfig
+    from gcad_dist.model.candidate_ensemble import CandidateEnsemble
+    from gcad_dist.model.snapshots import SnapshotEnsemble
+
+    if kind != "gccad":
+        raise GraphInputError(src, f"a candidate ensemble of model kind {kind!r}: only gccad has candidates")
+    built = []
+    for rec in members:
+        if not isinstance(rec, dict) or not {"config", "states", "mean", "std"} <= set(rec) or not rec["states"]:
+            raise GraphInputError(src, "malformed candidate ensemble in checkpoint (each member needs config, "
+                                       "states, mean, std)")
+        m = GCCAD(_dataclass_from_dict(GCCADConfig, rec["config"], src))
+        m.load_state_dict(rec["states"][0])
+        built.append(SnapshotEnsemble(m, rec["states"]) if len(rec["states"]) > 1 else m)
+    return CandidateEnsemble(built, [float(r["mean"]) for r in members], [float(r["std"]) for r in members])
 
 
 def _resolve_normalize(requested: str, loaded: LoadedModel) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 
 from gcad_dist.metrics import _np
 
-__all__ = ["SWITCH_CONFIDENCE", "MIN_POSITIVES", "SWITCH_RULE", "BootstrapComparison", "bootstrap_auprc",
+__all__ = ["SWITCH_CONFIDENCE", "MIN_POSITIVES", "SWITCH_RULE", "KEEP_RULE", "BootstrapComparison", "bootstrap_auprc",
            "compare_auprc"]
 
 SWITCH_CONFIDENCE = 0.95  # an alternative replaces the default when P(better AUPRC) >= this
@@ -31,6 +31,9 @@ SWITCH_CONFIDENCE = 0.95  # an alternative replaces the default when P(better AU
 MIN_POSITIVES = 10
 #: the rule in words (run keys of gcad_dist.quality and metrics.json name it)
 SWITCH_RULE = f"bootstrap p >= {SWITCH_CONFIDENCE}, >= {MIN_POSITIVES} val anomalies"
+# gcad_dist.train --contrast auto since session 18: keep every candidate the bootstrap cannot place clearly below the
+# best one, and score with the mean of the kept candidates' standardised scores (session 7-17: keep one, SWITCH_RULE)
+KEEP_RULE = f"keep unless the best is better by {SWITCH_RULE}; mean of standardised scores"
 _BLOCK_ELEMENTS = 1 << 23  # resamples x nodes per block (64 MiB of float64)
 
 

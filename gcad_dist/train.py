@@ -6,12 +6,15 @@ using only the nodes whose label is known when the graph is partly labelled (``y
 unlabelled nodes pass messages but are in no split, no loss and no metric),
 trains GCCAD (or an ablation, or a baseline) full-batch, keeps the ``--snapshots`` evaluations with the best
 validation AUPRC and scores with the mean of their scores (:mod:`gcad_dist.model.snapshots`), and writes to
-``--out``. GCCAD's default ``--contrast auto`` trains two candidates with the same seed, the paper's
-graph contrast and the local ``ego`` one, and keeps ego only when a paired bootstrap over the validation nodes
-finds it clearly better (:mod:`gcad_dist.selection`). Written:
+``--out``. GCCAD's default ``--contrast auto`` trains three candidates with the same seed (the paper's graph
+contrast, the local ``ego`` one, and the graph contrast with the graph norm), keeps every candidate that a paired
+bootstrap over the validation nodes does not place clearly below the best one (:mod:`gcad_dist.selection`), and
+scores with the mean of the kept candidates' standardised scores
+(:mod:`gcad_dist.model.candidate_ensemble`). Written:
 
 * ``model.pt``       checkpoint (:func:`gcad_dist.checkpoint.save_model`; ``extra["model"]`` is the kind; the
-  snapshot states, which :func:`gcad_dist.score.load_checkpoint_model` loads as one ensemble)
+  snapshot states and the kept candidates, which :func:`gcad_dist.score.load_checkpoint_model` loads as one
+  ensemble)
 * ``metrics.json``   config, label counts, split sizes, selected epoch, validation and test metrics, history
 * ``training_curves.png``, ``roc_pr_test.png``
 """
@@ -57,7 +60,7 @@ AUTO_CONTRASTS = ("graph", "ego")  # --contrast auto: both trained; ego kept onl
 
 
 def auto_candidates(norm: str = "layer") -> tuple[tuple[str, str], ...]:
-    """``--contrast auto``'s candidates as (contrast, norm), the default first: the graph and ego contrasts with
+    """``--contrast auto``'s candidates as (contrast, norm), the primary first: the graph and ego contrasts with
     ``norm``, and with LayerNorm (the default) also the graph contrast with the graph norm, which keeps the
     nodes' relative sizes (BENCHMARKS.md, session 17: +0.05 validation AUPRC on inj_cora, -0.09 on tolokers)."""
     pairs = tuple((c, norm) for c in AUTO_CONTRASTS)
@@ -310,11 +313,15 @@ def fit_models(cfg: TrainConfig, data: Any, fit_split: Any, scfg: SupervisedConf
 
 def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
     """Load (unless ``data`` is given), split, build and fit one model (or the candidates of ``--contrast
-    auto``, keeping one on validation)."""
+    auto``, keeping those validation cannot tell apart and scoring with their mean)."""
     c = fit_candidates(cfg, data)
     fits, data, split, counts, budget = c.fits, c.data, c.split, c.counts, c.budget
-    chosen, selection = choose_contrast(fits, data.y, split.val, seed=cfg.seed) if len(fits) > 1 else (0, None)
-    res, model, model_cfg = fits[chosen]
+    selection = None
+    if len(fits) > 1:  # --contrast auto: the candidates validation cannot tell apart, scored together
+        kept, selection = keep_candidates(fits, data.y, split.val, seed=cfg.seed)
+        res, model, model_cfg = combine_candidates(fits, kept, data, split)
+    else:
+        res, model, model_cfg = fits[0]
     metrics = {
         "config": asdict(cfg),
         "model_config": asdict(model_cfg),
@@ -373,6 +380,82 @@ def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     return chosen, record
 
 
+def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any, seed: int = 0,
+                    names: list[str] | None = None) -> tuple[list[int], dict[str, Any]]:
+    """Keep every candidate whose validation AUPRC is not clearly below the best one's: drop candidate ``i`` only
+    if a paired bootstrap over the validation nodes finds the best one better with confidence >=
+    :data:`gcad_dist.selection.SWITCH_CONFIDENCE` over >= :data:`gcad_dist.selection.MIN_POSITIVES` validation
+    anomalies (with fewer, every candidate is kept). :func:`combine_candidates` then scores with the kept ones.
+
+    Reads the validation nodes' labels and scores only. Returns the kept candidates' indices (in candidate
+    order, so the first kept one is the primary) and a JSON-ready record: the rule, each candidate's validation
+    AUPRC and its bootstrap against the best, the kept names (``chosen`` joins them with ``+``), and (for reports,
+    read after the choice) each candidate's selected epoch and held-out metrics.
+    """
+    from gcad_dist.selection import SWITCH_RULE, compare_auprc
+
+    vm = torch.as_tensor(val_mask, dtype=torch.bool).cpu().numpy()
+    yv = torch.as_tensor(y).cpu().numpy()[vm]
+    names = list(names) if names is not None else [candidate_name(m_cfg, fits[0][2].norm) for _, _, m_cfg in fits]
+    if len(set(names)) != len(names) or len(names) != len(fits):
+        raise ValueError(f"one distinct name per candidate needed, got {names} for {len(fits)} candidates")
+    from gcad_dist.metrics import auprc
+
+    val_ap = [auprc(yv, res.scores[vm]) if (yv == 1).any() and (yv == 0).any() else float("nan") for res, _, _ in fits]
+    best = int(np.nanargmax(val_ap)) if np.isfinite(val_ap).any() else 0  # ties: the first
+    record: dict[str, Any] = {
+        "rule": "keep every candidate unless the best one's validation AUPRC is higher by paired bootstrap over the "
+                f"validation nodes ({SWITCH_RULE}); score with the mean of the kept candidates' standardised scores",
+        "best": names[best], "val_auprc": dict(zip(names, val_ap)), "bootstrap": {}, "candidates": {}}
+    kept = []
+    for i, (res, _, _) in enumerate(fits):
+        record["candidates"][names[i]] = {"best_epoch": res.best_epoch, "val": res.val, "test": res.test}
+        if i != best:
+            cmp = compare_auprc(yv, res.scores[vm], fits[best][0].scores[vm], seed=seed)
+            record["bootstrap"][names[i]] = {
+                "auprc": cmp.default_auprc, "best_auprc": cmp.alternative_auprc, "p_best_better": cmp.p_alternative_better,
+                "diff_low": cmp.diff_low, "diff_high": cmp.diff_high, "n_boot": cmp.n_boot, "positives": cmp.positives,
+                "dropped": cmp.switch}
+            if cmp.switch:
+                continue
+        kept.append(i)
+    record["kept"] = [names[i] for i in kept]
+    record["chosen"] = " + ".join(record["kept"])
+    log.info("candidates kept on validation: %s (%s)", record["chosen"], "; ".join(
+        f"{n}: val AUPRC {record['val_auprc'][n]:.4f}"
+        + (f", P({names[best]} better) {record['bootstrap'][n]['p_best_better']:.3f}" if n in record["bootstrap"] else "")
+        for n in names))
+    return kept, record
+
+
+def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], data: Any,
+                       split: Any) -> tuple[FitResult, torch.nn.Module, Any]:
+    """The kept candidates as one fit: the candidate itself when one is kept, else a
+    :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` scoring with the mean of their scores, each
+    standardised over every node (no label), and its validation and test metrics. The first kept candidate is the
+    primary: its epochs, history and config describe the run."""
+    from dataclasses import replace
+
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.model.candidate_ensemble import CandidateEnsemble, standardisation
+
+    if len(kept) == 1:
+        return fits[kept[0]]
+    stats = [standardisation(fits[i][0].scores) for i in kept]
+    scores = np.mean([(fits[i][0].scores - mu) / sd for i, (mu, sd) in zip(kept, stats)], axis=0).astype(np.float32)
+    y = torch.as_tensor(data.y).cpu().numpy()
+    graph = getattr(data, "graph_id", None)
+    graph = None if graph is None else torch.as_tensor(graph).cpu().numpy()
+    val = evaluate(y, scores, graph, torch.as_tensor(split.val).cpu().numpy())
+    test = evaluate(y, scores, graph, torch.as_tensor(split.test).cpu().numpy())
+    primary, _, primary_cfg = fits[kept[0]]
+    res = replace(primary, val=val, test=test, scores=scores, best_scores=None,
+                  extra={**primary.extra, "candidates_kept": len(kept)})
+    model = CandidateEnsemble([fits[i][0].ensemble(fits[i][1]) for i in kept], [m for m, _ in stats],
+                              [sd for _, sd in stats])
+    return res, model, primary_cfg
+
+
 def warn_split_classes(split: Any, y: Any) -> None:
     """Log a warning for a train or validation part without a labelled anomaly (nothing to learn / select on)."""
     yv = torch.as_tensor(y)
@@ -426,10 +509,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--contrast", default=d.contrast, choices=(*CONTRASTS, "auto"),
                    help="GCCAD: what each node is contrasted with: graph = the graph's context (the paper's); "
                    "neighbors / ego = the mean of its neighbours' embeddings (ego: against the node's own feature "
-                   "projection); auto = train graph, ego and (with --norm layer) graph with the graph norm, same seed, "
-                   "and keep graph unless an alternative's validation AUPRC is higher with paired-bootstrap confidence "
-                   ">= 0.95 over >= 10 validation anomalies (about 2.5x the time; the full GCCAD model only, ablations "
-                   "use graph)")
+                   "projection); auto = train three candidates from the same seed, by default the graph contrast with the "
+                   "graph norm, then graph and ego with LayerNorm (with --norm layer: graph and ego with LayerNorm, "
+                   "then graph with the graph norm), and keep the first unless an alternative's validation AUPRC is "
+                   "higher with paired-bootstrap confidence >= 0.95 over >= 10 validation anomalies (about 3x the "
+                   "time; the full GCCAD model only, ablations use graph)")
     p.add_argument("--jump", default=d.jump, choices=JUMPS,
                    help="GCCAD graph contrast: last = contrast and score the last layer's embedding h^(L) with the "
                    "context q^(L) (METHOD.md); cat = jumping knowledge, every layer's embedding and context "

@@ -734,7 +734,7 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
     from gcad_dist.model import GCCADConfig
 
     assert (ck["config"]["contrast"] == "local" if kept == "checkpoint"
-            else candidate_name(GCCADConfig(**ck["config"])) == m["contrast_selection"][kept]["chosen"])
+            else candidate_name(GCCADConfig(**ck["config"]), "graph") == m["contrast_selection"][kept]["chosen"])
     assert f"{kept} model" in stdout
 
 
@@ -804,3 +804,41 @@ def test_transfer_comparison_counts_the_fine_tuned_model_kept() -> None:
     rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in comparison(recs).splitlines()[2:]]
     assert rows[0][8] == "checkpoint 2/3, graph 1/3"
     assert rows[1][8] == "checkpoint 3/3"  # runs from before --model record nothing: they fine-tuned the checkpoint
+
+
+def test_candidate_ensemble_checkpoint_scores_as_trained(small_graph, tmp_path) -> None:
+    """A candidate ensemble (``--contrast auto`` keeping several candidates) round-trips through ``model.pt``:
+    its members (architectures differ, one a snapshot ensemble) and their score standardisation come back, and
+    the whole graph and each part with its halo score as the mean of the members' standardised scores. The
+    primary member stays the top-level model, which older readers load."""
+    from gcad_dist.model.candidate_ensemble import CandidateEnsemble
+    from gcad_dist.model.snapshots import SnapshotEnsemble, base_model
+    from gcad_dist.score import score_parts_halo
+
+    g, path = small_graph
+    torch.manual_seed(0)
+    graph = GCCAD(GCCADConfig(in_dim=8, hidden=16, jump="cat"))
+    states = [graph.state_dict(), {n: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
+                                   for n, v in graph.state_dict().items()}]
+    ego = GCCAD(GCCADConfig(in_dim=8, hidden=16, contrast="ego"))
+    norm = GCCAD(GCCADConfig(in_dim=8, hidden=16, jump="cat", norm="graph"))
+    ens = CandidateEnsemble([SnapshotEnsemble(graph, states), ego, norm], [0.1, -0.2, 0.3], [0.5, 2.0, 1.5])
+    save_model(tmp_path / "ck", ens, graph.config, extra={"model": "gccad"}, snapshots=states)
+    ck = load_model_file(tmp_path / "ck")
+    assert ck["config"]["contrast"] == "graph" and len(ck["snapshot_state_dicts"]) == 2  # the primary, as before
+    loaded = load_checkpoint_model(tmp_path / "ck")
+    m = loaded.model
+    assert isinstance(m, CandidateEnsemble) and [type(x).__name__ for x in m.members] == ["SnapshotEnsemble", "GCCAD", "GCCAD"]
+    assert [base_model(x).config.contrast for x in m.members] == ["graph", "ego", "graph"]
+    assert base_model(m.members[2]).config.norm == "graph" and torch.allclose(m.stds, torch.tensor([0.5, 2.0, 1.5]))
+    data = prepare_data(str(path), loaded)
+    members = [x.eval() for x in ens.members]
+    want = np.mean([(score_data(x, data, device="cpu") - mu) / sd
+                    for x, mu, sd in zip(members, (0.1, -0.2, 0.3), (0.5, 2.0, 1.5))], 0)
+    np.testing.assert_allclose(score_data(m, data, device="cpu"), want, atol=1e-5)
+    part = np.arange(data.num_nodes) % 3
+    want = np.mean([(score_parts_halo(x, data, part, device="cpu") - mu) / sd
+                    for x, mu, sd in zip(members, (0.1, -0.2, 0.3), (0.5, 2.0, 1.5))], 0)
+    np.testing.assert_allclose(score_parts_halo(m, data, part, device="cpu"), want, atol=1e-5)
+    with pytest.raises(ValueError, match="one mean and one std"):
+        CandidateEnsemble([ego], [0.0, 1.0], [1.0])

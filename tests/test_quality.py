@@ -129,7 +129,7 @@ def test_table_counts_the_contrast_each_seed_kept():
     run = {"test": {"auroc": 0.8, "auprc": 0.5, "recall_at_k": 0.5}, "val": {"auprc": 0.5}, "wall_seconds": 1.0}
     runs = [dict(run, contrast_selection={"chosen": c}) for c in ("graph", "ego", "graph")]
     text = markdown_tables({("tiny", "gccad"): runs, ("tiny", "mlp"): [run]}, ["tiny"], ["gccad", "mlp"])
-    assert "gccad: contrast kept on validation (3 seeds): ego 1, graph 2." in text
+    assert "gccad: candidates kept on validation (3 seeds): ego 1, graph 2." in text
     assert "mlp: contrast" not in text
 
 

@@ -53,8 +53,14 @@ class SnapshotEnsemble(torch.nn.Module):
 
 
 def base_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The model itself, or an ensemble's first (best single) member: what to type-check or fine-tune."""
-    return model.members[0] if isinstance(model, SnapshotEnsemble) else model
+    """The model itself, or an ensemble's first (best single, or primary) member, down to a plain model: what to
+    type-check or fine-tune. Covers :class:`SnapshotEnsemble` and
+    :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`."""
+    from gcad_dist.model.candidate_ensemble import CandidateEnsemble
+
+    while isinstance(model, (SnapshotEnsemble, CandidateEnsemble)):
+        model = model.members[0]
+    return model
 
 
 def member_states(model: torch.nn.Module) -> list[dict[str, Tensor]]:
