@@ -135,11 +135,12 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
     snapshots = ck.get(SNAPSHOTS_KEY) or []
     members = ck.get(CANDIDATES_KEY) or []
     try:
-        model.load_state_dict(ck["state_dict"])
-        if len(snapshots) > 1:  # a snapshot ensemble: score with the mean over its states, as training did
-            model = SnapshotEnsemble(model, snapshots)
         if members:  # a candidate ensemble (gcad_dist.train --contrast auto): every kept candidate, standardised
-            model = _candidate_ensemble(members, kind, src)
+            model = _candidate_ensemble(members, kind, src)  # the primary is its first member: not built twice
+        else:
+            model.load_state_dict(ck["state_dict"])
+            if len(snapshots) > 1:  # a snapshot ensemble: score with the mean over its states, as training did
+                model = SnapshotEnsemble(model, snapshots)
     except RuntimeError as e:
         first = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
         raise GraphInputError(src, f"weights do not match the stored model config: {first[:200]}") from None

@@ -336,6 +336,17 @@ def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
     return TrainOutcome(res, metrics, model, model_cfg, data, split)
 
 
+def _validation_view(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any,
+                     names: list[str] | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The validation mask and labels as NumPy, and the candidates' names (default: :func:`candidate_name`)."""
+    vm = torch.as_tensor(val_mask, dtype=torch.bool).cpu().numpy()
+    yv = torch.as_tensor(y).cpu().numpy()[vm]
+    names = list(names) if names is not None else [candidate_name(m_cfg, fits[0][2].norm) for _, _, m_cfg in fits]
+    if len(set(names)) != len(names) or len(names) != len(fits):
+        raise ValueError(f"one distinct name per candidate needed, got {names} for {len(fits)} candidates")
+    return vm, yv, names
+
+
 def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any, seed: int = 0,
                     names: list[str] | None = None, what: str = "contrast") -> tuple[int, dict[str, Any]]:
     """Keep the first candidate (the paper's graph contrast) unless an alternative's validation AUPRC is
@@ -351,13 +362,7 @@ def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     """
     from gcad_dist.selection import SWITCH_RULE, compare_auprc
 
-    vm = torch.as_tensor(val_mask, dtype=torch.bool).cpu().numpy()
-    yv = torch.as_tensor(y).cpu().numpy()[vm]
-    if names is None:
-        names = [candidate_name(m_cfg, fits[0][2].norm) for _, _, m_cfg in fits]
-    names = list(names)
-    if len(set(names)) != len(names) or len(names) != len(fits):
-        raise ValueError(f"one distinct name per candidate needed, got {names} for {len(fits)} candidates")
+    vm, yv, names = _validation_view(fits, y, val_mask, names)
     default = fits[0][0].scores[vm]
     record: dict[str, Any] = {"rule": f"keep {names[0]} unless an alternative's validation AUPRC is higher by "
                                       f"paired bootstrap over the validation nodes: {SWITCH_RULE}",
@@ -394,11 +399,7 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     """
     from gcad_dist.selection import SWITCH_RULE, compare_auprc
 
-    vm = torch.as_tensor(val_mask, dtype=torch.bool).cpu().numpy()
-    yv = torch.as_tensor(y).cpu().numpy()[vm]
-    names = list(names) if names is not None else [candidate_name(m_cfg, fits[0][2].norm) for _, _, m_cfg in fits]
-    if len(set(names)) != len(names) or len(names) != len(fits):
-        raise ValueError(f"one distinct name per candidate needed, got {names} for {len(fits)} candidates")
+    vm, yv, names = _validation_view(fits, y, val_mask, names)
     from gcad_dist.metrics import auprc
 
     val_ap = [auprc(yv, res.scores[vm]) if (yv == 1).any() and (yv == 0).any() else float("nan") for res, _, _ in fits]
