@@ -56,7 +56,7 @@ import torch
 
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
-from gcad_dist.train import LINK_EVALS, SCORE_SPACES, TrainConfig
+from gcad_dist.train import LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options
 from partitioning.errors import GraphInputError
 
 log = logging.getLogger("gcad_dist.finetune")
@@ -97,6 +97,8 @@ class FinetuneConfig:
     normalize: str = "auto"
     device: str = "auto"
     threads: int = 0
+    candidate_workers: int = TrainConfig.candidate_workers
+    address: str | None = None
     plots: bool = True
     progress: bool = True
     verbose: bool = False
@@ -113,6 +115,8 @@ def _validate(cfg: FinetuneConfig) -> None:
         raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
     if cfg.snapshots < 1:
         raise UsageError(f"--snapshots: must be >= 1, got {cfg.snapshots}")
+    if cfg.candidate_workers < 1:
+        raise UsageError(f"--candidate-workers: must be >= 1, got {cfg.candidate_workers}")
     if cfg.model not in FINETUNE_MODELS:
         raise UsageError(f"--model: unknown value {cfg.model!r} (choose from {', '.join(FINETUNE_MODELS)})")
     if cfg.link_eval not in LINK_EVALS:
@@ -237,7 +241,9 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         tcfg = TrainConfig(graph=cfg.graph, out=cfg.out, hidden=loaded.config.hidden, epochs=cfg.epochs, lr=cfg.lr,
                            weight_decay=cfg.weight_decay, eval_every=cfg.eval_every, patience=cfg.patience,
                            snapshots=cfg.snapshots, link_eval=cfg.link_eval, score_space=cfg.score_space,
-                           seed=cfg.seed, device=cfg.device, progress=cfg.progress)
+                           seed=cfg.seed, device=cfg.device, threads=cfg.threads,
+                           candidate_workers=cfg.candidate_workers, address=cfg.address, progress=cfg.progress,
+                           verbose=cfg.verbose)
         scfg = supervised_config(tcfg)
         source = base_model(zs_model)
         names, fits, graph_selection = [], [], {}
@@ -334,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
                         "pre-training records its store's, standard by default; none if unrecorded, e.g. older "
                         "checkpoints); standard = z-score over all nodes of this graph; none = raw")
+    add_candidate_options(p, d)
     add_runtime_options(p, d)
     return p
 

@@ -47,7 +47,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, fields
@@ -74,7 +73,6 @@ RAY_LOG = "ray.log"
 LOST_HOST_WAIT_S = 20.0
 PEER_LOST_SIGNS = ("peer", "health check", "node", "unavailable", "imed out", "ActorDied", "onnection")
 PLACEMENT_STRATEGIES = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 #: What ``--recipe`` sets, unless given explicitly. ``paper``: METHOD.md section 4, for a store of corrupt
@@ -366,67 +364,13 @@ def validate(cfg: PretrainConfig) -> dict:
             "normalize": reader.feature_normalization()}
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _dashboard_dependency_error() -> str | None:
-    """Why Ray's dashboard cannot start here (``ray[default]`` not installed), or None (also when unknown)."""
-    try:
-        from ray._private.utils import get_dashboard_dependency_error
-    except ImportError:  # a Ray without this private helper: let ray.init decide
-        return None
-    err = get_dashboard_dependency_error()
-    return str(err) if err else None
-
-
 def _start_ray(cfg: PretrainConfig) -> bool:
-    """Join a cluster or start a private local Ray; returns True when this process started it."""
-    import ray
+    """Join a cluster or start a private local Ray (with the dashboard Ray Train needs); True when this
+    process started it (:func:`gcad_dist.distributed.ray_runtime.start_ray`)."""
+    from gcad_dist.distributed.ray_runtime import start_ray
 
-    if ray.is_initialized():
-        return False
-    address = cfg.address or os.environ.get("RAY_ADDRESS")
-    if address:
-        log.info("joining Ray cluster at %s", address)
-        ray.init(address=address, log_to_driver=True)
-        return True
-    missing = _dashboard_dependency_error()
-    if missing:  # Ray would fail deep inside ray.init with "Cannot include dashboard with missing packages."
-        raise UsageError(
-            f"Ray's dashboard packages are missing ({missing}). Ray Train polls the dashboard's state API, so a "
-            f"Ray started in this process needs them: pip install 'ray[default,train]=={ray.__version__}' (or "
-            "join a running cluster with --address)")
-    pythonpath = os.pathsep.join(p for p in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p)
-    # A private instance on loopback. Its GCS port is chosen here so that Ray's own helper actors
-    # (Ray Train V2's placement-group cleaner polls the state API) can be told which instance is theirs
-    # through RAY_ADDRESS even when other Ray instances run on this machine.
-    port = _free_port()
-    previous = os.environ.get("RAY_GCS_SERVER_PORT")
-    os.environ["RAY_GCS_SERVER_PORT"] = str(port)
-    try:
-        ray.init(
-            num_cpus=cfg.workers * cfg.cpus_per_worker,
-            _node_ip_address="127.0.0.1",
-            # The dashboard process serves that state API; bound to loopback only.
-            include_dashboard=True,
-            dashboard_host="127.0.0.1",
-            object_store_memory=256 << 20,
-            _temp_dir=tempfile.mkdtemp(prefix="ray-", dir="/tmp"),
-            runtime_env={"env_vars": {"PYTHONPATH": pythonpath, "RAY_ADDRESS": f"127.0.0.1:{port}"}},
-            log_to_driver=True,
-        )
-    finally:
-        if previous is None:
-            os.environ.pop("RAY_GCS_SERVER_PORT", None)
-        else:
-            os.environ["RAY_GCS_SERVER_PORT"] = previous
-    log.info("started a local Ray instance for %d worker(s)", cfg.workers)
-    return True
+    return start_ray(cfg.address, cfg.workers * cfg.cpus_per_worker, dashboard=True,
+                     what=f"{cfg.workers} worker(s)")
 
 
 class TrainingFailed(RuntimeError):

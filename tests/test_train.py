@@ -349,3 +349,38 @@ def test_snapshot_bench_table_means_and_differences():
 
     out = table([row(0, (0.6, 0.1), (0.7, 0.2)), row(1, (0.8, 0.3), (0.7, 0.2))])
     assert out.splitlines()[2] == "| g | gccad | 2 | 0.7000 / 0.2000 | 0.7000 / 0.2000 | +0.0000 / +0.0000 |"
+
+
+def test_candidate_workers_fit_side_by_side_as_one_after_another(tmp_path, caplog):
+    """``--candidate-workers 3`` fits ``--contrast auto``'s candidates as Ray tasks (Ray started in this process
+    for the run and stopped after it): the same kept candidates, selected epochs, scores and model as fitting
+    them one after another here, on one thread each."""
+    import ray
+
+    import gcad_dist.train as train_mod
+    from gcad_dist.supervised import predict
+
+    g = _generate(tmp_path / "g.npz", nodes=300, anomaly_fraction=0.15)
+    base = dict(graph=str(g), out="", epochs=6, eval_every=2, hidden=8, threads=1, progress=False)
+    one = train_mod.train_one(train_mod.TrainConfig(**base))
+    with caplog.at_level("INFO", logger="gcad_dist"):
+        side = train_mod.train_one(train_mod.TrainConfig(**base, candidate_workers=3))
+    assert "started a local Ray instance for 3 candidate fits side by side" in caplog.text
+    assert caplog.text.count("fitted: best epoch") == 3  # each candidate came back from its task
+    assert not ray.is_initialized()  # the run's own Ray is stopped
+    assert side.metrics["contrast_selection"]["kept"] == one.metrics["contrast_selection"]["kept"]
+    for key in ("best_epoch", "snapshot_epochs", "val", "test"):
+        assert side.metrics[key] == pytest.approx(one.metrics[key], abs=1e-6), key
+    assert np.allclose(side.fit.scores, one.fit.scores, atol=1e-6)
+    # the driver's rebuilt model scores as the fit did
+    data = train_mod.load_labelled(str(g))
+    assert np.allclose(predict(side.model, data), predict(one.model, data), atol=1e-5)
+
+
+def test_candidate_workers_bad_value_is_a_usage_error(tmp_path, capsys):
+    g = _generate(tmp_path / "g.npz", nodes=100)
+    code, err = _cli(["gcad_dist.train", "--graph", str(g), "--out", str(tmp_path / "o"), "--candidate-workers", "0"],
+                     capsys)
+    assert code == 2 and "--candidate-workers: must be >= 1" in err
+    code, err = _cli(["bench.candidate_workers", "--workers", "1"], capsys)  # the benchmark's own check
+    assert code == 2 and "every --workers value >= 2" in err
