@@ -90,6 +90,7 @@ class QualityConfig:
         return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble}
     device: str = "auto"
     threads: int = 0
+    candidate_workers: int = 1  # gccad's --contrast auto candidates fitted side by side (the same results)
     report_only: bool = False
     verbose: bool = False
 
@@ -136,7 +137,7 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
         contrast=cfg.contrast, jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
         layers=cfg.layers, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience,
         snapshots=cfg.snapshots, seed=seed,
-        device=cfg.device, progress=False, plots=False,
+        device=cfg.device, threads=cfg.threads, candidate_workers=cfg.candidate_workers, progress=False, plots=False,
     )
 
 
@@ -432,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "
                         "detectors use max(1, threads)")
+    p.add_argument("--candidate-workers", type=int, default=d.candidate_workers,
+                   help="gccad: fit its --contrast auto candidates this many at once as Ray tasks, each with "
+                   "--threads CPUs (gcad_dist.train --candidate-workers; the same results, so not part of a run's key)")
     p.add_argument("--paired-with", default=d.paired_with, choices=ALL_MODELS, metavar="MODEL",
                    help="add a table comparing this model with every other, seed by seed on the same splits (mean "
                         "difference and on how many seeds it is ahead); default: gccad when it is among --models")
@@ -447,7 +451,7 @@ def _validate(cfg: QualityConfig) -> None:
         raise UsageError(f"--pre-epochs: must be >= 1, got {cfg.pre_epochs}")
     if cfg.pre_ensemble is not None and cfg.pre_ensemble < 1:
         raise UsageError(f"--pre-ensemble: must be >= 1, got {cfg.pre_ensemble}")
-    for name in ("hidden", "layers", "epochs", "eval_every"):
+    for name in ("hidden", "layers", "epochs", "eval_every", "candidate_workers"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
     if cfg.paired_with is not None and cfg.paired_with not in cfg.models:
