@@ -51,7 +51,7 @@ def fit_side_by_side(cfg: Any, data: Any, fit_split: Any, scfg: Any, candidates:
 
     from gcad_dist.distributed.ray_runtime import start_ray
     from gcad_dist.supervised import resolve_device
-    from gcad_dist.train import build_candidate
+    from gcad_dist.train import build_candidate, candidate_name
 
     workers = min(cfg.candidate_workers, len(candidates))
     use_gpu = resolve_device(scfg.device).type == "cuda"
@@ -79,8 +79,9 @@ def fit_side_by_side(cfg: Any, data: Any, fit_split: Any, scfg: Any, candidates:
                     except ray.exceptions.RayTaskError as e:  # the task's own exception (UsageError, ...)
                         raise e.as_instanceof_cause() from None
                     bar.update(1)
-                    log.info("candidate %s (norm %s) fitted: best epoch %d, %.0f s since the start",
-                             *candidates[i], results[i][0].best_epoch, time.perf_counter() - t0)
+                    log.info("candidate %s fitted: best epoch %d, %.0f s since the start",
+                             candidate_name(results[i][1], cfg.norm), results[i][0].best_epoch,
+                             time.perf_counter() - t0)
     finally:
         if started:
             ray.shutdown()
