@@ -136,7 +136,7 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
     members = ck.get(CANDIDATES_KEY) or []
     try:
         if members:  # a candidate ensemble (gcad_dist.train --contrast auto): every kept candidate, standardised
-            model = _candidate_ensemble(members, kind, src)  # the primary is its first member: not built twice
+            model = _candidate_ensemble(members, model, kind, src)  # the model built above is its first member
         else:
             model.load_state_dict(ck["state_dict"])
             if len(snapshots) > 1:  # a snapshot ensemble: score with the mean over its states, as training did
@@ -148,8 +148,9 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
     return LoadedModel(model=model, config=cfg, kind=kind, extra=extra, path=src)
 
 
-def _candidate_ensemble(members: list[dict], kind: str, src: str) -> torch.nn.Module:
-    """Rebuild a :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` from its checkpoint record."""
+def _candidate_ensemble(members: list[dict], primary: torch.nn.Module, kind: str, src: str) -> torch.nn.Module:
+    """Rebuild a :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` from its checkpoint record;
+    ``primary`` is the (unloaded) model of the checkpoint's top-level config, which is the first member's."""
     from gcad_dist.model import GCCAD, GCCADConfig
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
     from gcad_dist.model.snapshots import SnapshotEnsemble
@@ -157,11 +158,11 @@ def _candidate_ensemble(members: list[dict], kind: str, src: str) -> torch.nn.Mo
     if kind != "gccad":
         raise GraphInputError(src, f"a candidate ensemble of model kind {kind!r}: only gccad has candidates")
     built = []
-    for rec in members:
+    for i, rec in enumerate(members):
         if not isinstance(rec, dict) or not {"config", "states", "mean", "std"} <= set(rec) or not rec["states"]:
             raise GraphInputError(src, "malformed candidate ensemble in checkpoint (each member needs config, "
                                        "states, mean, std)")
-        m = GCCAD(_dataclass_from_dict(GCCADConfig, rec["config"], src))
+        m = primary if i == 0 else GCCAD(_dataclass_from_dict(GCCADConfig, rec["config"], src))
         m.load_state_dict(rec["states"][0])
         built.append(SnapshotEnsemble(m, rec["states"]) if len(rec["states"]) > 1 else m)
     return CandidateEnsemble(built, [float(r["mean"]) for r in members], [float(r["std"]) for r in members])

@@ -416,11 +416,10 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     AUPRC and its bootstrap against the best, the kept names (``chosen`` joins them with ``+``), and (for reports,
     read after the choice) each candidate's selected epoch and held-out metrics.
     """
+    from gcad_dist.metrics import auprc
     from gcad_dist.selection import SWITCH_RULE, compare_auprc
 
     vm, yv, names = _validation_view(fits, y, val_mask, names)
-    from gcad_dist.metrics import auprc
-
     val_ap = [auprc(yv, res.scores[vm]) if (yv == 1).any() and (yv == 0).any() else float("nan") for res, _, _ in fits]
     best = int(np.nanargmax(val_ap)) if np.isfinite(val_ap).any() else 0  # ties: the first
     record: dict[str, Any] = {
@@ -457,12 +456,11 @@ def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], 
     from dataclasses import replace
 
     from gcad_dist.metrics import evaluate
-    from gcad_dist.model.candidate_ensemble import CandidateEnsemble, standardisation
+    from gcad_dist.model.candidate_ensemble import CandidateEnsemble, standardised_mean
 
     if len(kept) == 1:
         return fits[kept[0]]
-    stats = [standardisation(fits[i][0].scores) for i in kept]
-    scores = np.mean([(fits[i][0].scores - mu) / sd for i, (mu, sd) in zip(kept, stats)], axis=0).astype(np.float32)
+    scores, stats = standardised_mean([fits[i][0].scores for i in kept])
     y = torch.as_tensor(data.y).cpu().numpy()
     graph = getattr(data, "graph_id", None)
     graph = None if graph is None else torch.as_tensor(graph).cpu().numpy()

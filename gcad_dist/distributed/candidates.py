@@ -54,7 +54,8 @@ def fit_side_by_side(cfg: Any, data: Any, fit_split: Any, scfg: Any, candidates:
     from gcad_dist.train import build_candidate, candidate_name
 
     workers = min(cfg.candidate_workers, len(candidates))
-    use_gpu = resolve_device(scfg.device).type == "cuda"
+    device = resolve_device(scfg.device)
+    use_gpu = device.type == "cuda"
     threads = task_threads(cfg.threads, workers)
     started = start_ray(cfg.address, num_cpus=workers * threads, dashboard=False,
                         what=f"{workers} candidate fits side by side")
@@ -89,5 +90,5 @@ def fit_side_by_side(cfg: Any, data: Any, fit_split: Any, scfg: Any, candidates:
     for (contrast, norm), (res, model_cfg) in zip(candidates, results):
         model, _ = build_candidate(cfg, data.num_features, contrast, norm)
         model.load_state_dict(res.state_dict)
-        fits.append((res, model.to(resolve_device(scfg.device)), model_cfg))
+        fits.append((res, model.to(device), model_cfg))
     return fits

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["CandidateEnsemble", "standardisation"]
+__all__ = ["CandidateEnsemble", "standardisation", "standardised_mean"]
 
 
 def standardisation(scores: Any) -> tuple[float, float]:
@@ -31,6 +31,14 @@ def standardisation(scores: Any) -> tuple[float, float]:
         return 0.0, 1.0
     std = float(s.std())
     return float(s.mean()), std if std > 1e-12 else 1.0
+
+
+def standardised_mean(scores: list[Any]) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """The members' scores combined as :meth:`CandidateEnsemble.score` combines them (float32 [N]), and each
+    member's :func:`standardisation` (mean, std), the statistics a :class:`CandidateEnsemble` is built with."""
+    stats = [standardisation(s) for s in scores]
+    combined = np.mean([(np.asarray(s) - mu) / sd for s, (mu, sd) in zip(scores, stats)], axis=0)
+    return combined.astype(np.float32), stats
 
 
 class CandidateEnsemble(torch.nn.Module):
