@@ -82,12 +82,13 @@ class QualityConfig:
     snapshots: int = TrainConfig.snapshots
     pre_epochs: int | None = None  # None: the recipe's (gcad_dist.detectors.gccad_pre: local 3, paper 10)
     pre_ensemble: int | None = None  # None: the local recipe's (gcad_dist.detectors.gccad_pre.LOCAL_ENSEMBLE)
+    pre_cliques: float | None = None  # None: the local recipe's pretrain --plant-cliques
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
     def detector_options(self) -> dict[str, Any]:
         """The harness options that detectors read (:attr:`gcad_dist.detectors.DetectorSpec.options`)."""
-        return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble}
+        return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques}
     device: str = "auto"
     threads: int = 0
     candidate_workers: int = 1  # gccad's --contrast auto candidates fitted side by side (the same results)
@@ -429,6 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pre-ensemble", type=int, default=d.pre_ensemble,
                    help="models trained side by side in gccad-pre (pretrain --ensemble; 1 = one model, session 10's "
                    "default) (default: the recipe's, 5)")
+    p.add_argument("--pre-cliques", type=float, default=d.pre_cliques, metavar="FRACTION",
+                   help="gccad-pre: pretrain --plant-cliques FRACTION, planted cliques redrawn at every step, and "
+                   "--swap-features cut by as much (0.15 - FRACTION), so that the corrupted share stays 0.15 "
+                   "(default: the recipe's, 0)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "
@@ -451,6 +456,9 @@ def _validate(cfg: QualityConfig) -> None:
         raise UsageError(f"--pre-epochs: must be >= 1, got {cfg.pre_epochs}")
     if cfg.pre_ensemble is not None and cfg.pre_ensemble < 1:
         raise UsageError(f"--pre-ensemble: must be >= 1, got {cfg.pre_ensemble}")
+    if cfg.pre_cliques is not None and not 0 <= cfg.pre_cliques <= 0.15:
+        raise UsageError(f"--pre-cliques: must be in [0, 0.15] (the recipe's share of corrupted nodes), got "
+                         f"{cfg.pre_cliques}")
     for name in ("hidden", "layers", "epochs", "eval_every", "candidate_workers"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")

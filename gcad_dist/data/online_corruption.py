@@ -6,7 +6,8 @@ rather than *what* a corruption looks like: the pre-training loss falls to ~0 wi
 model scores real anomalies at chance. A corruption redrawn at every step cannot be memorised.
 
 :func:`swap_features` is the per-step analogue of the store's ``features`` kind (a contextual
-anomaly): a node keeps its links but carries another node's features.
+anomaly): a node keeps its links but carries another node's features. :func:`plant_cliques` is a structural one
+(PyGOD's planted cliques, a fraud ring's shape): groups of nodes keep their features and are joined into cliques.
 """
 
 from __future__ import annotations
@@ -62,3 +63,53 @@ def draw_member_swaps(y: Tensor, mask: Tensor | None, fraction: float, members: 
     y2 = y.unsqueeze(1).repeat(1, members)
     y2[pick, torch.arange(members, device=y.device).unsqueeze(1)] = 1
     return y2, pick, donor
+
+
+def plant_cliques(edge_index: Tensor, y: Tensor, mask: Tensor | None, fraction: float,
+                  size: tuple[int, int] = (4, 20), hop1_edges: int | None = None,
+                  generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, int]:
+    """(edge_index', y', hop1_edges'): a structural corruption, the per-step analogue of PyGOD's planted cliques
+    (a fraud ring). ``round(fraction * #normal nodes)`` of the nodes with ``y == 0`` (and in ``mask``, default all)
+    are split into groups of a size drawn uniformly from ``size`` (min, max; the last group takes the rest, and a
+    rest of one node is left out) and every pair within a group is joined by an edge, both directions; those nodes
+    get the label 1. A clique member keeps its features and its own links, and its neighbours' mean now mixes in
+    nodes from anywhere in the graph.
+
+    The new edges are inserted after the first ``hop1_edges`` edges (a hop-ordered minibatch's edges into its
+    seeds; default all edges, i.e. appended), so that with ``mask`` = the seeds they stay in the hop-1 block;
+    ``hop1_edges'`` counts them in. ``edge_index`` and ``y`` are not modified."""
+    e = edge_index.size(1)
+    h1 = e if hop1_edges is None else int(hop1_edges)
+    lo, hi = int(size[0]), int(size[1])
+    if not 2 <= lo <= hi:
+        raise ValueError(f"clique size must be 2 <= min <= max, got {size}")
+    idx = _candidates(y, mask, fraction)
+    m = 0 if idx is None else int(round(fraction * idx.numel()))
+    if m < 2:
+        return edge_index, y, h1
+    dev = edge_index.device
+    pick = idx[torch.randperm(idx.numel(), generator=generator, device=idx.device)[:m]]
+    # group sizes: enough draws to cover m, cut at m (the last group takes the rest)
+    sizes = torch.randint(lo, hi + 1, (m // lo + 1,), generator=generator, device=idx.device)
+    ends = sizes.cumsum(0)
+    g = int((ends < m).sum()) + 1
+    sizes = sizes[:g].clone()
+    sizes[-1] -= int(ends[g - 1]) - m
+    if int(sizes[-1]) < 2:  # a single node left over: no clique of one
+        pick, sizes = pick[: m - int(sizes[-1])], sizes[:-1]
+    if sizes.numel() == 0:
+        return edge_index, y, h1
+    pick = pick.to(dev)
+    sizes = sizes.to(dev)
+    starts = sizes.cumsum(0) - sizes
+    gid = torch.repeat_interleave(torch.arange(sizes.numel(), device=dev), sizes)  # group of each picked node
+    rep = sizes[gid]  # each member pairs with every member of its group (itself dropped below)
+    src = torch.repeat_interleave(pick, rep)
+    offset = torch.arange(int(rep.sum()), device=dev) - torch.repeat_interleave(rep.cumsum(0) - rep, rep)
+    dst = pick[torch.repeat_interleave(starts[gid], rep) + offset]
+    keep = src != dst
+    new = torch.stack([src[keep], dst[keep]]).to(edge_index.dtype)
+    y2 = y.clone()
+    y2[pick.to(y.device)] = 1
+    out = torch.cat([edge_index[:, :h1], new, edge_index[:, h1:]], dim=1)
+    return out, y2, h1 + new.size(1)

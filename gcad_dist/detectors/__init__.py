@@ -43,7 +43,8 @@ class DetectorSpec:
     ``options``: the harness options it reads (``fit_score`` keyword arguments; also part of the run key).
     ``requires``: (module, extra) pairs it needs beyond the base install.
     ``entry``: the module's function that fits and scores. ``option_defaults``: an option's value when the
-    harness leaves it unset (None).
+    harness leaves it unset (None). ``late_options``: options added after runs were cached, each with the value
+    those runs had without it; at that value an option is left out of the run key, so that those runs keep theirs.
     """
 
     name: str
@@ -56,6 +57,7 @@ class DetectorSpec:
     requires: tuple[tuple[str, str], ...] = ()
     entry: str = "fit_score"
     option_defaults: dict[str, Any] = field(default_factory=dict)
+    late_options: dict[str, Any] = field(default_factory=dict)
 
     def function(self) -> Callable[..., np.ndarray]:
         return getattr(importlib.import_module(f"gcad_dist.detectors.{self.module}"), self.entry)
@@ -73,9 +75,11 @@ def _specs() -> dict[str, DetectorSpec]:
         DetectorSpec("cola", "none", "raw", "pygod_models", "PyGOD CoLA", pygod_models.SETTINGS["cola"],
                      requires=(("pygod", "baselines"),)),
         DetectorSpec("gccad-pre", "none", "raw", "gccad_pre", "GCCAD-pre, local recipe, whole graph",
-                     gccad_pre.LOCAL_SETTINGS, options=("pre_epochs", "pre_ensemble"),
+                     gccad_pre.LOCAL_SETTINGS, options=("pre_epochs", "pre_ensemble", "pre_cliques"),
                      requires=(("faiss", "cpu"), ("ray", "base")),
-                     option_defaults={"pre_epochs": gccad_pre.LOCAL_EPOCHS, "pre_ensemble": gccad_pre.LOCAL_ENSEMBLE}),
+                     option_defaults={"pre_epochs": gccad_pre.LOCAL_EPOCHS, "pre_ensemble": gccad_pre.LOCAL_ENSEMBLE,
+                                      "pre_cliques": gccad_pre.LOCAL_CLIQUES},
+                     late_options={"pre_cliques": 0.0}),
         DetectorSpec("gccad-pre-paper", "none", "raw", "gccad_pre", "GCCAD-pre (the paper's) scored by parts",
                      gccad_pre.SETTINGS, options=("pre_epochs",), requires=(("faiss", "cpu"), ("ray", "base")),
                      entry="fit_score_paper", option_defaults={"pre_epochs": gccad_pre.PAPER_EPOCHS}),
@@ -105,7 +109,9 @@ def settings_of(name: str, options: dict[str, Any] | None = None) -> dict[str, A
     s: dict[str, Any] = {"features": spec.features, "labels": spec.labels, **spec.settings}
     for k in spec.options:
         v = (options or {}).get(k)
-        s[k] = spec.option_defaults.get(k) if v is None else v
+        v = spec.option_defaults.get(k) if v is None else v
+        if not (k in spec.late_options and v == spec.late_options[k]):
+            s[k] = v
     return s
 
 

@@ -10,7 +10,8 @@ seeded by the run's seed) and scoring; the build and pre-training see only ``x``
   drawn afresh at every step (``--swap-features 0.15``), five such models side by side (``--ensemble 5``, each with
   its own swaps); every node is scored on the whole graph, the mean over the five of 1 - cos(h^(0)_i, neighbours'
   mean). Why each part: BENCHMARKS.md ("A label-free GCCAD-pre that detects
-  real anomalies").
+  real anomalies"). The harness's ``--pre-cliques F`` adds planted cliques (``--plant-cliques F``) and cuts the
+  swaps to 0.15 - F (BENCHMARKS.md, session 20; off by default).
 * ``paper`` (detector ``gccad-pre-paper``): METHOD.md section 4. K-means parts (``--k auto``), the paper's
   node injection, the graph contrast, and every node scored in its part with the part's 1-hop halo
   (``python -m gcad_dist.score --parts STORE``'s default context). Its settings, and so its run key, are
@@ -49,6 +50,9 @@ PAPER_EPOCHS = 10
 #: pre-training settings of the local recipe (PretrainConfig fields; the rest are its defaults)
 LOCAL_PRETRAIN: dict[str, Any] = {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15,
                                   "lr": 1e-3}
+#: ``pretrain --plant-cliques`` of the local recipe (the harness's ``--pre-cliques``; 0 = none, the run key of
+#: earlier sessions). Cliques take their share out of the swaps: the corrupted share stays ``swap_features``.
+LOCAL_CLIQUES = 0.0
 LOCAL_EPOCHS = 3
 #: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
 LOCAL_ENSEMBLE = 5
@@ -93,14 +97,20 @@ def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | No
 
 
 def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, pre_ensemble: int | None = None,
-              threads: int = 1, device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
+              pre_cliques: float | None = None, threads: int = 1, device: str = "cpu", workdir: str | None = None,
+              **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
-    score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`, ``pre_ensemble`` None = :data:`LOCAL_ENSEMBLE`."""
+    score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`, ``pre_ensemble`` None = :data:`LOCAL_ENSEMBLE`,
+    ``pre_cliques`` (``pretrain --plant-cliques``, with the swaps cut by as much) None = :data:`LOCAL_CLIQUES`."""
     from gcad_dist.score import score_data
 
-    return _pipeline(data, seed, threads, device, workdir, {"k": 1, "corruption_mix": "none"},
-                     {"epochs": LOCAL_EPOCHS if pre_epochs is None else pre_epochs, **LOCAL_PRETRAIN,
-                      "ensemble": LOCAL_ENSEMBLE if pre_ensemble is None else pre_ensemble},
+    cliques = LOCAL_CLIQUES if pre_cliques is None else pre_cliques
+    if not 0 <= cliques <= LOCAL_PRETRAIN["swap_features"]:
+        raise ValueError(f"pre_cliques must be in [0, {LOCAL_PRETRAIN['swap_features']}], got {cliques}")
+    pretrain = {**LOCAL_PRETRAIN, "epochs": LOCAL_EPOCHS if pre_epochs is None else pre_epochs,
+                "ensemble": LOCAL_ENSEMBLE if pre_ensemble is None else pre_ensemble, "plant_cliques": cliques,
+                "swap_features": round(LOCAL_PRETRAIN["swap_features"] - cliques, 6)}
+    return _pipeline(data, seed, threads, device, workdir, {"k": 1, "corruption_mix": "none"}, pretrain,
                      lambda loaded, prepared, _store, dev: score_data(loaded.model, prepared, device=dev))
 
 

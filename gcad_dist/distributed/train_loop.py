@@ -58,7 +58,7 @@ import torch
 import torch.distributed as dist
 
 from gcad_dist.checkpoint import load_model_file, load_train_state, rng_state, save_model, save_train_state, set_rng_state
-from gcad_dist.data.online_corruption import draw_member_swaps, swap_features
+from gcad_dist.data.online_corruption import draw_member_swaps, plant_cliques, swap_features
 from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
 from gcad_dist.distributed.context import AllReduceContextSync
@@ -347,17 +347,22 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             if pos >= steps_per_epoch:
                 break
             tb = tb.to(device)
+            ei, y, hop_edges = tb.edge_index, tb.y, tb.num_sampled_edges
+            if getattr(cfg, "plant_cliques", 0):  # one draw of cliques for every member; swaps pick among the rest
+                ei, y, hop1 = plant_cliques(ei, y, tb.loss_mask, cfg.plant_cliques, tuple(cfg.clique_size),
+                                            hop_edges[0] if hop_edges else None)
+                hop_edges = [hop1, *hop_edges[1:]] if hop_edges else None
             # an ensemble's members each get their own draw of swaps, applied inside the model
-            plan = draw_member_swaps(tb.y, tb.loss_mask, cfg.swap_features, members) if members > 1 else None
+            plan = draw_member_swaps(y, tb.loss_mask, cfg.swap_features, members) if members > 1 else None
             if plan is None:
-                (x, y), swaps = swap_features(tb.x, tb.y, tb.loss_mask, cfg.swap_features), {}
+                (x, y), swaps = swap_features(tb.x, y, tb.loss_mask, cfg.swap_features), {}
             else:
                 x, y, swaps = tb.x, plan[0], {"member_swaps": plan[1:]}
             sync.set_subgraph(tb.key, shared=tb.shared)
             with autocast(precision, device):
-                out = net(x, tb.edge_index, batch=tb.batch, num_graphs=tb.num_graphs,
+                out = net(x, ei, batch=tb.batch, num_graphs=tb.num_graphs,
                           context_mask=tb.context_mask, sync=sync, num_sampled_nodes=tb.num_sampled_nodes,
-                          num_sampled_edges=tb.num_sampled_edges, **swaps)
+                          num_sampled_edges=hop_edges, **swaps)
                 losses = model.loss(out, y, mask=tb.loss_mask, sync=sync)
             optimizer.zero_grad(set_to_none=True)
             losses["total"].backward()

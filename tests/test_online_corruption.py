@@ -1,0 +1,232 @@
+"""Planted cliques, the structural corruption drawn at every pre-training step (``gcad_dist.pretrain --plant-cliques``):
+what it adds and what it keeps, its place in a hop-ordered minibatch, and what it teaches the local contrast."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gcad_dist.data.online_corruption import plant_cliques
+from gcad_dist.model import GCCAD, GCCADConfig
+
+
+def _groups(new: torch.Tensor) -> list[set[int]]:
+    """The node sets joined by the new edges (connected components of ``new``)."""
+    adj: dict[int, set[int]] = {}
+    for a, b in new.t().tolist():
+        adj.setdefault(a, set()).add(b)
+    seen: set[int] = set()
+    groups = []
+    for start in adj:
+        if start in seen:
+            continue
+        comp, todo = set(), [start]
+        while todo:
+            v = todo.pop()
+            if v not in comp:
+                comp.add(v)
+                todo.extend(adj[v] - comp)
+        seen |= comp
+        groups.append(comp)
+    return groups
+
+
+@pytest.mark.parametrize("hop1", [None, 5])
+def test_plant_cliques_joins_groups_of_chosen_normal_nodes(hop1):
+    g = torch.Generator().manual_seed(0)
+    n = 200
+    ei = torch.randint(0, n, (2, 30), generator=g)
+    y = torch.zeros(n, dtype=torch.long)
+    y[:10] = 1  # already abnormal: never chosen
+    y[10:20] = -1  # unlabelled: never chosen
+    mask = torch.ones(n, dtype=torch.bool)
+    mask[190:] = False  # not a seed: never chosen
+    ei0, y0 = ei.clone(), y.clone()
+    e2, y2, h1 = plant_cliques(ei, y, mask, 0.25, size=(4, 9), hop1_edges=hop1, generator=g)
+    assert torch.equal(ei, ei0) and torch.equal(y, y0)  # inputs untouched
+    cut = ei.size(1) if hop1 is None else hop1
+    added = e2.size(1) - ei.size(1)
+    assert h1 == cut + added
+    assert torch.equal(e2[:, :cut], ei[:, :cut]) and torch.equal(e2[:, h1:], ei[:, cut:])  # the rest kept, in order
+    new = e2[:, cut:h1]
+    chosen = (y2 != y).nonzero().squeeze(1)
+    cand = 170  # normal, labelled, in the mask
+    assert chosen.numel() in (round(0.25 * cand), round(0.25 * cand) - 1)  # a single node left over is dropped
+    assert (y[chosen] == 0).all() and mask[chosen].all() and (y2[chosen] == 1).all()
+    assert set(new.flatten().tolist()) == set(chosen.tolist())
+    groups = _groups(new)
+    assert sum(len(c) for c in groups) == chosen.numel()
+    pairs = {tuple(p) for p in new.t().tolist()}
+    assert len(pairs) == added  # no duplicate, no self-loop
+    for c in groups:  # each group a clique, both directions; every size in range but maybe the last (the rest)
+        assert all((a, b) in pairs for a in c for b in c if a != b)
+        assert 2 <= len(c) <= 9
+    assert sum(len(c) < 4 for c in groups) <= 1
+    same = plant_cliques(ei, y, mask, 0.0, hop1_edges=hop1)
+    assert same[0] is ei and same[1] is y and same[2] == cut
+    with pytest.raises(ValueError, match="clique size"):
+        plant_cliques(ei, y, mask, 0.2, size=(1, 3))
+
+
+def test_planted_cliques_stay_in_the_hop1_block_of_a_minibatch():
+    """Cliques of a minibatch's seeds go into its hop-1 edges: the local contrast's seed-only path gives the same
+    scores and loss as the untrimmed minibatch with the same edges."""
+    from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
+    from torch_geometric.data import Data
+
+    torch.manual_seed(0)
+    n, f = 300, 5
+    data = Data(x=torch.randn(n, f, dtype=torch.float64), edge_index=torch.randint(0, n, (2, 1500)),
+                y=torch.zeros(n, dtype=torch.long))
+    b = next(iter(SubgraphNeighborLoader(data, [4], batch_size=60, shuffle=True, seed=1, prefetch=0,
+                                         backend="builtin")))
+    s = b.batch_size
+    seeds = torch.zeros(b.num_nodes, dtype=torch.bool)
+    seeds[:s] = True
+    ei, y, h1 = plant_cliques(b.edge_index, b.y, seeds, 0.3, size=(3, 6), hop1_edges=b.num_sampled_edges[0],
+                              generator=torch.Generator().manual_seed(2))
+    assert int(y.sum()) >= 16 and (y[s:] == 0).all()
+    model = GCCAD(GCCADConfig(in_dim=f, hidden=8, contrast="local", loss="logistic", tau=0.2)).to(torch.float64)
+    full = model(b.x, ei, context_mask=seeds)
+    trim = model(b.x, ei, context_mask=seeds, num_sampled_nodes=b.num_sampled_nodes, num_sampled_edges=[h1])
+    torch.testing.assert_close(model.score(trim), model.score(full)[:s])
+    torch.testing.assert_close(model.loss(trim, y, mask=seeds)["total"], model.loss(full, y, mask=seeds)["total"])
+
+
+def _communities(n: int, k: int, f: int, g: torch.Generator, deg: int = 6, mixing: float = 0.0,
+                 noise: float = 0.7) -> tuple[torch.Tensor, torch.Tensor]:
+    """k feature communities (centres N(0, 1), members ``noise`` around them), ``n * deg / 2`` edges, a share
+    ``mixing`` of them to any node, the rest inside the community; both directions."""
+    comm = torch.arange(n) % k
+    x = torch.randn(k, f, generator=g)[comm] + noise * torch.randn(n, f, generator=g)
+    m = n * deg // 2
+    src = torch.randint(0, n, (m,), generator=g)
+    same = (torch.randint(0, n // k, (m,), generator=g) * k + comm[src]) % n
+    dst = torch.where(torch.rand(m, generator=g) < mixing, torch.randint(0, n, (m,), generator=g), same)
+    keep = src != dst
+    ei = torch.stack([src[keep], dst[keep]])
+    return x, torch.cat([ei, ei.flip(0)], 1)
+
+
+def _clique_auroc(pretext: str) -> float:
+    """AUROC, on the members of cliques planted once in a noisy community graph (45 of 800 nodes, cliques of 15),
+    of the local contrast trained label-free for 80 steps on ``pretext`` redrawn at every step."""
+    from gcad_dist.data.online_corruption import swap_features
+    from gcad_dist.metrics import auroc
+
+    g = torch.Generator().manual_seed(0)
+    n, f = 800, 16
+    x, ei = _communities(n, 20, f, g, deg=12, mixing=0.3, noise=1.0)
+    y = torch.zeros(n, dtype=torch.long)
+    y[torch.randperm(n, generator=g)[:45]] = 1
+    planted, _, _ = plant_cliques(ei, torch.zeros(n, dtype=torch.long), y.bool(), 1.0, size=(15, 15), generator=g)
+    torch.manual_seed(0)
+    model = GCCAD(GCCADConfig(in_dim=f, hidden=32, contrast="local", loss="logistic", tau=0.2))
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    unlabelled = torch.zeros(n, dtype=torch.long)
+    for _ in range(80):
+        if pretext == "cliques":
+            (e2, y2, _), x2 = plant_cliques(planted, unlabelled, None, 0.1, size=(4, 20)), x
+        else:
+            (x2, y2), e2 = swap_features(x, unlabelled, None, 0.15), planted
+        loss = model.loss(model(x2, e2), y2)["total"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        return auroc(y.numpy(), model.score(model(x, planted)).numpy())
+
+
+def test_local_contrast_learns_planted_cliques_that_swaps_do_not_teach():
+    """Trained on cliques redrawn at every step (no label), the local contrast finds the members of cliques planted
+    once in the same graph (never shown as such); trained on feature swaps alone, it hardly does: a neighbourhood
+    mixed with nodes from anywhere is not what a swapped node looks like."""
+    cliques, swaps = _clique_auroc("cliques"), _clique_auroc("swaps")
+    assert cliques > 0.75
+    assert cliques > swaps + 0.1
+
+
+def test_pretrain_options_for_cliques_are_validated():
+    from gcad_dist.cli import UsageError
+    from gcad_dist.pretrain import RECIPES, PretrainConfig, apply_recipe, parse_config, validate
+
+    cfg = parse_config(["--store", "s.zarr", "--plant-cliques", "0.05", "--clique-size", "3", "8"])
+    assert cfg.plant_cliques == 0.05 and cfg.clique_size == (3, 8)
+    assert apply_recipe(PretrainConfig(store="s"), store_corrupted=False).plant_cliques == RECIPES["local"]["plant_cliques"]
+    for argv, needle in ((["--plant-cliques", "1.2"], "--plant-cliques"), (["--clique-size", "1", "5"], "--clique-size"),
+                         (["--clique-size", "6", "5"], "--clique-size")):
+        with pytest.raises(UsageError, match=needle):
+            validate(parse_config(["--store", "s.zarr", *argv]))
+
+
+def test_pretraining_loop_plants_cliques_each_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--plant-cliques`` in the loop Ray Train runs: a fresh draw each step on a whole-graph store trained by
+    neighbour-sampled minibatches, shared by the ensemble's members (their swaps pick among the other nodes)."""
+    import gcad_dist.distributed.train_loop as loop
+    from gcad_dist.distributed.train_loop import run_worker
+    from gcad_dist.pretrain import PretrainConfig
+    from partitioning.build import BuildConfig, build
+    from partitioning.graph import Graph, csr_from_edges
+    from tests.test_pretrain_loop import LocalReporter
+
+    g = torch.Generator().manual_seed(0)
+    x, ei = _communities(400, 4, 6, g)
+    indptr, indices = csr_from_edges(ei[0].numpy(), ei[1].numpy(), 400)
+    store = tmp_path / "w.zarr"
+    build(BuildConfig(graph="test", out=str(store), k=1, corruption_mix="none", plot=False, progress=False),
+          graph=Graph(x=x.numpy().astype(np.float32), indptr=indptr, indices=indices, source="test"))
+    draws: list[tuple[torch.Tensor, torch.Tensor]] = []
+    real = loop.plant_cliques
+
+    def spy(edge_index, y, mask, fraction, size, hop1_edges=None, generator=None):
+        out = real(edge_index, y, mask, fraction, size, hop1_edges, generator)
+        draws.append(((out[1] != y).nonzero().squeeze(1), mask))
+        return out
+
+    monkeypatch.setattr(loop, "plant_cliques", spy)
+    cfg = PretrainConfig(store=str(store), epochs=1, min_steps_per_epoch=4, batch_size=100, sample_threshold=100,
+                         contrast="local", loss="logistic", tau=0.2, swap_features=0.1, plant_cliques=0.1, ensemble=2,
+                         hidden=16, prefetch=0)
+    rep = LocalReporter(tmp_path / "ck")
+    torch.set_num_threads(1)
+    run_worker({"pretrain": asdict(cfg)}, rep)
+    assert len(draws) >= 4 and all(d.numel() >= 8 for d, _ in draws)
+    assert all(m is not None and m[d].all() for d, m in draws)  # seeds only
+    assert len({tuple(d.tolist()) for d, _ in draws}) > 1  # redrawn, not fixed
+    assert np.isfinite(rep.state()["history"][0]["loss"])
+
+
+def test_harness_option_for_cliques_keeps_earlier_run_keys():
+    """``gcad_dist.quality --pre-cliques``: left out of gccad-pre's run key at 0 (the runs cached before the option
+    keep their key), part of it otherwise; a bad value is a usage error."""
+    from gcad_dist.cli import UsageError
+    from gcad_dist.detectors import settings_of
+    from gcad_dist.quality import _validate, build_parser, QualityConfig
+
+    base = settings_of("gccad-pre", {"pre_epochs": None, "pre_ensemble": None})
+    assert "pre_cliques" not in base
+    assert settings_of("gccad-pre", {"pre_cliques": 0.0}) == base
+    assert settings_of("gccad-pre", {"pre_cliques": 0.05}) == {**base, "pre_cliques": 0.05}
+    args = vars(build_parser().parse_args(["--pre-cliques", "0.05"]))
+    assert args["pre_cliques"] == 0.05
+    with pytest.raises(UsageError, match="--pre-cliques"):
+        _validate(QualityConfig(pre_cliques=0.2))
+
+
+def test_harness_cliques_take_their_share_out_of_the_swaps(monkeypatch: pytest.MonkeyPatch):
+    """gccad-pre with ``pre_cliques``: pretrain gets --plant-cliques and the swaps cut by as much (0.15 in all)."""
+    from gcad_dist.detectors import gccad_pre
+
+    seen: list[dict] = []
+    monkeypatch.setattr(gccad_pre, "_pipeline", lambda *a: seen.append(a[6]) or np.zeros(1))
+    for cliques in (None, 0.05):
+        gccad_pre.fit_score(None, None, 0, pre_cliques=cliques)
+    assert (seen[0]["plant_cliques"], seen[0]["swap_features"]) == (0.0, 0.15)
+    assert (seen[1]["plant_cliques"], seen[1]["swap_features"]) == (0.05, 0.1)
+    with pytest.raises(ValueError, match="pre_cliques"):
+        gccad_pre.fit_score(None, None, 0, pre_cliques=0.2)
