@@ -164,12 +164,15 @@ def test_pretrain_options_for_cliques_are_validated():
             validate(parse_config(["--store", "s.zarr", *argv]))
 
 
-def test_pretraining_loop_plants_cliques_each_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("contrast", ["local", "graph"])
+def test_pretraining_loop_plants_cliques_each_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   contrast: str) -> None:
     """``--plant-cliques`` in the loop Ray Train runs: a fresh draw each step on a whole-graph store trained by
-    neighbour-sampled minibatches, shared by the ensemble's members (their swaps pick among the other nodes)."""
+    neighbour-sampled minibatches. Local: shared by the ensemble's members (their swaps pick among the other nodes).
+    Graph (the paper's contrast, cliques as its only corruption): through the hop-trimmed GCCAD layers."""
     import gcad_dist.distributed.train_loop as loop
     from gcad_dist.distributed.train_loop import run_worker
-    from gcad_dist.pretrain import PretrainConfig
+    from gcad_dist.pretrain import PretrainConfig, apply_recipe
     from partitioning.build import BuildConfig, build
     from partitioning.graph import Graph, csr_from_edges
     from tests.test_pretrain_loop import LocalReporter
@@ -189,9 +192,11 @@ def test_pretraining_loop_plants_cliques_each_step(tmp_path: Path, monkeypatch: 
         return out
 
     monkeypatch.setattr(loop, "plant_cliques", spy)
+    settings = (dict(contrast="local", loss="logistic", tau=0.2, swap_features=0.1, ensemble=2) if contrast == "local"
+                else dict(recipe="paper", swap_features=0.0))
     cfg = PretrainConfig(store=str(store), epochs=1, min_steps_per_epoch=4, batch_size=100, sample_threshold=100,
-                         contrast="local", loss="logistic", tau=0.2, swap_features=0.1, plant_cliques=0.1, ensemble=2,
-                         hidden=16, prefetch=0)
+                         plant_cliques=0.1, hidden=16, prefetch=0, **settings)
+    apply_recipe(cfg, store_corrupted=False)
     rep = LocalReporter(tmp_path / "ck")
     torch.set_num_threads(1)
     run_worker({"pretrain": asdict(cfg)}, rep)
