@@ -456,9 +456,13 @@ def _validate(cfg: QualityConfig) -> None:
         raise UsageError(f"--pre-epochs: must be >= 1, got {cfg.pre_epochs}")
     if cfg.pre_ensemble is not None and cfg.pre_ensemble < 1:
         raise UsageError(f"--pre-ensemble: must be >= 1, got {cfg.pre_ensemble}")
-    if cfg.pre_cliques is not None and not 0 <= cfg.pre_cliques <= 0.15:
-        raise UsageError(f"--pre-cliques: must be in [0, 0.15] (the recipe's share of corrupted nodes), got "
-                         f"{cfg.pre_cliques}")
+    if cfg.pre_cliques is not None:
+        from gcad_dist.detectors.gccad_pre import LOCAL_PRETRAIN
+
+        share = LOCAL_PRETRAIN["swap_features"]
+        if not 0 <= cfg.pre_cliques <= share:
+            raise UsageError(f"--pre-cliques: must be in [0, {share}] (the recipe's share of corrupted nodes), got "
+                             f"{cfg.pre_cliques}")
     for name in ("hidden", "layers", "epochs", "eval_every", "candidate_workers"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")

@@ -78,8 +78,7 @@ def plant_cliques(edge_index: Tensor, y: Tensor, mask: Tensor | None, fraction: 
     The new edges are inserted after the first ``hop1_edges`` edges (a hop-ordered minibatch's edges into its
     seeds; default all edges, i.e. appended), so that with ``mask`` = the seeds they stay in the hop-1 block;
     ``hop1_edges'`` counts them in. ``edge_index`` and ``y`` are not modified."""
-    e = edge_index.size(1)
-    h1 = e if hop1_edges is None else int(hop1_edges)
+    h1 = edge_index.size(1) if hop1_edges is None else int(hop1_edges)
     lo, hi = int(size[0]), int(size[1])
     if not 2 <= lo <= hi:
         raise ValueError(f"clique size must be 2 <= min <= max, got {size}")

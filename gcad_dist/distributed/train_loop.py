@@ -348,7 +348,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                 break
             tb = tb.to(device)
             ei, y, hop_edges = tb.edge_index, tb.y, tb.num_sampled_edges
-            if getattr(cfg, "plant_cliques", 0):  # one draw of cliques for every member; swaps pick among the rest
+            if cfg.plant_cliques:  # one draw of cliques for every member; swaps pick among the rest
                 ei, y, hop1 = plant_cliques(ei, y, tb.loss_mask, cfg.plant_cliques, tuple(cfg.clique_size),
                                             hop_edges[0] if hop_edges else None)
                 hop_edges = [hop1, *hop_edges[1:]] if hop_edges else None
