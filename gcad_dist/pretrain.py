@@ -133,9 +133,6 @@ class PretrainConfig:
     # structural corruption drawn at every step: this fraction of each batch's normal nodes joined into cliques
     plant_cliques: float | None = None
     clique_size: tuple[int, int] = (4, 20)  # (min, max) members of a planted clique, drawn uniformly
-    # an ensemble's members that learn the cliques (the first M); the others leave the clique nodes out of their
-    # loss and train as without cliques. None = every member
-    clique_members: int | None = None
     ensemble: int | None = None
     memory_momentum: float = 0.5
     backend: str = "auto"
@@ -223,10 +220,6 @@ def build_parser() -> argparse.ArgumentParser:
       "20) (default: the recipe's, 0)")
     a("--clique-size", type=int, nargs=2, default=list(d.clique_size), metavar=("MIN", "MAX"),
       help="members of a planted clique (--plant-cliques), drawn uniformly from MIN..MAX")
-    a("--clique-members", type=int, default=d.clique_members, metavar="M",
-      help="with --plant-cliques and --ensemble K > 1: only the first M members learn the planted cliques; the other "
-      "K - M leave the clique nodes out of their loss, so they train exactly as without --plant-cliques, and the "
-      "ensemble's score mixes both pretexts (default: every member)")
     a("--ensemble", type=int, default=d.ensemble,
       help="local contrast: train this many models side by side in one checkpoint (each its own input projection "
       "and head, and its own draw of --swap-features at every step, on the same minibatches) and score with the "
@@ -320,7 +313,6 @@ def validate(cfg: PretrainConfig) -> dict:
         (len(cfg.clique_size) == 2 and 2 <= cfg.clique_size[0] <= cfg.clique_size[1], "--clique-size",
          f"must be MIN MAX with 2 <= MIN <= MAX, got {' '.join(map(str, cfg.clique_size))}"),
         (cfg.ensemble is None or cfg.ensemble >= 1, "--ensemble", "must be >= 1"),
-        (cfg.clique_members is None or cfg.clique_members >= 1, "--clique-members", "must be >= 1"),
         (0 <= cfg.memory_momentum < 1, "--memory-momentum", "must be in [0, 1)"),
         (cfg.cache_gb >= 0 and cfg.prefetch >= 0, "--cache-gb/--prefetch", "must be >= 0"),
         (cfg.checkpoint_every >= 0, "--checkpoint-every", "must be >= 0"),
@@ -375,12 +367,6 @@ def validate(cfg: PretrainConfig) -> dict:
     if cfg.ensemble > 1 and cfg.contrast != "local":
         raise UsageError(f"--ensemble {cfg.ensemble}: an ensemble is trained for the local contrast only (this run's "
                          f"contrast is {cfg.contrast}); leave --ensemble at its default")
-    if cfg.clique_members is not None and not (cfg.plant_cliques and cfg.ensemble > 1):
-        raise UsageError(f"--clique-members {cfg.clique_members}: needs --plant-cliques > 0 and an ensemble "
-                         f"(--ensemble > 1; this run: --plant-cliques {cfg.plant_cliques or 0}, --ensemble "
-                         f"{cfg.ensemble})")
-    if cfg.clique_members is not None and cfg.clique_members > cfg.ensemble:
-        raise UsageError(f"--clique-members {cfg.clique_members}: more than the ensemble's {cfg.ensemble} members")
     if cfg.swap_features == 0 and not cfg.plant_cliques and not corrupted:
         raise UsageError(f"--swap-features: {cfg.store} holds no corrupted node (built with --corruption-mix none), "
                          "so there is nothing to contrast without corruptions drawn at every step: pass "

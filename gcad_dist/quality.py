@@ -83,14 +83,12 @@ class QualityConfig:
     pre_epochs: int | None = None  # None: the recipe's (gcad_dist.detectors.gccad_pre: local 3, paper 10)
     pre_ensemble: int | None = None  # None: the local recipe's (gcad_dist.detectors.gccad_pre.LOCAL_ENSEMBLE)
     pre_cliques: float | None = None  # None: the local recipe's pretrain --plant-cliques
-    pre_clique_members: int | None = None  # None: every member learns the cliques (pretrain --clique-members)
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
     def detector_options(self) -> dict[str, Any]:
         """The harness options that detectors read (:attr:`gcad_dist.detectors.DetectorSpec.options`)."""
-        return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques,
-                "pre_clique_members": self.pre_clique_members}
+        return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques}
     device: str = "auto"
     threads: int = 0
     candidate_workers: int = 1  # gccad's --contrast auto candidates fitted side by side (the same results)
@@ -436,10 +434,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gccad-pre: pretrain --plant-cliques FRACTION, planted cliques redrawn at every step, and "
                    "--swap-features cut by as much (0.15 - FRACTION), so that the corrupted share stays 0.15 "
                    "(default: the recipe's, 0)")
-    p.add_argument("--pre-clique-members", type=int, default=d.pre_clique_members, metavar="M",
-                   help="gccad-pre with --pre-cliques: only the first M of the ensemble's members learn the cliques "
-                   "(pretrain --clique-members M); with M below the ensemble the swaps are not cut, so the other "
-                   "members train exactly as without cliques (default: every member)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "
@@ -469,12 +463,6 @@ def _validate(cfg: QualityConfig) -> None:
         if not 0 <= cfg.pre_cliques <= share:
             raise UsageError(f"--pre-cliques: must be in [0, {share}] (the recipe's share of corrupted nodes), got "
                              f"{cfg.pre_cliques}")
-    if cfg.pre_clique_members is not None:
-        if not cfg.pre_cliques:
-            raise UsageError("--pre-clique-members: needs --pre-cliques > 0")
-        if not 1 <= cfg.pre_clique_members <= (cfg.pre_ensemble or 5):
-            raise UsageError(f"--pre-clique-members: must be in [1, {cfg.pre_ensemble or 5}] (the ensemble's members), "
-                             f"got {cfg.pre_clique_members}")
     for name in ("hidden", "layers", "epochs", "eval_every", "candidate_workers"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")

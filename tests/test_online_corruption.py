@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gcad_dist.data.online_corruption import exclude_from_members, plant_cliques
+from gcad_dist.data.online_corruption import plant_cliques
 from gcad_dist.model import GCCAD, GCCADConfig
 
 
@@ -164,49 +164,11 @@ def test_pretrain_options_for_cliques_are_validated():
             validate(parse_config(["--store", "s.zarr", *argv]))
 
 
-def test_exclude_from_members_leaves_nodes_out_of_the_later_members_only():
-    y = torch.tensor([[0, 0, 0], [1, 1, 1], [0, 1, 0], [1, 1, 1]])
-    nodes = torch.tensor([False, True, False, True])
-    out = exclude_from_members(y, nodes, 1)
-    assert out.tolist() == [[0, 0, 0], [1, -1, -1], [0, 1, 0], [1, -1, -1]]
-    assert y[1].tolist() == [1, 1, 1]  # the input is not modified
-    assert torch.equal(exclude_from_members(y, nodes, 3), y)
-
-
-def test_ensemble_loss_leaves_out_nodes_labelled_minus_one():
-    """An ensemble member's -1 labels: those nodes are not in its loss (the others' terms are the plain logistic
-    loss over the nodes left), and a member with every node left out gets no gradient from the contrast."""
-    import torch.nn.functional as F
-
-    from gcad_dist.model.loss import logistic_loss_from_cosines
-
-    torch.manual_seed(0)
-    n, k = 30, 3
-    model = GCCAD(GCCADConfig(in_dim=5, hidden=8, num_layers=1, contrast="local", loss="logistic", tau=0.2,
-                              ensemble=k))
-    x = torch.randn(n, 5)
-    ei = torch.stack([torch.arange(n), torch.arange(n).roll(1)])
-    ei = torch.cat([ei, ei.flip(0)], 1)
-    out = model(x, ei)
-    y = (torch.rand(n, k) < 0.3).long()
-    y[:10, 1] = -1
-    y[:, 2] = -1
-    loss = model.loss(out, y)["con"]
-    own, ctx = model.local_pair(out, torch.arange(n))
-    cos = F.cosine_similarity(own, ctx, dim=-1)
-    keep = y >= 0
-    assert torch.allclose(loss, logistic_loss_from_cosines(cos[keep], y[keep], 0.2))
-    loss.backward()
-    w = model.encoder.input_proj.weight.grad.view(k, -1, 5)
-    assert w[0].abs().sum() > 0 and w[1].abs().sum() > 0 and w[2].abs().sum() == 0
-
-
-@pytest.mark.parametrize("contrast", ["local", "local-mixed", "graph"])
+@pytest.mark.parametrize("contrast", ["local", "graph"])
 def test_pretraining_loop_plants_cliques_each_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    contrast: str) -> None:
     """``--plant-cliques`` in the loop Ray Train runs: a fresh draw each step on a whole-graph store trained by
-    neighbour-sampled minibatches. Local: shared by the ensemble's members (their swaps pick among the other nodes);
-    with ``--clique-members 1`` the second member leaves the clique nodes out of its loss, and only them.
+    neighbour-sampled minibatches. Local: shared by the ensemble's members (their swaps pick among the other nodes).
     Graph (the paper's contrast, cliques as its only corruption): through the hop-trimmed GCCAD layers."""
     import gcad_dist.distributed.train_loop as loop
     from gcad_dist.distributed.train_loop import run_worker
@@ -230,19 +192,8 @@ def test_pretraining_loop_plants_cliques_each_step(tmp_path: Path, monkeypatch: 
         return out
 
     monkeypatch.setattr(loop, "plant_cliques", spy)
-    excluded: list[tuple[torch.Tensor, torch.Tensor]] = []
-    real_exclude = loop.exclude_from_members
-
-    def spy_exclude(y, nodes, first):
-        out = real_exclude(y, nodes, first)
-        excluded.append((nodes.nonzero().squeeze(1), out))
-        return out
-
-    monkeypatch.setattr(loop, "exclude_from_members", spy_exclude)
-    settings = (dict(contrast="local", loss="logistic", tau=0.2, swap_features=0.1, ensemble=2)
-                if contrast.startswith("local") else dict(recipe="paper", swap_features=0.0))
-    if contrast == "local-mixed":
-        settings["clique_members"] = 1
+    settings = (dict(contrast="local", loss="logistic", tau=0.2, swap_features=0.1, ensemble=2) if contrast == "local"
+                else dict(recipe="paper", swap_features=0.0))
     cfg = PretrainConfig(store=str(store), epochs=1, min_steps_per_epoch=4, batch_size=100, sample_threshold=100,
                          plant_cliques=0.1, hidden=16, prefetch=0, **settings)
     apply_recipe(cfg, store_corrupted=False)
@@ -252,14 +203,6 @@ def test_pretraining_loop_plants_cliques_each_step(tmp_path: Path, monkeypatch: 
     assert len(draws) >= 4 and all(d.numel() >= 8 for d, _ in draws)
     assert all(m is not None and m[d].all() for d, m in draws)  # seeds only
     assert len({tuple(d.tolist()) for d, _ in draws}) > 1  # redrawn, not fixed
-    if contrast == "local-mixed":
-        assert len(excluded) == len(draws)
-        for (d, _), (nodes, y) in zip(draws, excluded):
-            assert torch.equal(nodes, d)  # the clique nodes, and no other
-            assert (y[d, 0] == 1).all() and (y[d, 1] == -1).all()
-            assert (y[:, 1] == -1).sum() == d.numel()
-    else:
-        assert not excluded
     assert np.isfinite(rep.state()["history"][0]["loss"])
 
 
@@ -278,53 +221,6 @@ def test_harness_option_for_cliques_keeps_earlier_run_keys():
     assert args["pre_cliques"] == 0.05
     with pytest.raises(UsageError, match="--pre-cliques"):
         _validate(QualityConfig(pre_cliques=0.2))
-
-
-def test_clique_members_option_is_validated(tmp_path: Path):
-    from gcad_dist.cli import UsageError
-    from gcad_dist.pretrain import parse_config, validate
-    from partitioning.build import BuildConfig, build
-    from partitioning.graph import Graph, csr_from_edges
-
-    with pytest.raises(UsageError, match="--clique-members"):
-        validate(parse_config(["--store", "s.zarr", "--clique-members", "0"]))
-    x, ei = _communities(60, 2, 4, torch.Generator().manual_seed(0))
-    indptr, indices = csr_from_edges(ei[0].numpy(), ei[1].numpy(), 60)
-    store = tmp_path / "w.zarr"
-    build(BuildConfig(graph="test", out=str(store), k=1, corruption_mix="none", plot=False, progress=False),
-          graph=Graph(x=x.numpy().astype(np.float32), indptr=indptr, indices=indices, source="test"))
-    base = ["--store", str(store), "--out", str(tmp_path / "o")]
-    for argv, needle in ((["--clique-members", "2"], "needs --plant-cliques"),
-                         (["--plant-cliques", "0.05", "--ensemble", "1", "--clique-members", "1"], "an ensemble"),
-                         (["--plant-cliques", "0.05", "--clique-members", "6"], "more than the ensemble's 5")):
-        with pytest.raises(UsageError, match=needle):
-            validate(parse_config(base + argv))
-    cfg = parse_config(base + ["--plant-cliques", "0.05", "--clique-members", "2"])
-    validate(cfg)
-    assert cfg.clique_members == 2 and cfg.ensemble == 5
-
-
-def test_harness_clique_members_keep_the_swaps_and_the_run_keys(monkeypatch: pytest.MonkeyPatch):
-    """``--pre-clique-members M``: out of the run key when unset; below the ensemble, the swaps stay at 0.15 (the
-    other members train as the default) and pretrain gets --clique-members M."""
-    from gcad_dist.cli import UsageError
-    from gcad_dist.detectors import gccad_pre, settings_of
-    from gcad_dist.quality import QualityConfig, _validate
-
-    base = settings_of("gccad-pre", {"pre_cliques": 0.05})
-    assert "pre_clique_members" not in base
-    assert settings_of("gccad-pre", {"pre_cliques": 0.05, "pre_clique_members": 2}) == {**base,
-                                                                                         "pre_clique_members": 2}
-    seen: list[dict] = []
-    monkeypatch.setattr(gccad_pre, "_pipeline", lambda *a: seen.append(a[6]) or np.zeros(1))
-    gccad_pre.fit_score(None, None, 0, pre_cliques=0.05, pre_clique_members=2)
-    gccad_pre.fit_score(None, None, 0, pre_cliques=0.05, pre_clique_members=5)
-    assert (seen[0]["plant_cliques"], seen[0]["swap_features"], seen[0]["clique_members"]) == (0.05, 0.15, 2)
-    assert (seen[1]["swap_features"], "clique_members" in seen[1]) == (0.1, False)
-    for kw, needle in (({"pre_clique_members": 2}, "needs --pre-cliques"),
-                       ({"pre_cliques": 0.05, "pre_clique_members": 6}, r"\[1, 5\]")):
-        with pytest.raises(UsageError, match=needle):
-            _validate(QualityConfig(**kw))
 
 
 def test_harness_cliques_take_their_share_out_of_the_swaps(monkeypatch: pytest.MonkeyPatch):

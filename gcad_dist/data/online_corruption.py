@@ -65,16 +65,6 @@ def draw_member_swaps(y: Tensor, mask: Tensor | None, fraction: float, members: 
     return y2, pick, donor
 
 
-def exclude_from_members(y: Tensor, nodes: Tensor, first: int) -> Tensor:
-    """A copy of an ensemble's labels ``y`` [N, K] with the rows ``nodes`` (bool [N]) set to -1 (left out of the
-    loss: :meth:`GCCAD.loss`) in every member from ``first`` on; members ``0..first-1`` keep them. With the planted
-    cliques' nodes, members ``first..K-1`` train as without cliques (a clique joins its members only, so no other
-    node's neighbourhood changes)."""
-    y = y.clone()
-    y[nodes.nonzero().squeeze(1).unsqueeze(1), torch.arange(first, y.size(1), device=y.device)] = -1
-    return y
-
-
 def plant_cliques(edge_index: Tensor, y: Tensor, mask: Tensor | None, fraction: float,
                   size: tuple[int, int] = (4, 20), hop1_edges: int | None = None,
                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, int]:

@@ -97,26 +97,19 @@ def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | No
 
 
 def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, pre_ensemble: int | None = None,
-              pre_cliques: float | None = None, pre_clique_members: int | None = None, threads: int = 1,
-              device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
+              pre_cliques: float | None = None, threads: int = 1, device: str = "cpu", workdir: str | None = None,
+              **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
     score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`, ``pre_ensemble`` None = :data:`LOCAL_ENSEMBLE`,
-    ``pre_cliques`` (``pretrain --plant-cliques``, with the swaps cut by as much) None = :data:`LOCAL_CLIQUES`;
-    ``pre_clique_members`` (``pretrain --clique-members``) None = every member; below the ensemble's size, the
-    swaps are not cut (the other members train as without cliques)."""
+    ``pre_cliques`` (``pretrain --plant-cliques``, with the swaps cut by as much) None = :data:`LOCAL_CLIQUES`."""
     from gcad_dist.score import score_data
 
     cliques = LOCAL_CLIQUES if pre_cliques is None else pre_cliques
     if not 0 <= cliques <= LOCAL_PRETRAIN["swap_features"]:
         raise ValueError(f"pre_cliques must be in [0, {LOCAL_PRETRAIN['swap_features']}], got {cliques}")
-    members = LOCAL_ENSEMBLE if pre_ensemble is None else pre_ensemble
-    mixed = pre_clique_members is not None and cliques > 0 and pre_clique_members < members
     pretrain = {**LOCAL_PRETRAIN, "epochs": LOCAL_EPOCHS if pre_epochs is None else pre_epochs,
-                "ensemble": members, "plant_cliques": cliques,
-                "swap_features": LOCAL_PRETRAIN["swap_features"] if mixed
-                else round(LOCAL_PRETRAIN["swap_features"] - cliques, 6)}
-    if mixed:
-        pretrain["clique_members"] = pre_clique_members
+                "ensemble": LOCAL_ENSEMBLE if pre_ensemble is None else pre_ensemble, "plant_cliques": cliques,
+                "swap_features": round(LOCAL_PRETRAIN["swap_features"] - cliques, 6)}
     return _pipeline(data, seed, threads, device, workdir, {"k": 1, "corruption_mix": "none"}, pretrain,
                      lambda loaded, prepared, _store, dev: score_data(loaded.model, prepared, device=dev))
 

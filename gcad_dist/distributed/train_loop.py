@@ -58,7 +58,7 @@ import torch
 import torch.distributed as dist
 
 from gcad_dist.checkpoint import load_model_file, load_train_state, rng_state, save_model, save_train_state, set_rng_state
-from gcad_dist.data.online_corruption import draw_member_swaps, exclude_from_members, plant_cliques, swap_features
+from gcad_dist.data.online_corruption import draw_member_swaps, plant_cliques, swap_features
 from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
 from gcad_dist.distributed.context import AllReduceContextSync
@@ -336,7 +336,6 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
         log.info("precision: %s autocast for the forward pass and loss", precision)
 
     members = model.config.ensemble
-    clique_members = members if getattr(cfg, "clique_members", None) is None else int(cfg.clique_members)
     # -- train --------------------------------------------------------------------------------
     last_checkpoint = time.perf_counter()  # a restarted group counts from its start
     net.train()
@@ -348,20 +347,17 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             if pos >= steps_per_epoch:
                 break
             tb = tb.to(device)
-            ei, y, hop_edges, planted = tb.edge_index, tb.y, tb.num_sampled_edges, None
+            ei, y, hop_edges = tb.edge_index, tb.y, tb.num_sampled_edges
             if cfg.plant_cliques:  # one draw of cliques for every member; swaps pick among the rest
                 ei, y, hop1 = plant_cliques(ei, y, tb.loss_mask, cfg.plant_cliques, tuple(cfg.clique_size),
                                             hop_edges[0] if hop_edges else None)
                 hop_edges = [hop1, *hop_edges[1:]] if hop_edges else None
-                planted = y.ne(tb.y)
             # an ensemble's members each get their own draw of swaps, applied inside the model
             plan = draw_member_swaps(y, tb.loss_mask, cfg.swap_features, members) if members > 1 else None
             if plan is None:
                 (x, y), swaps = swap_features(tb.x, y, tb.loss_mask, cfg.swap_features), {}
             else:
                 x, y, swaps = tb.x, plan[0], {"member_swaps": plan[1:]}
-                if planted is not None and clique_members < members:  # the others do not learn the cliques
-                    y = exclude_from_members(y, planted, clique_members)
             sync.set_subgraph(tb.key, shared=tb.shared)
             with autocast(precision, device):
                 out = net(x, ei, batch=tb.batch, num_graphs=tb.num_graphs,

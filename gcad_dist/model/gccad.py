@@ -313,9 +313,8 @@ class GCCAD(torch.nn.Module):
     ) -> dict[str, Tensor]:
         """Training loss: ``{"total", "con", "link"}`` with total = con + link_loss_weight * link.
 
-        y: [N] 0/1 labels (1 = anomaly), or [N, K] for an ensemble's members (local contrast), where -1 leaves
-        a node out of that member's loss; mask: bool [N], the nodes whose labels are used (default all). For
-        the CE ablation "con" is the cross-entropy term (also returned as "ce").
+        y: [N] 0/1 labels (1 = anomaly); mask: bool [N], the nodes whose labels are used (default
+        all). For the CE ablation "con" is the cross-entropy term (also returned as "ce").
         """
         sync = IDENTITY if sync is None else sync
         cfg = self.config
@@ -338,9 +337,6 @@ class GCCAD(torch.nn.Module):
                 k = cos.size(1)  # y: [N] (the same labels for every member) or [N, K] (each member's own draw)
                 yi = yi.reshape(-1) if yi.dim() == 2 else yi.repeat_interleave(k)
                 cos, bi = cos.reshape(-1), bi.repeat_interleave(k)
-                if yi.dim() == 1 and bool((yi < 0).any()):  # -1: left out of this member's loss
-                    keep = yi >= 0
-                    cos, yi, bi = cos[keep], yi[keep], bi[keep]
             con = self._con(cos, yi, bi, out.num_graphs, sync)
         else:
             # only the labelled nodes enter the loss: project just those (a neighbour-sampled
