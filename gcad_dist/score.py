@@ -429,6 +429,11 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_data(cfg.graph, loaded, cfg.normalize)
     log.info("scoring %s (%d nodes, %d directed edges) with %s model from %s",
              cfg.graph, data.num_nodes, data.edge_index.shape[1], loaded.kind, cfg.checkpoint)
+    if getattr(getattr(loaded.model, "config", None), "contrast", None) == "local":
+        alone = int((torch.bincount(data.edge_index[1], minlength=data.num_nodes) == 0).sum())
+        if alone:
+            log.info("%d node(s) have no neighbour, so no context to contrast with: each is scored at the median of "
+                     "the other nodes' scores (neither flagged nor cleared)", alone)
     batch_size = cfg.batch_size
     if cfg.parts:
         data.graph_id = torch.from_numpy(_context_parts(cfg.parts, data, cfg.context).astype(np.int64))

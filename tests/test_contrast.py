@@ -274,6 +274,32 @@ def test_local_contrast_compares_input_projections_only():
         assert torch.allclose(ctx0, ctx[:1], atol=1e-5) and not torch.allclose(own0, h0[:1])
 
 
+@pytest.mark.parametrize("members", [1, 3])
+def test_local_score_puts_nodes_without_neighbours_at_the_median(members):
+    """``local``: a node without neighbours has no context, so its score is the median of the other nodes'; every
+    other node keeps 1 - cos(g(h0_i), g(neighbours' mean)), and a graph with no such node is scored as before."""
+    torch.manual_seed(0)
+    x, ei = _ring(30, 6)
+    model = GCCAD(GCCADConfig(in_dim=6, contrast="local", loss="logistic", ensemble=members)).eval()
+    with torch.no_grad():
+        full = model.score(model(x, ei))
+        own, ctx = model.local_pair(model(x, ei))
+        s = 1 - F.cosine_similarity(own, ctx, dim=-1)
+        assert torch.allclose(full, s.mean(-1) if s.dim() == 2 else s, atol=1e-6)  # no node alone: unchanged
+        alone = torch.tensor([3, 11, 12])
+        cut = ei[:, ~(torch.isin(ei[0], alone) | torch.isin(ei[1], alone))]
+        out = model(x, cut)
+        got = model.score(out)
+        own, ctx = model.local_pair(out)
+        plain = 1 - F.cosine_similarity(own, ctx, dim=-1)
+        plain = plain.mean(-1) if plain.dim() == 2 else plain
+        rest = torch.ones(30, dtype=torch.bool)
+        rest[alone] = False
+        assert torch.equal(got[rest], plain[rest])
+        assert torch.allclose(got[alone], plain[rest].median().expand(3))
+        assert not torch.allclose(plain[alone], got[alone])  # the plain formula gives them something else
+
+
 def test_logistic_loss_is_per_node_bce_on_the_cosine():
     from gcad_dist.model.loss import logistic_loss_from_cosines
 
