@@ -380,7 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gcad_dist.score",
         description="Score every node of a graph with a gcad-dist checkpoint and write node_id, score "
                     "(and label / graph_id when present) to Parquet. With labels, print AUROC, AUPRC and "
-                    "Recall@K over the labelled nodes (all nodes when every label is known).",
+                    "Recall@K over the labelled nodes (all nodes when every label is known). With a label-free "
+                    "(local contrast) model, a node without neighbours has no context and is scored at the median "
+                    "of the other nodes' scores.",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--checkpoint", required=True, help="checkpoint directory (with model.pt), e.g. runs/pre/final or runs/ft/final")

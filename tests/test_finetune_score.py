@@ -842,3 +842,37 @@ def test_candidate_ensemble_checkpoint_scores_as_trained(small_graph, tmp_path) 
     np.testing.assert_allclose(score_parts_halo(m, data, part, device="cpu"), want, atol=1e-5)
     with pytest.raises(ValueError, match="one mean and one std"):
         CandidateEnsemble([ego], [0.0, 1.0], [1.0])
+
+
+def test_score_cli_scores_nodes_without_neighbours_at_the_median(small_graph, tmp_path, capsys, caplog) -> None:
+    """``gcad_dist.score`` with a label-free (local contrast) checkpoint on a graph where some nodes have no
+    neighbour: they get the median of the other nodes' scores, and the run says how many there were."""
+    from partitioning.io import load_graph, save_npz
+
+    _, path = small_graph
+    g = load_graph(path)
+    alone = np.array([0, 1, 2])
+    indptr, indices = g.indptr.copy(), g.indices.copy()
+    src = np.repeat(np.arange(g.num_nodes), np.diff(indptr))
+    keep = ~(np.isin(src, alone) | np.isin(indices, alone))
+    from partitioning.graph import csr_from_edges
+
+    g.indptr, g.indices = csr_from_edges(src[keep], indices[keep], g.num_nodes)
+    alone = np.flatnonzero(np.diff(g.indptr) == 0)  # the three cut off, and any the generator left alone
+    assert alone.size >= 3
+    other = tmp_path / "alone.npz"
+    save_npz(g, other)
+    torch.manual_seed(0)
+    cfg = GCCADConfig(in_dim=g.x.shape[1], hidden=16, contrast="local", loss="logistic", tau=0.2, ensemble=2)
+    save_model(tmp_path / "ck", GCCAD(cfg), cfg, extra={"normalize": "standard"})
+    out = tmp_path / "s.parquet"
+    with caplog.at_level("INFO", logger="gcad_dist.score"):
+        code, _, err = _run(score_main, ["--checkpoint", str(tmp_path / "ck"), "--graph", str(other), "--out",
+                                         str(out)], capsys)
+    assert code == 0, err
+    assert f"{alone.size} node(s) have no neighbour" in caplog.text
+    s = pq.read_table(out).column("score").to_numpy()
+    rest = np.ones(s.size, dtype=bool)
+    rest[alone] = False
+    assert np.allclose(s[alone], np.median(s[rest]), atol=1e-6)
+    assert np.unique(s[rest]).size > 10  # the others keep scores of their own
