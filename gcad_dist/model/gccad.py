@@ -374,9 +374,9 @@ class GCCAD(torch.nn.Module):
 
         Its context (the mean of no neighbours) is empty, so the contrast says nothing about it; left as it is,
         1 - cos(g(h0_i), g(0)) depends on the head's bias alone, and on graphs with 10% of their nodes cut off it
-        put those nodes in 92-99% of the top 5% (BENCHMARKS.md, session 21). The median is neutral: such a node is
-        neither flagged nor cleared. Exact for a whole-graph forward; a minibatch or part uses its own nodes'
-        median."""
+        put those nodes in 90-99% of the top 5% on two of them (BENCHMARKS.md, session 21). The median is neutral:
+        such a node is neither flagged nor cleared. Exact for a whole-graph forward; a minibatch or part uses its
+        own nodes' median."""
         deg = torch.bincount(out.edge_index[1], minlength=out.h0.size(0))[: s.size(0)]
         alone = deg == 0
         if bool(alone.any()) and not bool(alone.all()):
