@@ -37,6 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
+from gcad_dist.allocator import retain_freed_memory  # noqa: E402
 from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.model_step")
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fused-only", action="store_true", help="drop the plain autograd variant")
     cfg = ModelStepConfig(**vars(p.parse_args(argv)))
     setup_logging()
+    retain_freed_memory()  # as gcad_dist.train runs (GCAD_MALLOC=0: glibc's defaults)
     default_threads = torch.get_num_threads()
     thread_counts = [t if t > 0 else default_threads for t in dict.fromkeys(cfg.threads)]
     from gcad_dist.model import native

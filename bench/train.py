@@ -12,7 +12,8 @@ Measures, in one run:
 2. on the same pre-sampled minibatches of the largest subgraph (one process): the time of a GCCAD
    training step (forward, loss, backward, Adam) against a plain GraphSAGE step (PyG ``GraphSAGE`` of
    the same width and depth, linear head, cross-entropy on the same labels), each with every layer on
-   all sampled hops and hop-trimmed (PyG ``trim_to_layer``), interleaved; GCCAD with the native (C++)
+   all sampled hops and hop-trimmed (PyG ``trim_to_layer``), interleaved, with the malloc settings of the
+   training processes (:mod:`gcad_dist.allocator`, both models alike); GCCAD with the native (C++)
    edge kernels of :mod:`gcad_dist.model.native` (when they can be built) and the CPU dropout of
    :mod:`gcad_dist.model.dropout`, against the session-5 step (PyTorch kernels, torch's dropout);
 3. the neighbour samplers on that subgraph's CSR (``bench/sampler.measure_sampler``): the built-in one
@@ -81,9 +82,11 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
     from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
     from gcad_dist.data.sampler import available_backends
     from gcad_dist.distributed.context import AllReduceContextSync
+    from gcad_dist.allocator import retain_freed_memory
     from gcad_dist.model import GCCAD, GCCADConfig, dropout, native
     from partitioning.store.reader import StoreReader
 
+    retain_freed_memory()  # as the training processes run (both models alike)
     reader = StoreReader(cfg.store)
     sg = int(reader.node_counts.argmax())
     data = reader.get(sg)

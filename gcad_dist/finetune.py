@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
 from gcad_dist.train import LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options
@@ -173,6 +174,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     _resolve_device(cfg.device)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    retain_freed_memory()
     t0 = time.perf_counter()
     loaded = load_checkpoint_model(cfg.checkpoint)
     if loaded.kind != "gccad":

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from gcad_dist.selection import KEEP_RULE
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
@@ -478,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = Path(cfg.data_dir)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    retain_freed_memory()  # every method's process alike
     models = list(dict.fromkeys(cfg.models))
     names = [Path(d).stem if Path(d).suffix else d for d in cfg.datasets]
     paths = [_resolve_dataset(data_dir, d) for d in cfg.datasets]

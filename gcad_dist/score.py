@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from partitioning.errors import GraphInputError
 
@@ -425,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(f"--out: {out} is a directory; give a file name such as {out / 'scores.parquet'}")
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    retain_freed_memory()
     _resolve_device(cfg.device)
     t0 = time.perf_counter()
     loaded = load_checkpoint_model(cfg.checkpoint)

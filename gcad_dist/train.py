@@ -33,6 +33,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
 from partitioning.graph import describe_labels
@@ -268,6 +269,7 @@ def fit_candidates(cfg: TrainConfig, data=None) -> Candidates:
     _validate(cfg)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    retain_freed_memory()
     if data is None:
         data = load_labelled(cfg.graph, cfg.normalize)
     counts = check_labels(cfg.graph, getattr(data, "y", None))

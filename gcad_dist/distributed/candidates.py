@@ -21,6 +21,8 @@ from typing import Any, Callable
 import torch
 from tqdm.auto import tqdm
 
+from gcad_dist.allocator import retain_freed_memory
+
 log = logging.getLogger(__name__)
 
 
@@ -33,6 +35,7 @@ def _fit_task(cfg: Any, data: Any, fit_split: Any, scfg: Any, contrast: str, nor
     setup_logging(cfg.verbose)
     if threads > 0:
         torch.set_num_threads(threads)
+    retain_freed_memory()
     res, _, model_cfg = fit_candidate(cfg, data, fit_split, scfg, contrast, norm, init)
     return res, model_cfg
 

@@ -57,6 +57,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
+from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.checkpoint import load_model_file, load_train_state, rng_state, save_model, save_train_state, set_rng_state
 from gcad_dist.data.online_corruption import draw_member_swaps, plant_cliques, swap_features
 from gcad_dist.data.sharding import ShardConfig
@@ -213,6 +214,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     rank, world = _world()
     device = device or torch.device("cpu")
     torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
+    retain_freed_memory()
     torch.manual_seed(cfg.seed + rank)
 
     # the driver checked every file before Ray started (pretrain.validate); chunks are still checked as read
