@@ -11,13 +11,10 @@ a cache shared between different machines never loads a binary built for another
 When the kernels are used (:func:`enabled`): CPU tensors of dtype float32 or float64, and
 
 * ``GCAD_NATIVE`` unset, ``auto`` or ``1``: always, on any number of torch threads. With more than one thread
-  (``torch.set_num_threads``) the work runs on torch's OpenMP threads: the link MLP's forward (per-edge
-  outputs) on contiguous edge ranges; the kernels that sum into per-node rows (the weighted sum and the link
-  MLP's backward) on column ranges of whole 64-byte lines first (each task walks every edge for its columns:
-  no per-node copies, and the sums in the serial order), then, on more threads than a row has lines (4 for
-  hidden 64 in float32), on edge ranges too, each further range with a private per-node copy added at the
-  end. On one thread the kernels run the serial loops; on several, results differ from them by summation
-  order or BLAS rounding only;
+  (``torch.set_num_threads``) the edges are split into contiguous ranges run on torch's OpenMP threads;
+  per-edge outputs are written in place and per-node sums go to private copies summed at the end (at most
+  1 GiB of copies, which caps the thread count on very large graphs). On one thread the kernels run the
+  serial loops, bit for bit; on several, the per-node sums differ from them by summation order only;
 * ``GCAD_NATIVE=0``: never (the PyTorch kernels of :mod:`gcad_dist.model.edge_update` and
   :mod:`gcad_dist.model.aggregate`).
 

@@ -12,16 +12,11 @@
 //   [E, h] mask. Keep probability 1 - threshold / 2^32.
 // * weighted sum (gcad_dist/model/aggregate.py): out[d] += w_e x[s], and its backward.
 //
-// Threads (torch's intra-op threads, torch.set_num_threads, run by at::parallel_for): a kernel whose outputs are
-// per edge (the link MLP's forward) splits the edges into T contiguous ranges. A kernel that sums into per-node
-// rows (a scatter: the weighted sum, both ways, and the link MLP's backward) splits the h columns first, in up
-// to one range per 64-byte line of a row: each task walks the edges but reads and writes only its columns, so
-// no per-node copies are needed. Threads beyond the column ranges split the edges as well; each further edge
-// range sums into a private [N, h] copy (zeroed, then added at the end). On T <= h * sizeof(scalar) / 64 threads
-// (4 for h = 64 in float32) there are no copies and the per-node sums are added in the serial order (the
-// weighted sum's outputs are then the serial ones bit for bit; the link MLP's products by W1 are BLAS calls on
-// column slices, which may round differently); with more threads the sums differ from the serial ones by
-// summation order. T = 1 runs the serial loops.
+// Threads: the edges are split into T contiguous ranges run by at::parallel_for (torch's intra-op threads,
+// torch.set_num_threads). T = 1 runs the serial loops, bit for bit. With T > 1 the per-edge outputs are
+// written in place and the per-node sums (scatters) go to T private [N, h] copies that are summed at the end,
+// so T is capped by kPrivateBudget bytes of copies (and by kMinEdgesPerTask). The result then depends on T
+// (summation order), not on the scheduling.
 
 #include <ATen/ATen.h>
 #if defined(__AVX512F__)
@@ -139,27 +134,25 @@ NodeTerm node_term(const std::optional<Tensor>& t, int64_t h) {
   return r;
 }
 
-// |h[d] - h[s]| into a, h[d] - h[s] into diff (when given), columns c0 .. c0 + kc of h (row stride ld), for
-// edges lo .. lo + rows; a and diff have rows of kc values
+// |h[d] - h[s]| into a, h[d] - h[s] into diff (when given), for edges lo .. lo + rows
 template <typename scalar_t>
-inline void gather_abs_diff(const scalar_t* __restrict hp, int64_t ld, const int64_t* __restrict sp,
-                            const int64_t* __restrict dp, int64_t lo, int64_t rows, int64_t c0, int64_t kc,
-                            scalar_t* __restrict a, scalar_t* __restrict diff) {
+inline void gather_abs_diff(const scalar_t* __restrict hp, const int64_t* __restrict sp, const int64_t* __restrict dp,
+                            int64_t lo, int64_t rows, int64_t h, scalar_t* __restrict a, scalar_t* __restrict diff) {
   for (int64_t b = 0; b < rows; ++b) {
-    const scalar_t* __restrict hd = hp + dp[lo + b] * ld + c0;
-    const scalar_t* __restrict hs = hp + sp[lo + b] * ld + c0;
-    scalar_t* __restrict ab = a + b * kc;
+    const scalar_t* __restrict hd = hp + dp[lo + b] * h;
+    const scalar_t* __restrict hs = hp + sp[lo + b] * h;
+    scalar_t* __restrict ab = a + b * h;
     if (diff != nullptr) {
-      scalar_t* __restrict db = diff + b * kc;
+      scalar_t* __restrict db = diff + b * h;
 #pragma omp simd
-      for (int64_t j = 0; j < kc; ++j) {
+      for (int64_t j = 0; j < h; ++j) {
         const scalar_t v = hd[j] - hs[j];
         db[j] = v;
         ab[j] = v < 0 ? -v : v;
       }
     } else {
 #pragma omp simd
-      for (int64_t j = 0; j < kc; ++j) {
+      for (int64_t j = 0; j < h; ++j) {
         const scalar_t v = hd[j] - hs[j];
         ab[j] = v < 0 ? -v : v;
       }
@@ -203,28 +196,16 @@ inline void unpack_scaled(const uint64_t* __restrict words, int64_t h, scalar_t 
   for (; j < h; ++j) out[j] = ((words[j >> 6] >> (j & 63)) & 1) ? g : scalar_t(0);
 }
 
-constexpr int64_t kMinEdgesPerTask = 8192;  // fewer edges per task: thread start-up dominates
-constexpr int64_t kLineBytes = 64;           // column ranges are whole cache lines: no false sharing of rows
+constexpr int64_t kMinEdgesPerTask = 8192;        // fewer edges per task: thread start-up dominates
+constexpr int64_t kPrivateBudget = int64_t(1) << 30;  // bytes of private per-node copies over all tasks
 
-// number of edge ranges to run in parallel: <= torch's threads, >= kMinEdgesPerTask edges each
-int64_t num_tasks(int64_t edges) {
+// number of edge ranges to run in parallel: <= torch's threads, >= kMinEdgesPerTask edges each, and T private
+// copies of `private_bytes` each within kPrivateBudget
+int64_t num_tasks(int64_t edges, int64_t private_bytes) {
   if (at::in_parallel_region()) return 1;
-  const int64_t t = std::min<int64_t>(at::get_num_threads(), edges / kMinEdgesPerTask);
+  int64_t t = std::min<int64_t>(at::get_num_threads(), edges / kMinEdgesPerTask);
+  if (private_bytes > 0) t = std::min<int64_t>(t, kPrivateBudget / private_bytes);
   return std::max<int64_t>(t, 1);
-}
-
-// a scatter's tasks: `cols` column ranges x `ranges` edge ranges (see the header)
-struct Tiles {
-  int64_t cols = 1, ranges = 1;
-};
-
-template <typename scalar_t>
-Tiles scatter_tiles(int64_t edges, int64_t k) {
-  const int64_t t = num_tasks(edges), lines = k * static_cast<int64_t>(sizeof(scalar_t)) / kLineBytes;
-  Tiles r;
-  r.cols = std::max<int64_t>(std::min(t, lines), 1);
-  r.ranges = std::max<int64_t>(t / r.cols, 1);
-  return r;
 }
 
 // run fn(task, lo, hi) on the T contiguous edge ranges of [0, edges), their bounds multiples of `align` (the
@@ -241,50 +222,6 @@ void for_ranges(int64_t edges, int64_t tasks, const Fn& fn, int64_t align = 1) {
       fn(t, std::min(edges, units * t / tasks * align), std::min(edges, units * (t + 1) / tasks * align));
   });
 }
-
-// run fn(range, part, c0, c1, e0, e1) on every tile: columns c0 .. c1 (bounds multiples of a 64-byte line, the last
-// one ends at k) of the edges e0 .. e1 (range `range` of tiles.ranges, bounds multiples of `align`); `part` (of
-// tiles.cols) numbers the tasks that share an edge range
-template <typename scalar_t, typename Fn>
-void for_tiles(int64_t k, int64_t edges, Tiles tiles, const Fn& fn, int64_t align = 1) {
-  const int64_t per_line = kLineBytes / static_cast<int64_t>(sizeof(scalar_t)), lines = k / per_line;
-  const int64_t units = (edges + align - 1) / align, tasks = tiles.cols * tiles.ranges;
-  auto run = [&](int64_t i) {
-    const int64_t c = i % tiles.cols, r = i / tiles.cols;
-    const int64_t c0 = tiles.cols == 1 ? 0 : lines * c / tiles.cols * per_line;
-    const int64_t c1 = c + 1 == tiles.cols ? k : lines * (c + 1) / tiles.cols * per_line;
-    fn(r, c, c0, c1, std::min(edges, units * r / tiles.ranges * align),
-       std::min(edges, units * (r + 1) / tiles.ranges * align));
-  };
-  if (tasks <= 1) {
-    run(0);
-    return;
-  }
-  at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) run(t);
-  });
-}
-
-// per-node sums ([rows, k], or one [k] row) over `ranges` edge ranges: range 0 adds into `out` itself, range r > 0 into a private
-// zeroed copy; reduce() adds the copies into out. An undefined `out` gives null pointers.
-template <typename scalar_t>
-struct RangeSums {
-  Tensor out, priv;
-  RangeSums(const Tensor& out_, int64_t ranges) : out(out_) {
-    if (out.defined() && ranges > 1) {
-      std::vector<int64_t> shape{ranges - 1};
-      shape.insert(shape.end(), out.sizes().begin(), out.sizes().end());
-      priv = at::zeros(shape, out.options());
-    }
-  }
-  scalar_t* get(int64_t r) {
-    if (!out.defined()) return nullptr;
-    return r == 0 ? out.data_ptr<scalar_t>() : priv.select(0, r - 1).data_ptr<scalar_t>();
-  }
-  void reduce() {
-    if (priv.defined()) out.add_(priv.size(0) == 1 ? priv.select(0, 0) : priv.sum(0));
-  }
-};
 
 // raw pointers and sizes of the link MLP's inputs (checked by check_link_inputs); an absent per-node term is null
 template <typename scalar_t>
@@ -325,7 +262,7 @@ void link_mlp_forward_range(const LinkArgs<scalar_t>& a, uint32_t thr, int64_t s
   const scalar_t* __restrict w2p = a.w2;
   for (int64_t lo = e0; lo < e1; lo += block) {
     const int64_t rows = std::min(block, e1 - lo);
-    gather_abs_diff(a.h, k, sp, dp, lo, rows, 0, k, abuf.data(), static_cast<scalar_t*>(nullptr));
+    gather_abs_diff(a.h, sp, dp, lo, rows, k, abuf.data(), static_cast<scalar_t*>(nullptr));
     gemm_rm<scalar_t>(false, true, rows, k, k, 1, abuf.data(), k, a.w1, k, 0, zbuf.data(), k);
     for (int64_t b = 0; b < rows; ++b) {
       const int64_t e = lo + b;
@@ -354,12 +291,12 @@ void link_mlp_forward_impl(const LinkArgs<scalar_t>& a, int64_t threshold, int64
   scalar_t* op = out.data_ptr<scalar_t>();
   const uint32_t thr = static_cast<uint32_t>(threshold);
   // every output is per edge: no private copies
-  for_ranges(a.edges, num_tasks(a.edges), [&](int64_t, int64_t lo, int64_t hi) {
+  for_ranges(a.edges, num_tasks(a.edges, 0), [&](int64_t, int64_t lo, int64_t hi) {
     link_mlp_forward_range<scalar_t>(a, thr, seed, block, lo, hi, op, bits);
   }, block);
 }
 
-// the backward's accumulators: dh (or null), P_d, P_s (or null), M [h, h] (or null)
+// the backward's accumulators over a range of edges: dh (or null), P_d, P_s (or null), M [h, h] (or null)
 template <typename scalar_t>
 struct BackwardSums {
   scalar_t* gh;
@@ -368,19 +305,17 @@ struct BackwardSums {
   scalar_t* m;
 };
 
-// Backward over the edges e0 .. e1 for the columns c0 .. c1 of dh, P_d, P_s and M (see link_mlp_backward_impl);
-// w1s = diag(w2s) W1. The per-edge factor G^_e is needed whole (it multiplies W1), the rest per column.
+// Backward over edges e0 .. e1, accumulated into `o` (see link_mlp_backward_impl); w1s = diag(w2s) W1
 template <typename scalar_t>
-void link_mlp_backward_tile(const LinkArgs<scalar_t>& a, const scalar_t* gp, const scalar_t* w1s, const uint64_t* bits,
-                            int64_t block, int64_t c0, int64_t c1, int64_t e0, int64_t e1, BackwardSums<scalar_t> o) {
-  const int64_t k = a.k, kc = c1 - c0, words = (k + 63) / 64;
+void link_mlp_backward_range(const LinkArgs<scalar_t>& a, const scalar_t* gp, const scalar_t* w1s,
+                             const uint64_t* bits, int64_t block, int64_t e0, int64_t e1, BackwardSums<scalar_t> o) {
+  const int64_t k = a.k, words = (k + 63) / 64;
   const int64_t *sp = a.src, *dp = a.dst;
-  std::vector<scalar_t> abuf(block * kc), dbuf(o.gh ? block * kc : 0), gbuf(block * k), gabuf(o.gh ? block * kc : 0);
+  std::vector<scalar_t> abuf(block * k), dbuf(o.gh ? block * k : 0), gbuf(block * k), gabuf(o.gh ? block * k : 0);
   for (int64_t lo = e0; lo < e1; lo += block) {
     const int64_t rows = std::min(block, e1 - lo);
     if (o.m || o.gh)
-      gather_abs_diff(a.h, k, sp, dp, lo, rows, c0, kc, abuf.data(),
-                      o.gh ? dbuf.data() : static_cast<scalar_t*>(nullptr));
+      gather_abs_diff(a.h, sp, dp, lo, rows, k, abuf.data(), o.gh ? dbuf.data() : static_cast<scalar_t*>(nullptr));
     for (int64_t b = 0; b < rows; ++b) {
       const int64_t e = lo + b;
       scalar_t* __restrict gh = gbuf.data() + b * k;
@@ -388,28 +323,26 @@ void link_mlp_backward_tile(const LinkArgs<scalar_t>& a, const scalar_t* gp, con
       if (o.pd) {
         scalar_t* __restrict od = o.pd + dp[e] * a.ud_stride;
 #pragma omp simd
-        for (int64_t j = c0; j < c1; ++j) od[j] += gh[j];
+        for (int64_t j = 0; j < k; ++j) od[j] += gh[j];
       }
       if (o.ps) {
         scalar_t* __restrict os = o.ps + sp[e] * a.us_stride;
 #pragma omp simd
-        for (int64_t j = c0; j < c1; ++j) os[j] += gh[j];
+        for (int64_t j = 0; j < k; ++j) os[j] += gh[j];
       }
     }
-    // M[:, c0:c1] += G^T |diff|[:, c0:c1]
-    if (o.m) gemm_rm<scalar_t>(true, false, k, kc, rows, 1, gbuf.data(), k, abuf.data(), kc, 1, o.m + c0, k);
+    if (o.m) gemm_rm<scalar_t>(true, false, k, k, rows, 1, gbuf.data(), k, abuf.data(), k, 1, o.m, k);
     if (o.gh) {
-      // (G^ diag(w2s) W1)[:, c0:c1]
-      gemm_rm<scalar_t>(false, false, rows, kc, k, 1, gbuf.data(), k, w1s + c0, k, 0, gabuf.data(), kc);
+      gemm_rm<scalar_t>(false, false, rows, k, k, 1, gbuf.data(), k, w1s, k, 0, gabuf.data(), k);
       for (int64_t b = 0; b < rows; ++b) {
-        const scalar_t* __restrict ga = gabuf.data() + b * kc;
-        const scalar_t* __restrict df = dbuf.data() + b * kc;
-        scalar_t* __restrict od = o.gh + dp[lo + b] * k + c0;
+        const scalar_t* __restrict ga = gabuf.data() + b * k;
+        const scalar_t* __restrict df = dbuf.data() + b * k;
+        scalar_t* __restrict od = o.gh + dp[lo + b] * k;
 #pragma omp simd
-        for (int64_t j = 0; j < kc; ++j) od[j] += df[j] > 0 ? ga[j] : (df[j] < 0 ? -ga[j] : scalar_t(0));
-        scalar_t* __restrict os = o.gh + sp[lo + b] * k + c0;
+        for (int64_t j = 0; j < k; ++j) od[j] += df[j] > 0 ? ga[j] : (df[j] < 0 ? -ga[j] : scalar_t(0));
+        scalar_t* __restrict os = o.gh + sp[lo + b] * k;
 #pragma omp simd
-        for (int64_t j = 0; j < kc; ++j) os[j] -= df[j] > 0 ? ga[j] : (df[j] < 0 ? -ga[j] : scalar_t(0));
+        for (int64_t j = 0; j < k; ++j) os[j] -= df[j] > 0 ? ga[j] : (df[j] < 0 ? -ga[j] : scalar_t(0));
       }
     }
   }
@@ -421,12 +354,12 @@ void link_mlp_backward_tile(const LinkArgs<scalar_t>& a, const scalar_t* gp, con
 //   dh[d] += sign(diff_e) (G^_e diag(w2s) W1), dh[s] -= the same (one GEMM per block),
 //   dw2 = scale * sum_e g_e r_e = scale * (rowdot(W1, M) + sum_n (ud[n] P_d[n] + us[n] P_s[n]))
 // (r_e = m_e * z_e, z_e = W1 |diff_e| + ud[d_e] + us[s_e]): no recomputation of z, no per-edge gathers
-// of ud, us. Threads: tiles of columns x edge ranges (header).
+// of ud, us.
 template <typename scalar_t>
 void link_mlp_backward_impl(const LinkArgs<scalar_t>& a, const Tensor& g_out, const Tensor& h, double scale,
                             const uint64_t* bits, int64_t block, Tensor& g_h, Tensor& g_ud, Tensor& g_us, Tensor& g_w1,
                             Tensor& g_w2) {
-  const int64_t e_total = a.edges, k = a.k;
+  const int64_t e_total = a.edges, k = a.k, n = a.n;
   const scalar_t* gp = g_out.data_ptr<scalar_t>();
   const scalar_t *w1p = a.w1, *w2p = a.w2, *udp = a.ud, *usp = a.us;
   const bool need_m = g_w1.defined() || g_w2.defined(), need_w2 = g_w2.defined();
@@ -441,22 +374,29 @@ void link_mlp_backward_impl(const LinkArgs<scalar_t>& a, const Tensor& g_out, co
   std::vector<scalar_t> w1s(k * k), m(k * k, scalar_t(0));
   for (int64_t j = 0; j < k; ++j)
     for (int64_t i = 0; i < k; ++i) w1s[j * k + i] = w2p[j] * w1p[j * k + i];
-  const Tiles tiles = scatter_tiles<scalar_t>(e_total, k);
-  RangeSums<scalar_t> gh_s(g_h, tiles.ranges), pd_s(pd_t, tiles.ranges), ps_s(ps_t, tiles.ranges);
-  // M per edge range (range 0: m itself)
-  Tensor m_p = need_m && tiles.ranges > 1 ? at::zeros({tiles.ranges - 1, k, k}, h.options()) : Tensor();
-  for_tiles<scalar_t>(k, e_total, tiles, [&](int64_t r, int64_t, int64_t c0, int64_t c1, int64_t e0, int64_t e1) {
-    scalar_t* mr = !need_m ? nullptr : (r == 0 ? m.data() : m_p.select(0, r - 1).data_ptr<scalar_t>());
-    link_mlp_backward_tile<scalar_t>(a, gp, w1s.data(), bits, block, c0, c1, e0, e1,
-                                     {gh_s.get(r), pd_s.get(r), ps_s.get(r), mr});
-  }, block);
-  gh_s.reduce();
-  pd_s.reduce();
-  ps_s.reduce();
-  if (m_p.defined()) {
-    const Tensor rest = m_p.sum(0);
-    const scalar_t* rp = rest.data_ptr<scalar_t>();
-    for (int64_t i = 0; i < k * k; ++i) m[i] += rp[i];
+  const BackwardSums<scalar_t> direct{g_h.defined() ? g_h.data_ptr<scalar_t>() : nullptr, pdp, psp,
+                                      need_m ? m.data() : nullptr};
+  const int64_t per_task = static_cast<int64_t>(sizeof(scalar_t)) * k *
+                           ((direct.gh ? n : 0) + (pdp ? rows_d : 0) + (psp ? rows_s : 0) + k);
+  const int64_t tasks = num_tasks(e_total, per_task);
+  if (tasks <= 1) {
+    link_mlp_backward_range<scalar_t>(a, gp, w1s.data(), bits, block, 0, e_total, direct);
+  } else {  // private sums per task, then reduced
+    auto priv = [&](bool want, int64_t rows) { return want ? at::zeros({tasks, rows, k}, h.options()) : Tensor(); };
+    Tensor gh_p = priv(direct.gh != nullptr, n), pd_p = priv(pdp != nullptr, rows_d),
+           ps_p = priv(psp != nullptr, rows_s), m_p = priv(need_m, k);
+    auto slice = [](Tensor& t, int64_t i) { return t.defined() ? t.select(0, i).data_ptr<scalar_t>() : nullptr; };
+    for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
+      link_mlp_backward_range<scalar_t>(a, gp, w1s.data(), bits, block, lo, hi,
+                                        {slice(gh_p, t), slice(pd_p, t), slice(ps_p, t), slice(m_p, t)});
+    }, block);
+    if (gh_p.defined()) at::sum_out(g_h, gh_p, {0});
+    if (pd_p.defined()) at::sum_out(pd_t, pd_p, {0});
+    if (ps_p.defined()) at::sum_out(ps_t, ps_p, {0});
+    if (m_p.defined()) {
+      Tensor mt = at::from_blob(m.data(), {k, k}, h.options());
+      at::sum_out(mt, m_p, {0});
+    }
   }
   if (need_w2) {
     std::vector<scalar_t> acc(k, scalar_t(0));
@@ -541,44 +481,44 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> link_mlp_backward(
   return {or_empty(g_h), or_empty(g_ud), or_empty(g_us), or_empty(g_w1), or_empty(g_w2)};
 }
 
-// out[d, c0:c1] += w_e x[s, c0:c1] over the edges e0 .. e1 (rows of k values)
 template <typename scalar_t>
-void weighted_sum_forward_tile(const scalar_t* xp, const scalar_t* wp, const int64_t* sp, const int64_t* dp, int64_t k,
-                               int64_t e0, int64_t e1, int64_t c0, int64_t c1, scalar_t* op) {
+void weighted_sum_forward_range(const scalar_t* xp, const scalar_t* wp, const int64_t* sp, const int64_t* dp,
+                                int64_t k, int64_t e0, int64_t e1, scalar_t* op) {
   for (int64_t e = e0; e < e1; ++e) {
     const scalar_t we = wp[e];
     if (we == scalar_t(0)) continue;  // removed edge: would add exactly 0 (finite x)
     const scalar_t* __restrict xs = xp + sp[e] * k;
     scalar_t* __restrict o = op + dp[e] * k;
 #pragma omp simd
-    for (int64_t j = c0; j < c1; ++j) o[j] += we * xs[j];
+    for (int64_t j = 0; j < k; ++j) o[j] += we * xs[j];
   }
 }
 
 template <typename scalar_t>
 void weighted_sum_forward_impl(const Tensor& x, const Tensor& w, const Tensor& src, const Tensor& dst, Tensor& out) {
-  const int64_t e_total = src.numel(), k = x.size(1);
+  const int64_t e_total = src.numel(), k = x.size(1), n = out.size(0);
   const scalar_t* xp = x.data_ptr<scalar_t>();
   const scalar_t* wp = w.data_ptr<scalar_t>();
   const int64_t* sp = src.data_ptr<int64_t>();
   const int64_t* dp = dst.data_ptr<int64_t>();
-  const Tiles tiles = scatter_tiles<scalar_t>(e_total, k);
-  RangeSums<scalar_t> sums(out, tiles.ranges);
-  for_tiles<scalar_t>(k, e_total, tiles, [&](int64_t r, int64_t, int64_t c0, int64_t c1, int64_t e0, int64_t e1) {
-    weighted_sum_forward_tile(xp, wp, sp, dp, k, e0, e1, c0, c1, sums.get(r));
+  const int64_t tasks = num_tasks(e_total, static_cast<int64_t>(sizeof(scalar_t)) * n * k);
+  if (tasks <= 1) {
+    weighted_sum_forward_range(xp, wp, sp, dp, k, 0, e_total, out.data_ptr<scalar_t>());
+    return;
+  }
+  Tensor priv = at::zeros({tasks, n, k}, out.options());
+  for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
+    weighted_sum_forward_range(xp, wp, sp, dp, k, lo, hi, priv.select(0, t).data_ptr<scalar_t>());
   });
-  sums.reduce();
+  at::sum_out(out, priv, {0});
 }
 
-// over the edges e0 .. e1: g_x[s, c0:c1] += w_e g[d, c0:c1] (when gxp is given), and g_w[e] = g[d] . x[s] for
-// those of them in ge0 .. ge1 (when gwp is given)
 template <typename scalar_t>
-void weighted_sum_backward_tile(const scalar_t* gp, const scalar_t* xp, const scalar_t* wp, const int64_t* sp,
-                                   const int64_t* dp, int64_t k, int64_t e0, int64_t e1, int64_t c0, int64_t c1, scalar_t* gxp,
-                                   scalar_t* gwp, int64_t ge0, int64_t ge1) {
+void weighted_sum_backward_range(const scalar_t* gp, const scalar_t* xp, const scalar_t* wp, const int64_t* sp,
+                                 const int64_t* dp, int64_t k, int64_t e0, int64_t e1, scalar_t* gxp, scalar_t* gwp) {
   for (int64_t e = e0; e < e1; ++e) {
     const scalar_t* __restrict gd = gp + dp[e] * k;
-    if (gwp && e >= ge0 && e < ge1) {
+    if (gwp) {
       const scalar_t* __restrict xs = xp + sp[e] * k;
       scalar_t acc = 0;
 #pragma omp simd reduction(+ : acc)
@@ -589,7 +529,7 @@ void weighted_sum_backward_tile(const scalar_t* gp, const scalar_t* xp, const sc
     if (gxp && we != scalar_t(0)) {
       scalar_t* __restrict o = gxp + sp[e] * k;
 #pragma omp simd
-      for (int64_t j = c0; j < c1; ++j) o[j] += we * gd[j];
+      for (int64_t j = 0; j < k; ++j) o[j] += we * gd[j];
     }
   }
 }
@@ -597,7 +537,7 @@ void weighted_sum_backward_tile(const scalar_t* gp, const scalar_t* xp, const sc
 template <typename scalar_t>
 void weighted_sum_backward_impl(const Tensor& g_out, const Tensor& x, const Tensor& w, const Tensor& src,
                                 const Tensor& dst, Tensor& g_x, Tensor& g_w) {
-  const int64_t e_total = src.numel(), k = x.size(1);
+  const int64_t e_total = src.numel(), k = x.size(1), n = x.size(0);
   const scalar_t* gp = g_out.data_ptr<scalar_t>();
   const scalar_t* xp = x.data_ptr<scalar_t>();
   const scalar_t* wp = w.data_ptr<scalar_t>();
@@ -605,20 +545,18 @@ void weighted_sum_backward_impl(const Tensor& g_out, const Tensor& x, const Tens
   const int64_t* dp = dst.data_ptr<int64_t>();
   scalar_t* gwp = g_w.defined() ? g_w.data_ptr<scalar_t>() : nullptr;  // per edge: written in place
   scalar_t* gxp = g_x.defined() ? g_x.data_ptr<scalar_t>() : nullptr;
-  if (!gxp) {  // only per-edge outputs: edge ranges
-    for_ranges(e_total, num_tasks(e_total), [&](int64_t, int64_t lo, int64_t hi) {
-      weighted_sum_backward_tile(gp, xp, wp, sp, dp, k, lo, hi, k, k, gxp, gwp, lo, hi);
+  const int64_t tasks = num_tasks(e_total, gxp ? static_cast<int64_t>(sizeof(scalar_t)) * n * k : 0);
+  if (tasks <= 1 || !gxp) {  // one range, or only per-edge outputs: written in place
+    for_ranges(e_total, tasks, [&](int64_t, int64_t lo, int64_t hi) {
+      weighted_sum_backward_range(gp, xp, wp, sp, dp, k, lo, hi, gxp, gwp);
     });
     return;
   }
-  // tiles for g_x; of the tiles on one edge range, part p also computes g_w on the p-th part of that range
-  const Tiles tiles = scatter_tiles<scalar_t>(e_total, k);
-  RangeSums<scalar_t> sums(g_x, tiles.ranges);
-  for_tiles<scalar_t>(k, e_total, tiles, [&](int64_t r, int64_t p, int64_t c0, int64_t c1, int64_t e0, int64_t e1) {
-    weighted_sum_backward_tile(gp, xp, wp, sp, dp, k, e0, e1, c0, c1, sums.get(r), gwp, e0 + (e1 - e0) * p / tiles.cols,
-                               e0 + (e1 - e0) * (p + 1) / tiles.cols);
+  Tensor priv = at::zeros({tasks, n, k}, x.options());
+  for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
+    weighted_sum_backward_range(gp, xp, wp, sp, dp, k, lo, hi, priv.select(0, t).data_ptr<scalar_t>(), gwp);
   });
-  sums.reduce();
+  at::sum_out(g_x, priv, {0});
 }
 
 Tensor weighted_sum_forward(const Tensor& x, const Tensor& w, const Tensor& src, const Tensor& dst, int64_t n) {
