@@ -130,8 +130,6 @@ class PretrainConfig:
     loss: str | None = None
     jump: str = "last"
     swap_features: float | None = None
-    # a swapped node takes its donor's value in each feature column with this probability (1 = the whole row)
-    swap_columns: float = 1.0
     # structural corruption drawn at every step: this fraction of each batch's normal nodes joined into cliques
     plant_cliques: float | None = None
     clique_size: tuple[int, int] = (4, 20)  # (min, max) members of a planted clique, drawn uniformly
@@ -211,9 +209,6 @@ def build_parser() -> argparse.ArgumentParser:
       help="at every step, this fraction of each batch's normal nodes take another node's features (and the "
       "label abnormal), drawn afresh each step, beside the store's fixed corruptions; a small store repeats "
       "its few subgraphs hundreds of times, and a fixed corruption is then learnt by heart (default: the recipe's)")
-    a("--swap-columns", type=float, default=d.swap_columns, metavar="P",
-      help="a swapped node takes its donor's value in each feature column with probability P, keeping its own in "
-      "the others (at least one column taken): a subtler corruption than a whole row (1)")
     a("--plant-cliques", type=float, default=d.plant_cliques, metavar="FRACTION",
       help="a structural corruption drawn afresh at every step, beside --swap-features: this fraction of each "
       "batch's normal nodes is split into groups of --clique-size nodes, every pair in a group joined by an edge "
@@ -314,7 +309,6 @@ def validate(cfg: PretrainConfig) -> dict:
         (cfg.recipe in ("auto", *RECIPES), "--recipe", f"must be auto or one of {', '.join(RECIPES)}"),
         (cfg.tau is None or cfg.tau > 0, "--tau", "must be > 0"),
         (cfg.swap_features is None or 0 <= cfg.swap_features < 1, "--swap-features", "must be in [0, 1)"),
-        (0 < cfg.swap_columns <= 1, "--swap-columns", "must be in (0, 1]"),
         (cfg.plant_cliques is None or 0 <= cfg.plant_cliques < 1, "--plant-cliques", "must be in [0, 1)"),
         (len(cfg.clique_size) == 2 and 2 <= cfg.clique_size[0] <= cfg.clique_size[1], "--clique-size",
          f"must be MIN MAX with 2 <= MIN <= MAX, got {' '.join(map(str, cfg.clique_size))}"),

@@ -166,32 +166,11 @@ def test_swap_features_changes_only_chosen_normal_rows():
     assert a is x and b is y
 
 
-def test_swap_features_of_some_columns_keep_the_others():
-    """--swap-columns P: a swapped row takes its donor's value in about P of its columns, at least one, and keeps its
-    own in the rest; the rows and labels chosen are those of a whole-row swap with the same generator."""
-    from gcad_dist.data.online_corruption import swap_features
-
-    n, f = 400, 12
-    x = torch.arange(float(n * f)).view(n, f)  # every value distinct: a column's origin is readable
-    y = torch.zeros(n, dtype=torch.long)
-    x2, y2 = swap_features(x, y, None, 0.25, generator=torch.Generator().manual_seed(3), columns=0.3)
-    xw, yw = swap_features(x, y, None, 0.25, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(y2, yw)
-    picked = (y2 == 1).nonzero().squeeze(1)
-    assert picked.numel() == 100 and torch.equal(x2[y2 == 0], x[y2 == 0])
-    own = x2[picked] == x[picked]
-    donor = x2[picked] == xw[picked]  # the whole-row swap's row is the donor's
-    assert (own ^ donor).all()  # each column is either the node's own or its donor's
-    assert donor.any(1).all() and own.any(1).any()  # at least one column swapped; some kept
-    assert 0.25 < donor.float().mean() < 0.4  # about P, plus the one column always taken
-
-
-def _apply_swaps(x: torch.Tensor, pick: torch.Tensor, donor: torch.Tensor,
-                 columns: torch.Tensor | None = None) -> torch.Tensor:
+def _apply_swaps(x: torch.Tensor, pick: torch.Tensor, donor: torch.Tensor) -> torch.Tensor:
     """The members' inputs [N, K, F] that a swap plan stands for (the reference the model's plan path must match)."""
     xs = x.unsqueeze(1).repeat(1, pick.size(0), 1)
     for k in range(pick.size(0)):
-        xs[pick[k], k] = x[donor[k]] if columns is None else torch.where(columns[k], x[donor[k]], x[pick[k]])
+        xs[pick[k], k] = x[donor[k]]
     return xs
 
 
@@ -215,12 +194,11 @@ def test_draw_member_swaps_draws_each_member_apart():
     assert draw_member_swaps(y, mask, 0.0, 2) is None
 
 
-@pytest.mark.parametrize("columns", [1.0, 0.5])
 @pytest.mark.parametrize("trimmed", [False, True])
-def test_member_swaps_match_the_members_own_inputs(trimmed, columns):
+def test_member_swaps_match_the_members_own_inputs(trimmed):
     """``member_swaps=(pick, donor)`` on one [N, F] input gives the outputs, loss and gradients of the [N, K, F] inputs
     it stands for, on the whole graph and on a hop-trimmed minibatch (where swapped seeds also change the contexts of
-    the seeds they neighbour); so does ``(pick, donor, column mask)`` of swaps of some columns."""
+    the seeds they neighbour)."""
     from torch_geometric.data import Data
 
     from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
@@ -240,15 +218,11 @@ def test_member_swaps_match_the_members_own_inputs(trimmed, columns):
         kw = {"num_sampled_nodes": b.num_sampled_nodes, "num_sampled_edges": b.num_sampled_edges,
               "context_mask": mask}
         assert (ei[0, : b.num_sampled_edges[0]] < s).sum() > 10
-    plan = draw_member_swaps(y, mask, 0.3, k, generator=torch.Generator().manual_seed(2), columns=columns,
-                             num_features=f)
-    y3, pick, donor = plan[:3]
-    cols = plan[3] if columns < 1 else None
-    assert (cols is None) == (len(plan) == 3)
+    y3, pick, donor = draw_member_swaps(y, mask, 0.3, k, generator=torch.Generator().manual_seed(2))
     model = GCCAD(GCCADConfig(in_dim=f, hidden=8, contrast="local", loss="logistic", tau=0.2, ensemble=k))
     model = model.to(torch.float64)
     results = []
-    for inputs in ((_apply_swaps(x, pick, donor, cols), {}), (x, {"member_swaps": plan[1:]})):
+    for inputs in ((_apply_swaps(x, pick, donor), {}), (x, {"member_swaps": (pick, donor)})):
         model.zero_grad()
         out = model(inputs[0], ei, **kw, **inputs[1])
         loss = model.loss(out, y3, mask=mask)["total"]

@@ -17,33 +17,18 @@ from torch import Tensor
 
 
 def swap_features(x: Tensor, y: Tensor, mask: Tensor | None, fraction: float,
-                  generator: torch.Generator | None = None, columns: float = 1.0) -> tuple[Tensor, Tensor]:
+                  generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """(x', y'): ``round(fraction * #normal labelled nodes)`` of the nodes with ``y == 0`` (and in ``mask``,
     default all) get the feature row of a node drawn uniformly from all rows (never themselves) and the
-    label 1; with ``columns`` < 1, only each column with that probability (:func:`column_mask`), the rest kept.
-    ``x`` and ``y`` are not modified. Nodes of rows without a label (y < 0) are never chosen."""
+    label 1. ``x`` and ``y`` are not modified. Nodes of rows without a label (y < 0) are never chosen."""
     idx = _candidates(y, mask, fraction)
     if idx is None:
         return x, y
     pick, donor = _draw(idx, int(round(fraction * idx.numel())), x.size(0), generator)
     x2, y2 = x.clone(), y.clone()
-    if columns < 1:
-        x2[pick] = torch.where(column_mask(pick.numel(), x.size(-1), columns, generator, x.device), x[donor], x[pick])
-    else:
-        x2[pick] = x[donor]
+    x2[pick] = x[donor]
     y2[pick] = 1
     return x2, y2
-
-
-def column_mask(m: int, f: int, columns: float, generator: torch.Generator | None = None,
-                device: torch.device | str | None = None, members: int | None = None) -> Tensor:
-    """Bool [m, f] (or [members, m, f]): which feature columns of each swapped row come from its donor. Each
-    column with probability ``columns``, and at least one per row (else the row would be labelled a swap
-    while unchanged)."""
-    shape = (m, f) if members is None else (members, m, f)
-    keep = torch.rand(shape, generator=generator, device=device) < columns
-    one = torch.randint(0, f, shape[:-1], generator=generator, device=device).unsqueeze(-1)
-    return keep.scatter(-1, one, True)
 
 
 def _candidates(y: Tensor, mask: Tensor | None, fraction: float) -> Tensor | None:
@@ -64,13 +49,11 @@ def _draw(idx: Tensor, m: int, n: int, generator: torch.Generator | None) -> tup
 
 
 def draw_member_swaps(y: Tensor, mask: Tensor | None, fraction: float, members: int,
-                      generator: torch.Generator | None = None, columns: float = 1.0,
-                      num_features: int | None = None) -> tuple[Tensor, ...] | None:
+                      generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor] | None:
     """:func:`swap_features` drawn ``members`` times independently, one draw per member of an ensemble, as a plan:
     (y' [N, K], pick [K, m], donor [K, m]); member k's input is ``x`` with rows ``pick[k]`` replaced by rows
     ``donor[k]`` (``GCCAD.forward(..., member_swaps=(pick, donor))`` applies it without a [N, K, F] copy), and
-    column k of y' its labels. With ``columns`` < 1 (and ``num_features``) the plan also holds the
-    :func:`column_mask` [K, m, F] of the columns taken from the donors. None when there is nothing to swap."""
+    column k of y' its labels. None when there is nothing to swap."""
     idx = _candidates(y, mask, fraction)
     if idx is None:
         return None
@@ -79,10 +62,6 @@ def draw_member_swaps(y: Tensor, mask: Tensor | None, fraction: float, members: 
     pick, donor = torch.stack([d[0] for d in draws]), torch.stack([d[1] for d in draws])
     y2 = y.unsqueeze(1).repeat(1, members)
     y2[pick, torch.arange(members, device=y.device).unsqueeze(1)] = 1
-    if columns < 1:
-        if num_features is None:
-            raise ValueError("draw_member_swaps: columns < 1 needs num_features")
-        return y2, pick, donor, column_mask(m, num_features, columns, generator, pick.device, members=members)
     return y2, pick, donor
 
 

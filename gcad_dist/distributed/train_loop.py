@@ -355,10 +355,9 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                                             hop_edges[0] if hop_edges else None)
                 hop_edges = [hop1, *hop_edges[1:]] if hop_edges else None
             # an ensemble's members each get their own draw of swaps, applied inside the model
-            plan = draw_member_swaps(y, tb.loss_mask, cfg.swap_features, members, columns=cfg.swap_columns,
-                                     num_features=tb.x.size(-1)) if members > 1 else None
+            plan = draw_member_swaps(y, tb.loss_mask, cfg.swap_features, members) if members > 1 else None
             if plan is None:
-                (x, y), swaps = swap_features(tb.x, y, tb.loss_mask, cfg.swap_features, columns=cfg.swap_columns), {}
+                (x, y), swaps = swap_features(tb.x, y, tb.loss_mask, cfg.swap_features), {}
             else:
                 x, y, swaps = tb.x, plan[0], {"member_swaps": plan[1:]}
             sync.set_subgraph(tb.key, shared=tb.shared)

@@ -172,7 +172,7 @@ class GCCAD(torch.nn.Module):
         sync: ContextSync | None = None,
         num_sampled_nodes: list[int] | None = None,
         num_sampled_edges: list[int] | None = None,
-        member_swaps: tuple[Tensor, ...] | None = None,
+        member_swaps: tuple[Tensor, Tensor] | None = None,
     ) -> GCCADOutput:
         """Encode a graph or a PyG batch of graphs.
 
@@ -184,8 +184,7 @@ class GCCAD(torch.nn.Module):
         layers then skip what cannot reach the seeds (:class:`GCCADEncoder`); ``out.h`` and
         ``out.batch`` then cover the first nodes only (the seeds among them). member_swaps: an ensemble's own
         feature swaps, (pick, donor) [K, m] (:func:`gcad_dist.data.online_corruption.draw_member_swaps`): member k
-        sees ``x`` with rows ``pick[k]`` replaced by rows ``donor[k]``, without a [N, K, F] copy of ``x``; with a
-        third [K, m, F] bool mask, only the masked columns come from the donors.
+        sees ``x`` with rows ``pick[k]`` replaced by rows ``donor[k]``, without a [N, K, F] copy of ``x``.
         """
         if member_swaps is not None and not (self.config.contrast == "local" and self.config.ensemble > 1
                                              and x.dim() == 2):
@@ -206,8 +205,7 @@ class GCCAD(torch.nn.Module):
             if member_swaps is not None:  # the projection is row-wise: a swapped row's h^(0) is its donor's
                 pick, donor, col = self._swap_index(member_swaps)
                 v = h0.view(h0.size(0), self.config.ensemble, -1)
-                moved = v[donor, col] if len(member_swaps) == 2 else self._swapped_rows(x, member_swaps)
-                h0 = v.index_put((pick, col), moved).reshape(h0.shape)
+                h0 = v.index_put((pick, col), v[donor, col]).reshape(h0.shape)
             return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch, edge_index=edge_index,
                                num_graphs=num_graphs, h0=h0)
         if self.config.contrast != "graph":  # the neighbours' final embeddings are needed: no hop trimming
@@ -223,32 +221,19 @@ class GCCAD(torch.nn.Module):
             h0=h0 if self.config.contrast in ("ego", "local") or self.config.jump == "cat-local" else None,
         )
 
-    def _swap_index(self, member_swaps: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor]:
-        """(pick, donor, member) flat [K * m] of an ensemble's swaps (pick, donor[, column mask]) [K, m[, F]]."""
-        pick, donor = member_swaps[0], member_swaps[1]
+    def _swap_index(self, member_swaps: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """(pick, donor, member) flat [K * m] of an ensemble's swaps (pick, donor) [K, m]."""
+        pick, donor = member_swaps
         k = self.config.ensemble
-        if pick.dim() != 2 or pick.size(0) != k or donor.shape != pick.shape or len(member_swaps) > 3:
+        if pick.dim() != 2 or pick.size(0) != k or donor.shape != pick.shape:
             raise ValueError(f"member_swaps must be two [{k}, m] tensors (pick, donor), got {tuple(pick.shape)} and "
                              f"{tuple(donor.shape)}")
-        if len(member_swaps) == 3 and (member_swaps[2].shape[:2] != pick.shape or member_swaps[2].dim() != 3):
-            raise ValueError(f"member_swaps' column mask must be [{k}, m, F], got {tuple(member_swaps[2].shape)}")
         col = torch.arange(k, device=pick.device).repeat_interleave(pick.size(1))
         return pick.reshape(-1), donor.reshape(-1), col
 
-    def _swapped_rows(self, x: Tensor, member_swaps: tuple[Tensor, ...]) -> Tensor:
-        """[K * m, h] in the flat (member, swap) order: member k's projection of its swapped rows, the donors'
-        features (where the column mask, if any, says so; the node's own elsewhere)."""
-        pick, donor = member_swaps[0], member_swaps[1]
-        rows = x[donor]  # [K, m, F]
-        if len(member_swaps) == 3:
-            rows = torch.where(member_swaps[2], rows, x[pick])
-        k = self.config.ensemble
-        moved = self.input_projection(rows.transpose(0, 1))  # member k's rows through member k's projection only
-        return moved.view(rows.size(1), k, -1).transpose(0, 1).reshape(k * rows.size(1), -1)
-
     def _local_seeds(self, x: Tensor, edge_index: Tensor, batch: Tensor, num_graphs: int,
                      context_mask: Tensor | None, seeds: int, hop1_edges: int,
-                     member_swaps: tuple[Tensor, ...] | None = None) -> GCCADOutput:
+                     member_swaps: tuple[Tensor, Tensor] | None = None) -> GCCADOutput:
         """The local contrast on a neighbour-sampled minibatch (nodes and edges ordered by hop): outputs for its
         ``seeds`` first rows only. A seed's context is the mean of its neighbours' h^(0) = W (mean of their x) + b,
         so the features are averaged over the hop-1 edges first and the projection runs on 2 x seeds rows instead
@@ -272,7 +257,9 @@ class GCCAD(torch.nn.Module):
                                  "num_sampled_nodes[0] nodes)")
             k = self.config.ensemble
             own = h0.view(seeds, k, -1)
-            moved = self._swapped_rows(x, member_swaps)
+            # member k's donors through member k's projection only: [m, K, F] rows, back to the flat (k, j) order
+            moved = self.input_projection(x[member_swaps[1]].transpose(0, 1))
+            moved = moved.view(-1, k, own.size(-1)).transpose(0, 1).reshape(-1, own.size(-1))
             h0 = own.index_put((pick, col), moved).reshape(h0.shape)
             # contexts: a seed's neighbour that is a swapped seed brings (donor's h^(0) - its own) / degree
             pos = torch.full((k, seeds), -1, dtype=torch.long, device=pick.device)
