@@ -79,10 +79,10 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
     from torch_geometric.nn import GraphSAGE
 
     from bench.sampler import measure_sampler
+    from gcad_dist.allocator import retain_freed_memory
     from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader
     from gcad_dist.data.sampler import available_backends
     from gcad_dist.distributed.context import AllReduceContextSync
-    from gcad_dist.allocator import retain_freed_memory
     from gcad_dist.model import GCCAD, GCCADConfig, dropout, native
     from partitioning.store.reader import StoreReader
 

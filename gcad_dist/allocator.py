@@ -4,11 +4,11 @@ A training step allocates and frees the same large blocks every step ([N, h] act
 per-node sums). glibc serves a block above its mmap threshold (128 KiB, adapting up to 32 MiB) with a fresh
 ``mmap`` and gives freed heap tops back to the OS above its trim threshold, so each step touches new pages:
 on a K-means part's minibatch of the generated 1M-node graph (19k nodes, 30k edges, hidden 64) that is
-1,200-3,500 page faults and 3-6 ms of system time per step of 40-90 ms (``BENCHMARKS.md``, session 22). :func:`retain_freed_memory` raises both
-thresholds once per process (``mallopt``), as PyTorch's CPU tuning guide gets by preloading jemalloc or
-tcmalloc: blocks up to ``mmap_threshold`` come from the heap and freed memory stays with the process up to
-``trim_threshold``. The price is that the process keeps its peak heap; it is meant for training and scoring
-processes, which run at that peak every step anyway.
+1,200-3,500 page faults and 3-6 ms of system time per step of 40-90 ms (``BENCHMARKS.md``, session 22).
+:func:`retain_freed_memory` raises both thresholds once per process (``mallopt``), as PyTorch's CPU tuning guide
+gets by preloading jemalloc or tcmalloc: blocks up to ``mmap_threshold`` come from the heap and freed memory stays
+with the process up to ``trim_threshold``. The price is that the process keeps its peak heap; it is meant for
+training and scoring processes, which run at that peak every step anyway.
 
 Nothing is changed when the C library is not glibc, when the user set ``MALLOC_MMAP_THRESHOLD_`` or
 ``MALLOC_TRIM_THRESHOLD_`` (their choice wins), when another allocator is preloaded (``LD_PRELOAD`` naming
