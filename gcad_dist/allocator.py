@@ -6,8 +6,8 @@ per-node sums). glibc serves a block above its mmap threshold (128 KiB, adapting
 on a K-means part's minibatch of the generated 1M-node graph (19k nodes, 30k edges, hidden 64) that is
 1,200-3,500 page faults and 3-6 ms of system time per step of 40-90 ms (``BENCHMARKS.md``, session 22).
 :func:`retain_freed_memory` raises both thresholds once per process (``mallopt``), as PyTorch's CPU tuning guide
-gets by preloading jemalloc or tcmalloc: blocks up to ``mmap_threshold`` come from the heap and freed memory stays
-with the process up to ``trim_threshold``. The price is that the process keeps its peak heap; it is meant for
+gets by preloading jemalloc or tcmalloc: blocks up to ``MMAP_THRESHOLD`` come from the heap and freed memory stays
+with the process up to ``TRIM_THRESHOLD``. The price is that the process keeps its peak heap; it is meant for
 training and scoring processes, which run at that peak every step anyway.
 
 Nothing is changed when the C library is not glibc, when the user set ``MALLOC_MMAP_THRESHOLD_`` or
@@ -18,10 +18,10 @@ jemalloc or tcmalloc), or with ``GCAD_MALLOC=0``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import platform
-import threading
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +31,6 @@ MMAP_THRESHOLD = 32 << 20  # glibc's largest mmap threshold on 64-bit (HEAP_MAX 
 TRIM_THRESHOLD = 1 << 30
 
 __all__ = ["ENV", "retain_freed_memory"]
-
-_lock = threading.Lock()
-_done: dict[str, bool] = {}
 
 
 def _skip_reason() -> str | None:
@@ -48,21 +45,19 @@ def _skip_reason() -> str | None:
     return None
 
 
-def retain_freed_memory(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_THRESHOLD) -> bool:
-    """Raise glibc's mmap and trim thresholds for this process (once); whether they are now in effect."""
-    with _lock:
-        if "applied" in _done:
-            return _done["applied"]
-        reason = _skip_reason()
-        ok = False
-        if reason is None:
-            try:
-                libc = ctypes.CDLL(None)
-                ok = bool(libc.mallopt(M_MMAP_THRESHOLD, int(mmap_threshold))) and bool(
-                    libc.mallopt(M_TRIM_THRESHOLD, int(trim_threshold)))
-                reason = None if ok else "mallopt refused the values"
-            except (OSError, AttributeError) as exc:
-                reason = f"mallopt unavailable ({exc})"
-        log.debug("malloc thresholds %s", "raised" if ok else f"unchanged: {reason}")
-        _done["applied"] = ok
-        return ok
+@functools.cache  # once per process (a second mallopt would be harmless)
+def retain_freed_memory() -> bool:
+    """Raise glibc's mmap and trim thresholds for this process to MMAP_THRESHOLD and TRIM_THRESHOLD; whether they
+    are now in effect."""
+    reason = _skip_reason()
+    ok = False
+    if reason is None:
+        try:
+            libc = ctypes.CDLL(None)
+            ok = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+                libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+            reason = None if ok else "mallopt refused the values"
+        except (OSError, AttributeError) as exc:
+            reason = f"mallopt unavailable ({exc})"
+    log.debug("malloc thresholds %s", "raised" if ok else f"unchanged: {reason}")
+    return ok

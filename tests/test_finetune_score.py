@@ -847,6 +847,7 @@ def test_candidate_ensemble_checkpoint_scores_as_trained(small_graph, tmp_path) 
 def test_score_cli_scores_nodes_without_neighbours_at_the_median(small_graph, tmp_path, capsys, caplog) -> None:
     """``gcad_dist.score`` with a label-free (local contrast) checkpoint on a graph where some nodes have no
     neighbour: they get the median of the other nodes' scores, and the run says how many there were."""
+    from partitioning.graph import csr_from_edges
     from partitioning.io import load_graph, save_npz
 
     _, path = small_graph
@@ -855,8 +856,6 @@ def test_score_cli_scores_nodes_without_neighbours_at_the_median(small_graph, tm
     indptr, indices = g.indptr.copy(), g.indices.copy()
     src = np.repeat(np.arange(g.num_nodes), np.diff(indptr))
     keep = ~(np.isin(src, alone) | np.isin(indices, alone))
-    from partitioning.graph import csr_from_edges
-
     g.indptr, g.indices = csr_from_edges(src[keep], indices[keep], g.num_nodes)
     alone = np.flatnonzero(np.diff(g.indptr) == 0)  # the three cut off, and any the generator left alone
     assert alone.size >= 3
