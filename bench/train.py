@@ -84,6 +84,7 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
     from gcad_dist.data.sampler import available_backends
     from gcad_dist.distributed.context import AllReduceContextSync
     from gcad_dist.model import GCCAD, GCCADConfig, dropout, native
+    from gcad_dist.optim import adam
     from partitioning.store.reader import StoreReader
 
     retain_freed_memory()  # as the training processes run (both models alike)
@@ -105,7 +106,8 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
     gccad = GCCAD(GCCADConfig(in_dim=reader.num_features, hidden=cfg.hidden, num_layers=cfg.layers, conv=cfg.conv))
     sync = AllReduceContextSync(momentum=0.5)  # one process: the all-reduce is the identity, memory on
     sync.set_subgraph(sg, shared=True)
-    opt_g = torch.optim.Adam(gccad.parameters(), lr=1e-3)
+    cpu = torch.device("cpu")
+    opt_g = adam(gccad.parameters(), cpu, 1e-3)  # the optimiser training builds, for both models
 
     def gccad_step(b, trim: bool) -> None:
         mask = torch.zeros(b.num_nodes, dtype=torch.bool)
@@ -118,7 +120,7 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
         opt_g.step()
 
     sage = GraphSAGE(reader.num_features, cfg.hidden, cfg.layers, out_channels=2, dropout=0.1)
-    opt_s = torch.optim.Adam(sage.parameters(), lr=1e-3)
+    opt_s = adam(sage.parameters(), cpu, 1e-3)
 
     def sage_step(b, trim: bool) -> None:
         kw = {"num_sampled_nodes_per_hop": b.num_sampled_nodes, "num_sampled_edges_per_hop": b.num_sampled_edges} if trim else {}

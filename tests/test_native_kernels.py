@@ -216,10 +216,12 @@ def threads():
     torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("tasks", [2, 3])
 @pytest.mark.parametrize("kind", ["global", "bias"])
-def test_link_mlp_on_threads_matches_one_thread(built, threads, kind):
-    """40k edges, 3 threads: 3 edge ranges (>= 8192 edges each); values, mask bits and every gradient agree
-    with the serial kernel (same dropout mask: it is a hash of the edge index, not of the thread)."""
+def test_link_mlp_on_threads_matches_one_thread(built, threads, kind, tasks):
+    """40k edges, 2 or 3 threads: as many edge ranges (>= 8192 edges each; two private copies are added in one
+    pass, more are reduced); values, mask bits and every gradient agree with the serial kernel (same dropout
+    mask: it is a hash of the edge index, not of the thread)."""
     n, k, e = 300, 16, 40_000
     h, ei = _graph(n, e, k, seed=4)
     ud, us, w1, w2 = _terms(n, k, kind)
@@ -235,14 +237,15 @@ def test_link_mlp_on_threads_matches_one_thread(built, threads, kind):
         return out, bits, grads
 
     out1, bits1, grads1 = run(1)
-    out3, bits3, grads3 = run(3)
+    out3, bits3, grads3 = run(tasks)
     assert torch.equal(out1, out3) and torch.equal(bits1, bits3)  # per-edge outputs: same arithmetic
     for a, b in zip(grads1, grads3):  # per-node sums: another summation order only
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
         assert a.abs().sum() > 0
 
 
-def test_weighted_sum_on_threads_matches_one_thread(built, threads):
+@pytest.mark.parametrize("tasks", [2, 3])
+def test_weighted_sum_on_threads_matches_one_thread(built, threads, tasks):
     x = torch.randn(200, 8, dtype=torch.float64)
     ei = torch.randint(0, 200, (2, 30_000))
     w = torch.rand(30_000, dtype=torch.float64)
@@ -254,10 +257,10 @@ def test_weighted_sum_on_threads_matches_one_thread(built, threads):
         out = native.weighted_sum(xs, ws, ei[0], ei[1], 200)
         return (out, *torch.autograd.grad(out, [xs, ws], g))
 
-    for a, b in zip(run(1), run(2)):
+    for a, b in zip(run(1), run(tasks)):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     ref = torch.zeros(200, 8, dtype=torch.float64).index_add(0, ei[1], x[ei[0]] * w[:, None])
-    torch.testing.assert_close(run(2)[0], ref)
+    torch.testing.assert_close(run(tasks)[0], ref)
 
 
 def test_env_var_forces_the_pytorch_kernels(monkeypatch):

@@ -223,6 +223,16 @@ void for_ranges(int64_t edges, int64_t tasks, const Fn& fn, int64_t align = 1) {
   });
 }
 
+// out = the sum of the T private copies priv[0 .. T) (out's contents are overwritten, so it need not be zeroed):
+// one binary add for two copies (a single pass, unlike the reduction kernel over the leading dimension)
+void sum_private(Tensor& out, const Tensor& priv) {
+  if (priv.size(0) == 2) {
+    at::add_out(out, priv.select(0, 0), priv.select(0, 1));
+  } else {
+    at::sum_out(out, priv, {0});
+  }
+}
+
 // raw pointers and sizes of the link MLP's inputs (checked by check_link_inputs); an absent per-node term is null
 template <typename scalar_t>
 struct LinkArgs {
@@ -366,8 +376,8 @@ void link_mlp_backward_impl(const LinkArgs<scalar_t>& a, const Tensor& g_out, co
   // per-node sums of G^ (into the gradient tensor when it is wanted, else a scratch buffer)
   const bool want_pd = udp && (g_ud.defined() || need_w2), want_ps = usp && (g_us.defined() || need_w2);
   const int64_t rows_d = a.ud_stride ? a.ud_rows : 1, rows_s = a.us_stride ? a.us_rows : 1;
-  Tensor pd_t = want_pd ? (g_ud.defined() ? g_ud : at::zeros({rows_d, k}, h.options())) : Tensor();
-  Tensor ps_t = want_ps ? (g_us.defined() ? g_us : at::zeros({rows_s, k}, h.options())) : Tensor();
+  Tensor pd_t = want_pd ? (g_ud.defined() ? g_ud : at::empty({rows_d, k}, h.options())) : Tensor();
+  Tensor ps_t = want_ps ? (g_us.defined() ? g_us : at::empty({rows_s, k}, h.options())) : Tensor();
   scalar_t* pdp = want_pd ? pd_t.data_ptr<scalar_t>() : nullptr;
   scalar_t* psp = want_ps ? ps_t.data_ptr<scalar_t>() : nullptr;
   // W1 with row j scaled by w2s[j]: dz_e W1 = G^_e (diag(w2s) W1)
@@ -379,7 +389,9 @@ void link_mlp_backward_impl(const LinkArgs<scalar_t>& a, const Tensor& g_out, co
   const int64_t per_task = static_cast<int64_t>(sizeof(scalar_t)) * k *
                            ((direct.gh ? n : 0) + (pdp ? rows_d : 0) + (psp ? rows_s : 0) + k);
   const int64_t tasks = num_tasks(e_total, per_task);
-  if (tasks <= 1) {
+  if (tasks <= 1) {  // accumulated in place: the (uninitialised) sums start at zero
+    for (Tensor* t : {&g_h, &pd_t, &ps_t})
+      if (t->defined()) t->zero_();
     link_mlp_backward_range<scalar_t>(a, gp, w1s.data(), bits, block, 0, e_total, direct);
   } else {  // private sums per task, then reduced
     auto priv = [&](bool want, int64_t rows) { return want ? at::zeros({tasks, rows, k}, h.options()) : Tensor(); };
@@ -390,12 +402,12 @@ void link_mlp_backward_impl(const LinkArgs<scalar_t>& a, const Tensor& g_out, co
       link_mlp_backward_range<scalar_t>(a, gp, w1s.data(), bits, block, lo, hi,
                                         {slice(gh_p, t), slice(pd_p, t), slice(ps_p, t), slice(m_p, t)});
     }, block);
-    if (gh_p.defined()) at::sum_out(g_h, gh_p, {0});
-    if (pd_p.defined()) at::sum_out(pd_t, pd_p, {0});
-    if (ps_p.defined()) at::sum_out(ps_t, ps_p, {0});
+    if (gh_p.defined()) sum_private(g_h, gh_p);
+    if (pd_p.defined()) sum_private(pd_t, pd_p);
+    if (ps_p.defined()) sum_private(ps_t, ps_p);
     if (m_p.defined()) {
       Tensor mt = at::from_blob(m.data(), {k, k}, h.options());
-      at::sum_out(mt, m_p, {0});
+      sum_private(mt, m_p);
     }
   }
   if (need_w2) {
@@ -467,9 +479,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> link_mlp_backward(
                   bits.size(0) == src.numel() && bits.size(1) == (k + 63) / 64,
               "bad mask bits (forward run without save?)");
   NodeTerm tu = node_term(ud, k), ts = node_term(us, k);
-  Tensor g_h = need_h ? at::zeros_like(h) : Tensor();
-  Tensor g_ud = (need_ud && tu.ptr) ? at::zeros_like(*ud) : Tensor();
-  Tensor g_us = (need_us && ts.ptr) ? at::zeros_like(*us) : Tensor();
+  // uninitialised: link_mlp_backward_impl zeroes them for the serial loop, or overwrites them with the private sums
+  Tensor g_h = need_h ? at::empty_like(h) : Tensor();
+  Tensor g_ud = (need_ud && tu.ptr) ? at::empty_like(*ud) : Tensor();
+  Tensor g_us = (need_us && ts.ptr) ? at::empty_like(*us) : Tensor();
   Tensor g_w1 = need_w1 ? at::empty_like(w1) : Tensor();
   Tensor g_w2 = need_w2 ? at::empty_like(w2s) : Tensor();
   const uint64_t* bp = reinterpret_cast<const uint64_t*>(bits.data_ptr<int64_t>());
@@ -502,7 +515,8 @@ void weighted_sum_forward_impl(const Tensor& x, const Tensor& w, const Tensor& s
   const int64_t* sp = src.data_ptr<int64_t>();
   const int64_t* dp = dst.data_ptr<int64_t>();
   const int64_t tasks = num_tasks(e_total, static_cast<int64_t>(sizeof(scalar_t)) * n * k);
-  if (tasks <= 1) {
+  if (tasks <= 1) {  // accumulated in place into the uninitialised output
+    out.zero_();
     weighted_sum_forward_range(xp, wp, sp, dp, k, 0, e_total, out.data_ptr<scalar_t>());
     return;
   }
@@ -510,7 +524,7 @@ void weighted_sum_forward_impl(const Tensor& x, const Tensor& w, const Tensor& s
   for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
     weighted_sum_forward_range(xp, wp, sp, dp, k, lo, hi, priv.select(0, t).data_ptr<scalar_t>());
   });
-  at::sum_out(out, priv, {0});
+  sum_private(out, priv);
 }
 
 template <typename scalar_t>
@@ -547,6 +561,7 @@ void weighted_sum_backward_impl(const Tensor& g_out, const Tensor& x, const Tens
   scalar_t* gxp = g_x.defined() ? g_x.data_ptr<scalar_t>() : nullptr;
   const int64_t tasks = num_tasks(e_total, gxp ? static_cast<int64_t>(sizeof(scalar_t)) * n * k : 0);
   if (tasks <= 1 || !gxp) {  // one range, or only per-edge outputs: written in place
+    if (gxp) g_x.zero_();  // accumulated into the uninitialised gradient
     for_ranges(e_total, tasks, [&](int64_t, int64_t lo, int64_t hi) {
       weighted_sum_backward_range(gp, xp, wp, sp, dp, k, lo, hi, gxp, gwp);
     });
@@ -556,14 +571,14 @@ void weighted_sum_backward_impl(const Tensor& g_out, const Tensor& x, const Tens
   for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
     weighted_sum_backward_range(gp, xp, wp, sp, dp, k, lo, hi, priv.select(0, t).data_ptr<scalar_t>(), gwp);
   });
-  at::sum_out(g_x, priv, {0});
+  sum_private(g_x, priv);
 }
 
 Tensor weighted_sum_forward(const Tensor& x, const Tensor& w, const Tensor& src, const Tensor& dst, int64_t n) {
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.is_contiguous(), "x must be a contiguous CPU [N, d] tensor");
   TORCH_CHECK(w.is_contiguous() && w.numel() == src.numel() && w.scalar_type() == x.scalar_type(), "bad weights");
   check_edges(src, dst);
-  Tensor out = at::zeros({n, x.size(1)}, x.options());
+  Tensor out = at::empty({n, x.size(1)}, x.options());  // zeroed or overwritten by the impl
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "weighted_sum_forward",
                              [&] { weighted_sum_forward_impl<scalar_t>(x, w, src, dst, out); });
   return out;
@@ -575,7 +590,7 @@ std::tuple<Tensor, Tensor> weighted_sum_backward(const Tensor& g_out, const Tens
   TORCH_CHECK(g_out.is_contiguous() && g_out.dim() == 2 && g_out.size(1) == x.size(1) &&
                   g_out.scalar_type() == x.scalar_type(), "bad output gradient");
   check_edges(src, dst);
-  Tensor g_x = need_x ? at::zeros_like(x) : Tensor();
+  Tensor g_x = need_x ? at::empty_like(x) : Tensor();  // zeroed or overwritten by the impl
   Tensor g_w = need_w ? at::empty_like(w) : Tensor();
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "weighted_sum_backward",
                              [&] { weighted_sum_backward_impl<scalar_t>(g_out, x, w, src, dst, g_x, g_w); });
