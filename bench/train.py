@@ -12,7 +12,8 @@ Measures, in one run:
 2. on the same pre-sampled minibatches of the largest subgraph (one process): the time of a GCCAD
    training step (forward, loss, backward, Adam) against a plain GraphSAGE step (PyG ``GraphSAGE`` of
    the same width and depth, linear head, cross-entropy on the same labels), each with every layer on
-   all sampled hops and hop-trimmed (PyG ``trim_to_layer``), interleaved, with the malloc settings of the
+   all sampled hops and hop-trimmed (PyG ``trim_to_layer``), paired by minibatch (the models back to back on
+   each one; a ratio is the median of the minibatches' ratios), with the malloc settings of the
    training processes (:mod:`gcad_dist.allocator`, both models alike); GCCAD with the native (C++)
    edge kernels of :mod:`gcad_dist.model.native` (when they can be built) and the CPU dropout of
    :mod:`gcad_dist.model.dropout`, against the session-5 step (PyTorch kernels, torch's dropout);
@@ -28,11 +29,14 @@ import argparse
 import json
 import logging
 import os
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -71,6 +75,30 @@ def _time_steps(step_fn, batches, repeats: int = 1) -> float:
             times.append(time.perf_counter() - t0)
     times.sort()
     return times[len(times) // 2]
+
+
+def _paired_times(step_fns: dict[str, Callable[[Any], None]], batches: list, repeats: int = 1) -> dict[str, list[float]]:
+    """Seconds of every ``step_fns[name](batch)`` on every minibatch, ``repeats`` passes over ``batches``; on each
+    minibatch the functions run back to back, their order rotated by one from one minibatch to the next (one warm-up
+    step each first). Entry i of every list is the same minibatch and pass."""
+    names = list(step_fns)
+    for name in names:
+        step_fns[name](batches[0])
+    times: dict[str, list[float]] = {name: [] for name in names}
+    i = 0
+    for _ in range(repeats):
+        for b in batches:
+            for name in names[i % len(names):] + names[: i % len(names)]:
+                t0 = time.perf_counter()
+                step_fns[name](b)
+                times[name].append(time.perf_counter() - t0)
+            i += 1
+    return times
+
+
+def _median_ratio(a: list[float], b: list[float]) -> float:
+    """The median over paired entries of a[i] / b[i]."""
+    return statistics.median(x / y for x, y in zip(a, b))
 
 
 def step_comparison(cfg: TrainBenchConfig) -> dict:
@@ -155,23 +183,20 @@ def step_comparison(cfg: TrainBenchConfig) -> dict:
         log.warning("%s: GCCAD timed with the PyTorch kernels only", native.status())
     gccad.train()
     sage.train()
-    # All models, untrimmed and hop-trimmed, interleaved so that machine load affects all alike.
-    times: dict[tuple[str, bool], list[float]] = {}
-    for _ in range(2):
-        for trim in (False, True):
-            for name, fn in models:
-                times.setdefault((name, trim), []).append(_time_steps(lambda b: fn(b, trim), batches))
+    # Paired by minibatch: the models run back to back on each minibatch (their order rotated from one minibatch to
+    # the next), so that a slow spell of this machine hits all of them alike; a ratio is the median of the
+    # minibatches' ratios, a step time the median step.
     steps = []
     for trim in (False, True):
-        r = {"layers": "hop-trimmed" if trim else "untrimmed",
-             "gccad_pytorch_step_ms": 1000 * min(times[("gccad_pytorch", trim)]),
-             "sage_step_ms": 1000 * min(times[("sage", trim)])}
+        times = _paired_times({name: (lambda b, fn=fn: fn(b, trim)) for name, fn in models}, batches, repeats=2)
+        ms = {name: 1000 * statistics.median(t) for name, t in times.items()}
+        g_name = "gccad_native" if use_native else "gccad_pytorch"  # the GCCAD step as training runs it
+        r = {"layers": "hop-trimmed" if trim else "untrimmed", "gccad_pytorch_step_ms": ms["gccad_pytorch"],
+             "sage_step_ms": ms["sage"], "gccad_step_ms": ms[g_name],
+             "gccad_over_sage": _median_ratio(times[g_name], times["sage"]),
+             "gccad_pytorch_over_sage": _median_ratio(times["gccad_pytorch"], times["sage"])}
         if use_native:
-            r["gccad_native_step_ms"] = 1000 * min(times[("gccad_native", trim)])
-        # the GCCAD step as training runs it: native kernels where available
-        r["gccad_step_ms"] = r.get("gccad_native_step_ms", r["gccad_pytorch_step_ms"])
-        r["gccad_over_sage"] = r["gccad_step_ms"] / r["sage_step_ms"]
-        r["gccad_pytorch_over_sage"] = r["gccad_pytorch_step_ms"] / r["sage_step_ms"]
+            r["gccad_native_step_ms"] = ms["gccad_native"]
         steps.append(r)
 
     rowptr, col = loader.rowptr, loader.col

@@ -216,16 +216,21 @@ def threads():
     torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("nodes", [300, 30_000])
 @pytest.mark.parametrize("tasks", [2, 3])
 @pytest.mark.parametrize("kind", ["global", "bias"])
-def test_link_mlp_on_threads_matches_one_thread(built, threads, kind, tasks):
-    """40k edges, 2 or 3 threads: as many edge ranges (>= 8192 edges each; two private copies are added in one
-    pass, more are reduced); values, mask bits and every gradient agree with the serial kernel (same dropout
-    mask: it is a hash of the edge index, not of the thread)."""
-    n, k, e = 300, 16, 40_000
+def test_link_mlp_on_threads_matches_one_thread(built, threads, kind, tasks, nodes):
+    """40k edges, 2 or 3 threads: as many edge ranges (>= 8192 edges each). Values and mask bits equal the serial
+    kernel's (the dropout mask is a hash of the edge index, not of the thread). 300 nodes (dense: private copies):
+    every gradient agrees to summation order. 30k nodes (sparse: owner computes): the per-node gradients (h, and
+    ud / us given per node) equal the serial ones bit for bit, each node's sums taken by one task in the serial
+    loop's order; only the weight sums, and a term that is one row for every edge, differ by summation order."""
+    n, k, e = nodes, 16, 40_000
     h, ei = _graph(n, e, k, seed=4)
     ud, us, w1, w2 = _terms(n, k, kind)
     g = torch.randn(e, dtype=torch.float64)
+    sparse = e <= tasks * n  # the kernels' owner_computes
+    per_node = [sparse, sparse and ud is not None and ud.dim() == 2, sparse and us is not None, False, False]
 
     def run(t):
         threads(t)
@@ -239,27 +244,64 @@ def test_link_mlp_on_threads_matches_one_thread(built, threads, kind, tasks):
     out1, bits1, grads1 = run(1)
     out3, bits3, grads3 = run(tasks)
     assert torch.equal(out1, out3) and torch.equal(bits1, bits3)  # per-edge outputs: same arithmetic
-    for a, b in zip(grads1, grads3):  # per-node sums: another summation order only
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    exact = [p for p, x in zip(per_node, (h, ud, us, w1, w2)) if x is not None]
+    for a, b, same in zip(grads1, grads3, exact):
         assert a.abs().sum() > 0
+        if same:
+            assert torch.equal(a, b)
+        else:  # weight sums: another summation order only
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
+def test_link_mlp_backward_in_chunks(built, threads):
+    """The several-task owner backward (a sparse graph) over chunks of a few blocks (per-edge rows of one chunk at a
+    time; a node's sums carried from chunk to chunk) gives the one-chunk gradients: per node bit for bit, weights to
+    summation order."""
+    n, k, e = 30_000, 16, 40_000
+    h, ei = _graph(n, e, k, seed=5)
+    ud, us, w1, w2 = _terms(n, k, "global")
+    g = torch.randn(e, dtype=torch.float64)
+    thr, scale = native.link_threshold(0.2)
+    w2s = w2 * scale
+    _, bits = torch.ops.gcad_native.link_mlp_forward(h, ud, us, w1, w2s, ei[0], ei[1], thr, 3, 512, True)
+    threads(2)
+
+    def grads(chunk):
+        return torch.ops.gcad_native.link_mlp_backward(g, h, ud, us, w1, w2s, scale, ei[0], ei[1], bits, 512,
+                                                       True, True, True, True, True, chunk)
+
+    whole, chunked = grads(0), grads(3 * 512)
+    for i, (a, b) in enumerate(zip(whole, chunked)):
+        assert a.abs().sum() > 0
+        if i < 3:
+            assert torch.equal(a, b)
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("nodes", [200, 20_000])
 @pytest.mark.parametrize("tasks", [2, 3])
-def test_weighted_sum_on_threads_matches_one_thread(built, threads, tasks):
-    x = torch.randn(200, 8, dtype=torch.float64)
-    ei = torch.randint(0, 200, (2, 30_000))
+def test_weighted_sum_on_threads_matches_one_thread(built, threads, tasks, nodes):
+    """30k edges on 2 or 3 threads: a dense graph (private copies) agrees with the serial loop to summation order, a
+    sparse one (owner computes) bit for bit."""
+    x = torch.randn(nodes, 8, dtype=torch.float64)
+    ei = torch.randint(0, nodes, (2, 30_000))
     w = torch.rand(30_000, dtype=torch.float64)
-    g = torch.randn(200, 8, dtype=torch.float64)
+    w[::5] = 0  # removed edges
+    g = torch.randn(nodes, 8, dtype=torch.float64)
 
     def run(t):
         threads(t)
         xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
-        out = native.weighted_sum(xs, ws, ei[0], ei[1], 200)
+        out = native.weighted_sum(xs, ws, ei[0], ei[1], nodes)
         return (out, *torch.autograd.grad(out, [xs, ws], g))
 
     for a, b in zip(run(1), run(tasks)):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
-    ref = torch.zeros(200, 8, dtype=torch.float64).index_add(0, ei[1], x[ei[0]] * w[:, None])
+        if 30_000 <= tasks * nodes:  # owner computes: each node's sum is one task's, in the serial order
+            assert torch.equal(a, b)
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    ref = torch.zeros(nodes, 8, dtype=torch.float64).index_add(0, ei[1], x[ei[0]] * w[:, None])
     torch.testing.assert_close(run(tasks)[0], ref)
 
 

@@ -1,12 +1,17 @@
 """Dropout with a cheaper mask on CPU.
 
 ``nn.Dropout`` draws one Bernoulli sample per entry (``bernoulli_``): on a minibatch of ~22k sampled nodes x 64
-that is about 25 ms per call, forward and backward, on one core, a sixth of a GCCAD step. :class:`Dropout` draws
-64 random bits per four entries and compares 16-bit slices with round(p * 2^16)
-(:func:`gcad_dist.model.edge_update._chunk_keep_mask`, the PyTorch link MLP's mask), so the drop probability is
-p to within 2^-17; the scale 1 / (1 - p) is folded into the mask, and the backward is one multiplication by it.
-About 2x cheaper. On other devices (and with ``FAST = False``) it is ``torch.nn.functional.dropout``.
-Masks follow ``torch.manual_seed`` (one seed drawn from torch's generator per call).
+that is about 25 ms per call, forward and backward, on one core, a sixth of a GCCAD step. :class:`Dropout` instead:
+
+* with the native kernels (:mod:`gcad_dist.model.native`, CPU, any float dtype): a counter-based hash of
+  (seed, row, unit) decides each entry (:func:`gcad_dist.model.native.dropout`, the native link MLP's mask), in one
+  pass over ``x``; the backward recomputes it, so no mask is drawn from a generator, built or kept;
+* otherwise on CPU: 64 random bits per four entries, 16-bit slices compared with round(p * 2^16)
+  (:func:`gcad_dist.model.edge_update._chunk_keep_mask`, the PyTorch link MLP's mask), the scale 1 / (1 - p)
+  folded into the mask, and the backward one multiplication by it. About 2x cheaper than ``bernoulli_``.
+
+The drop probability is p to within 2^-17 either way. On other devices (and with ``FAST = False``) it is
+``torch.nn.functional.dropout``. Masks follow ``torch.manual_seed`` (one seed drawn from torch's generator per call).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import native
 from .edge_update import _chunk_keep_mask, _drop_threshold
 
 FAST = True  # False: torch's own dropout everywhere (bench/train.py times both)
@@ -27,6 +33,8 @@ def fast_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     if not FAST or x.device.type != "cpu" or x.dim() == 0:
         return F.dropout(x, p, training=True)
     seed = int(torch.randint(0, 2**62, (1,)).item())
+    if native.enabled(x, low_precision=True):  # under bf16 autocast too: the same mask as in fp32
+        return native.dropout(x, p, seed)
     cols = x.size(-1)
     rows = x.numel() // max(1, cols)
     mask = _chunk_keep_mask(rows, cols, p, seed, 0, x).view_as(x)

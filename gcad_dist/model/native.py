@@ -1,4 +1,4 @@
-"""Native (C++) CPU kernels for the per-edge work of GCCAD: the link MLP and the weighted sum.
+"""Native (C++) CPU kernels of GCCAD: the per-edge link MLP and weighted sum, and the node updates' dropout.
 
 The C++ source (``csrc/edge_kernels.cpp``) is compiled at first use with
 ``torch.utils.cpp_extension.load`` (g++ and ninja, ~15 s once) into torch's extension cache
@@ -11,10 +11,13 @@ a cache shared between different machines never loads a binary built for another
 When the kernels are used (:func:`enabled`): CPU tensors of dtype float32 or float64, and
 
 * ``GCAD_NATIVE`` unset, ``auto`` or ``1``: always, on any number of torch threads. With more than one thread
-  (``torch.set_num_threads``) the edges are split into contiguous ranges run on torch's OpenMP threads;
-  per-edge outputs are written in place and per-node sums go to private copies summed at the end (at most
-  1 GiB of copies, which caps the thread count on very large graphs). On one thread the kernels run the
-  serial loops, bit for bit; on several, the per-node sums differ from them by summation order only;
+  (``torch.set_num_threads``) the per-edge work is split into contiguous edge ranges run on torch's OpenMP
+  threads. On sparse inputs (at most as many edges as threads x nodes: a neighbour-sampled minibatch) every
+  per-node sum is taken by the one thread that owns the node, over the node's edges in ascending order (the edges
+  grouped by target and by source; no private copies to zero and add up), so the per-node sums are the serial
+  loops' bit for bit and only the link MLP's [h, h] weight gradients are added over threads. On dense inputs (a full
+  graph) per-node sums go to private copies added at the end (at most 1 GiB of copies, which caps the thread count
+  on very large graphs) and differ from the serial loops by summation order only;
 * ``GCAD_NATIVE=0``: never (the PyTorch kernels of :mod:`gcad_dist.model.edge_update` and
   :mod:`gcad_dist.model.aggregate`).
 
@@ -54,7 +57,7 @@ CFLAGS = ["-O3", "-march=native", "-fopenmp-simd"]
 OPENMP = ["-fopenmp"] if "parallel backend: OpenMP" in torch.__config__.parallel_info() else []
 BLOCK = 512  # edges per block of the native link MLP: its [block, h] buffers stay in L2
 
-__all__ = ["ENV", "BLOCK", "available", "enabled", "link_mlp", "weighted_sum", "link_threshold", "status"]
+__all__ = ["ENV", "BLOCK", "available", "enabled", "link_mlp", "weighted_sum", "dropout", "link_threshold", "status"]
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "ops": the loaded op namespace, or "error": why it is unavailable
@@ -115,12 +118,14 @@ def available() -> bool:
     return not _off() and _load() is not None
 
 
-def enabled(*tensors: Tensor) -> bool:
-    """Whether to run the native kernels on ``tensors`` (see the module docstring)."""
+def enabled(*tensors: Tensor, low_precision: bool = False) -> bool:
+    """Whether to run the native kernels on ``tensors`` (see the module docstring); ``low_precision``: bf16 and fp16
+    tensors too (the dropout, whose mask is then the same in every precision)."""
     if _off():
         return False
     t0 = tensors[0]
-    if t0.device.type != "cpu" or t0.dtype not in (torch.float32, torch.float64):
+    dtypes = (torch.float32, torch.float64) + ((torch.bfloat16, torch.float16) if low_precision else ())
+    if t0.device.type != "cpu" or t0.dtype not in dtypes:
         return False
     if any(t.device.type != "cpu" for t in tensors[1:]):
         return False
@@ -198,6 +203,26 @@ def weighted_sum(x: Tensor, w: Tensor, src: Tensor, dst: Tensor, num_nodes: int)
     x[j] is not finite). Check :func:`enabled` first."""
     return _WeightedSum.apply(x.contiguous(), w.to(x.dtype).contiguous(), src.contiguous(), dst.contiguous(),
                               int(num_nodes))
+
+
+class _HashDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, threshold: int, seed: int, scale: float):  # noqa: D102
+        ctx.args = (threshold, seed, scale)
+        return _state["ops"].hash_dropout(x, threshold, seed, scale)
+
+    @staticmethod
+    def backward(ctx, g_out: Tensor):  # noqa: D102
+        return _state["ops"].hash_dropout(g_out.contiguous(), *ctx.args), None, None, None
+
+
+def dropout(x: Tensor, p: float, seed: int) -> Tensor:
+    """Inverted dropout of ``x`` with drop probability ``p``: entry (r, j) of the rows of its last dimension is kept
+    iff the link MLP's counter-based hash of ``(seed, r, j)`` is at least ``round(p * 2^32)`` (module docstring), and
+    scaled by the exact inverse keep probability. One pass forward; the backward recomputes the mask from the seed,
+    so no mask is drawn from a generator or kept. Check :func:`enabled` first."""
+    thr, scale = link_threshold(p)
+    return _HashDropout.apply(x.contiguous(), thr, int(seed), scale)
 
 
 def status() -> str:

@@ -11,12 +11,20 @@
 //   + e * 0x9E3779B97F4A7C15): a counter-based hash of (seed, edge, unit), no generator state and no
 //   [E, h] mask. Keep probability 1 - threshold / 2^32.
 // * weighted sum (gcad_dist/model/aggregate.py): out[d] += w_e x[s], and its backward.
+// * dropout of the node updates (gcad_dist/model/dropout.py): the same hash per (seed, row, unit), recomputed in the
+//   backward pass.
 //
-// Threads: the edges are split into T contiguous ranges run by at::parallel_for (torch's intra-op threads,
-// torch.set_num_threads). T = 1 runs the serial loops, bit for bit. With T > 1 the per-edge outputs are
-// written in place and the per-node sums (scatters) go to T private [N, h] copies that are summed at the end,
-// so T is capped by kPrivateBudget bytes of copies (and by kMinEdgesPerTask). The result then depends on T
-// (summation order), not on the scheduling.
+// Threads: T = 1 runs the serial loops. With T > 1 (torch's intra-op threads, torch.set_num_threads, at most one per
+// kMinEdgesPerTask edges, run by at::parallel_for) the per-edge work is split into T contiguous edge ranges, and the
+// per-node sums (scatters) are taken one of two ways (owner_computes):
+// * sparse inputs (E <= T x rows, a neighbour-sampled minibatch): by the one task that owns the node ("owner
+//   computes"): the edges are grouped by target and by source (a counting sort), the nodes split into T ranges of
+//   about equal edge counts, and each node's sum taken over its own edges in ascending edge order. No private copies
+//   to zero and add up; the per-node sums equal the serial loop's bit for bit, and only the [h, h] weight sums (and a
+//   term that is one row for every edge) are added over tasks;
+// * dense inputs (a full graph): into T private [rows, h] copies, added up at the end (T capped by kPrivateBudget
+//   bytes of copies); the per-node sums then differ from the serial loop's by summation order.
+// Either way the result depends on T, never on the scheduling.
 
 #include <ATen/ATen.h>
 #if defined(__AVX512F__)
@@ -197,15 +205,35 @@ inline void unpack_scaled(const uint64_t* __restrict words, int64_t h, scalar_t 
 }
 
 constexpr int64_t kMinEdgesPerTask = 8192;        // fewer edges per task: thread start-up dominates
+
 constexpr int64_t kPrivateBudget = int64_t(1) << 30;  // bytes of private per-node copies over all tasks
 
-// number of edge ranges to run in parallel: <= torch's threads, >= kMinEdgesPerTask edges each, and T private
-// copies of `private_bytes` each within kPrivateBudget
-int64_t num_tasks(int64_t edges, int64_t private_bytes) {
+// number of tasks to run in parallel: <= torch's threads, >= kMinEdgesPerTask edges each
+int64_t num_tasks(int64_t edges) {
   if (at::in_parallel_region()) return 1;
-  int64_t t = std::min<int64_t>(at::get_num_threads(), edges / kMinEdgesPerTask);
-  if (private_bytes > 0) t = std::min<int64_t>(t, kPrivateBudget / private_bytes);
-  return std::max<int64_t>(t, 1);
+  return std::max<int64_t>(std::min<int64_t>(at::get_num_threads(), edges / kMinEdgesPerTask), 1);
+}
+
+// Whether `tasks` > 1 tasks sum per node by the nodes' owners (owner computes) rather than into private copies of the
+// `rows` per-node rows: when the edges are few against the copies, E <= T rows (a neighbour-sampled minibatch, about
+// 1.5 edges a node), grouping the edges moves less memory than zeroing and adding up T copies; on a dense full graph
+// (tolokers: 88 edges a node) the T copies are small and stay in cache, while grouping a million edges (and the link
+// MLP's per-edge buffer) costs more: 1.6x the step, measured (BENCHMARKS.md, session 23).
+inline bool owner_computes(int64_t edges, int64_t tasks, int64_t rows) { return tasks > 1 && edges <= tasks * rows; }
+
+// tasks of the private-copies path: at most `tasks`, and their copies (`private_bytes` each) within kPrivateBudget
+int64_t private_tasks(int64_t tasks, int64_t private_bytes) {
+  return std::max<int64_t>(std::min<int64_t>(tasks, kPrivateBudget / std::max<int64_t>(private_bytes, 1)), 1);
+}
+
+// out = the sum of the T private copies priv[0 .. T) (out's contents are overwritten, so it need not be zeroed):
+// one binary add for two copies (a single pass, unlike the reduction kernel over the leading dimension)
+void sum_private(Tensor& out, const Tensor& priv) {
+  if (priv.size(0) == 2) {
+    at::add_out(out, priv.select(0, 0), priv.select(0, 1));
+  } else {
+    at::sum_out(out, priv, {0});
+  }
 }
 
 // run fn(task, lo, hi) on the T contiguous edge ranges of [0, edges), their bounds multiples of `align` (the
@@ -223,14 +251,39 @@ void for_ranges(int64_t edges, int64_t tasks, const Fn& fn, int64_t align = 1) {
   });
 }
 
-// out = the sum of the T private copies priv[0 .. T) (out's contents are overwritten, so it need not be zeroed):
-// one binary add for two copies (a single pass, unlike the reduction kernel over the leading dimension)
-void sum_private(Tensor& out, const Tensor& priv) {
-  if (priv.size(0) == 2) {
-    at::add_out(out, priv.select(0, 0), priv.select(0, 1));
-  } else {
-    at::sum_out(out, priv, {0});
+// The edges e0 .. e1 grouped by one endpoint (a stable counting sort): order[ptr[v] .. ptr[v + 1]) are the edges e
+// with idx[e] == v in ascending order, for the nodes v < n (every idx[e] must be below n).
+struct Groups {
+  std::vector<int64_t> ptr, order;
+  Groups(const int64_t* idx, int64_t e0, int64_t e1, int64_t n) : ptr(n + 1, 0), order(e1 - e0) {
+    for (int64_t e = e0; e < e1; ++e) ++ptr[idx[e] + 1];
+    for (int64_t v = 0; v < n; ++v) ptr[v + 1] += ptr[v];
+    std::vector<int64_t> pos(ptr.begin(), ptr.end() - 1);
+    for (int64_t e = e0; e < e1; ++e) order[pos[idx[e]]++] = e;
   }
+};
+
+// Run fn(t, v0, v1) on `tasks` contiguous ranges t of the nodes [0, n) with about equal numbers of grouped edges (those
+// of `a` and, if given, of `b`) each: an owner-computes split, in which every node's sums are one task's alone.
+template <typename Fn>
+void for_node_ranges(int64_t n, int64_t tasks, const Groups& a, const Groups* b, const Fn& fn) {
+  if (tasks <= 1 || n <= 1) {
+    fn(int64_t(0), int64_t(0), n);
+    return;
+  }
+  auto load = [&](int64_t v) { return a.ptr[v] + (b ? b->ptr[v] : 0); };
+  const int64_t total = load(n);
+  std::vector<int64_t> bounds(tasks + 1, n);
+  bounds[0] = 0;
+  int64_t v = 0;
+  for (int64_t t = 1; t < tasks; ++t) {  // the first node whose prefix reaches t / tasks of the total
+    while (v < n && load(v) * tasks < total * t) ++v;
+    bounds[t] = v;
+  }
+  at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      if (bounds[t] < bounds[t + 1]) fn(t, bounds[t], bounds[t + 1]);
+  });
 }
 
 // raw pointers and sizes of the link MLP's inputs (checked by check_link_inputs); an absent per-node term is null
@@ -301,7 +354,7 @@ void link_mlp_forward_impl(const LinkArgs<scalar_t>& a, int64_t threshold, int64
   scalar_t* op = out.data_ptr<scalar_t>();
   const uint32_t thr = static_cast<uint32_t>(threshold);
   // every output is per edge: no private copies
-  for_ranges(a.edges, num_tasks(a.edges, 0), [&](int64_t, int64_t lo, int64_t hi) {
+  for_ranges(a.edges, num_tasks(a.edges), [&](int64_t, int64_t lo, int64_t hi) {
     link_mlp_forward_range<scalar_t>(a, thr, seed, block, lo, hi, op, bits);
   }, block);
 }
@@ -358,6 +411,136 @@ void link_mlp_backward_range(const LinkArgs<scalar_t>& a, const scalar_t* gp, co
   }
 }
 
+// a per-node sum P[v] that is final: acc += term[v] * P[v] (dw2's share, when acc is given), then P[v] *= w2s (when
+// P is the term's gradient)
+template <typename scalar_t>
+inline void finish_row(scalar_t* __restrict r, const scalar_t* __restrict term, scalar_t* __restrict acc,
+                       const scalar_t* __restrict w2p, bool scale, int64_t k) {
+  if (acc) {
+#pragma omp simd
+    for (int64_t c = 0; c < k; ++c) acc[c] += term[c] * r[c];
+  }
+  if (scale) {
+#pragma omp simd
+    for (int64_t c = 0; c < k; ++c) r[c] *= w2p[c];
+  }
+}
+
+constexpr int64_t kEdgeChunkBytes = int64_t(1) << 28;  // per-edge gradient rows held at once by the owner path
+
+// Backward on `tasks` threads with no private per-node copies, over chunks of edges whose [chunk, h] rows fit in
+// kEdgeChunkBytes (one chunk up to 1M edges at h = 64):
+// 1. over block-aligned edge ranges (the serial loop's blocks): each edge's gradient row of h,
+//    GA_e = sign(diff_e) (G^_e diag(w2s) W1), into a [chunk, h] buffer, and each task's share of M;
+// 2. over node ranges (owner computes, the edges grouped by target and by source): each node's sums over its own
+//    edges in ascending edge order, the in-edges adding GA_e and the out-edges subtracting it (dh), and G^_e over the
+//    in-edges (P_d) and the out-edges (P_s). Those are the serial loop's sums in its order; only M, and a P_d or P_s
+//    that is one row for every edge, are summed over tasks.
+template <typename scalar_t>
+void link_mlp_backward_owner(const LinkArgs<scalar_t>& a, const scalar_t* gp, const scalar_t* w1s, const uint64_t* bits,
+                             int64_t block, int64_t tasks, BackwardSums<scalar_t> o, int64_t rows_d, int64_t rows_s,
+                             int64_t chunk_edges, scalar_t* acc_w2, const scalar_t* w2p, bool scale_pd, bool scale_ps) {
+  const int64_t k = a.k, n = a.n, words = (k + 63) / 64, e_total = a.edges;
+  const int64_t *sp = a.src, *dp = a.dst;
+  const int64_t budget = chunk_edges > 0 ? chunk_edges : kEdgeChunkBytes / (k * static_cast<int64_t>(sizeof(scalar_t)));
+  const int64_t chunk = std::max<int64_t>(1, budget / block) * block;
+  const bool pd_rows = o.pd && a.ud_stride != 0, ps_rows = o.ps && a.us_stride != 0;  // else one row for all edges
+  std::vector<scalar_t> ga(o.gh ? std::min(chunk, e_total) * k : 0);
+  std::vector<scalar_t> acc_t(acc_w2 && (pd_rows || ps_rows) ? tasks * k : 0, scalar_t(0));
+  std::vector<scalar_t> m_t(o.m ? tasks * k * k : 0, scalar_t(0));
+  std::vector<scalar_t> pd_one(o.pd && !pd_rows ? tasks * k : 0, scalar_t(0)), ps_one(o.ps && !ps_rows ? tasks * k : 0, scalar_t(0));
+  // rows no edge reaches (a per-node term with more rows than h) are never visited below
+  if (pd_rows && rows_d > n) std::fill(o.pd + n * k, o.pd + rows_d * k, scalar_t(0));
+  if (ps_rows && rows_s > n) std::fill(o.ps + n * k, o.ps + rows_s * k, scalar_t(0));
+  for (int64_t c0 = 0; c0 < e_total; c0 += chunk) {
+    const int64_t c1 = std::min(e_total, c0 + chunk);
+    const bool first = c0 == 0;
+    if (o.m || o.gh || !pd_one.empty() || !ps_one.empty()) {
+      for_ranges(c1 - c0, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
+        std::vector<scalar_t> abuf(block * k), dbuf(o.gh ? block * k : 0), gbuf(block * k);
+        for (int64_t b0 = c0 + lo; b0 < c0 + hi; b0 += block) {
+          const int64_t rows = std::min(block, c0 + hi - b0);
+          if (o.m || o.gh)
+            gather_abs_diff(a.h, sp, dp, b0, rows, k, abuf.data(), o.gh ? dbuf.data() : static_cast<scalar_t*>(nullptr));
+          for (int64_t b = 0; b < rows; ++b) {
+            scalar_t* __restrict g = gbuf.data() + b * k;
+            unpack_scaled(bits + (b0 + b) * words, k, gp[b0 + b], g);
+            if (!pd_one.empty())
+              for (int64_t j = 0; j < k; ++j) pd_one[t * k + j] += g[j];
+            if (!ps_one.empty())
+              for (int64_t j = 0; j < k; ++j) ps_one[t * k + j] += g[j];
+          }
+          if (o.m) gemm_rm<scalar_t>(true, false, k, k, rows, 1, gbuf.data(), k, abuf.data(), k, 1, m_t.data() + t * k * k, k);
+          if (o.gh) {
+            scalar_t* gab = ga.data() + (b0 - c0) * k;
+            gemm_rm<scalar_t>(false, false, rows, k, k, 1, gbuf.data(), k, w1s, k, 0, gab, k);
+            for (int64_t b = 0; b < rows; ++b) {
+              scalar_t* __restrict r = gab + b * k;
+              const scalar_t* __restrict df = dbuf.data() + b * k;
+#pragma omp simd
+              for (int64_t j = 0; j < k; ++j) r[j] = df[j] > 0 ? r[j] : (df[j] < 0 ? -r[j] : scalar_t(0));
+            }
+          }
+        }
+      }, block);
+    }
+    if (!(o.gh || pd_rows || ps_rows)) continue;
+    const Groups in(dp, c0, c1, n), out(sp, c0, c1, n);
+    const bool last = c1 == e_total;  // the rows are final: their dw2 terms and their scaling by w2s go here
+    for_node_ranges(n, tasks, in, &out, [&](int64_t t, int64_t v0, int64_t v1) {
+      std::vector<scalar_t> g(k);
+      scalar_t* __restrict acc = acc_t.empty() ? nullptr : acc_t.data() + t * k;
+      for (int64_t v = v0; v < v1; ++v) {
+        const int64_t i0 = in.ptr[v], i1 = in.ptr[v + 1], j0 = out.ptr[v], j1 = out.ptr[v + 1];
+        if (o.gh) {  // in-edges add, out-edges subtract, merged in ascending edge order (a loop adds before it subtracts)
+          scalar_t* __restrict r = o.gh + v * k;
+          if (first) std::fill(r, r + k, scalar_t(0));
+          int64_t i = i0, j = j0;
+          while (i < i1 || j < j1) {
+            const bool add = j >= j1 || (i < i1 && in.order[i] <= out.order[j]);
+            const scalar_t* __restrict x = ga.data() + ((add ? in.order[i++] : out.order[j++]) - c0) * k;
+            if (add) {
+#pragma omp simd
+              for (int64_t c = 0; c < k; ++c) r[c] += x[c];
+            } else {
+#pragma omp simd
+              for (int64_t c = 0; c < k; ++c) r[c] -= x[c];
+            }
+          }
+        }
+        if (pd_rows && v < rows_d) {
+          scalar_t* __restrict r = o.pd + v * k;
+          if (first) std::fill(r, r + k, scalar_t(0));
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t e = in.order[i];
+            unpack_scaled(bits + e * words, k, gp[e], g.data());
+#pragma omp simd
+            for (int64_t c = 0; c < k; ++c) r[c] += g[c];
+          }
+          if (last) finish_row(r, a.ud + v * k, acc, w2p, scale_pd, k);
+        }
+        if (ps_rows && v < rows_s) {
+          scalar_t* __restrict r = o.ps + v * k;
+          if (first) std::fill(r, r + k, scalar_t(0));
+          for (int64_t j = j0; j < j1; ++j) {
+            const int64_t e = out.order[j];
+            unpack_scaled(bits + e * words, k, gp[e], g.data());
+#pragma omp simd
+            for (int64_t c = 0; c < k; ++c) r[c] += g[c];
+          }
+          if (last) finish_row(r, a.us + v * k, acc, w2p, scale_ps, k);
+        }
+      }
+    });
+  }
+  for (int64_t t = 0; t < tasks; ++t) {  // o.m starts at zero (the caller's); a one-row P_d / P_s is set here
+    for (int64_t j = 0; !acc_t.empty() && j < k; ++j) acc_w2[j] += acc_t[t * k + j];
+    for (int64_t i = 0; o.m && i < k * k; ++i) o.m[i] += m_t[t * k * k + i];
+    for (int64_t j = 0; !pd_one.empty() && j < k; ++j) o.pd[j] = (t ? o.pd[j] : scalar_t(0)) + pd_one[t * k + j];
+    for (int64_t j = 0; !ps_one.empty() && j < k; ++j) o.ps[j] = (t ? o.ps[j] : scalar_t(0)) + ps_one[t * k + j];
+  }
+}
+
 // Backward from the forward's mask bits, with G^_e = g_e m_e (the gradient of the pre-activation is
 // dz_e = w2s * G^_e) and its per-node sums P_d[n] = sum_{e: d_e = n} G^_e, P_s[n] = sum_{e: s_e = n} G^_e:
 //   dud = w2s * P_d, dus = w2s * P_s, dW1 = diag(w2s) M with M = sum_e G^_e^T |diff_e| (one GEMM per block),
@@ -368,7 +551,7 @@ void link_mlp_backward_range(const LinkArgs<scalar_t>& a, const scalar_t* gp, co
 template <typename scalar_t>
 void link_mlp_backward_impl(const LinkArgs<scalar_t>& a, const Tensor& g_out, const Tensor& h, double scale,
                             const uint64_t* bits, int64_t block, Tensor& g_h, Tensor& g_ud, Tensor& g_us, Tensor& g_w1,
-                            Tensor& g_w2) {
+                            Tensor& g_w2, int64_t chunk_edges) {
   const int64_t e_total = a.edges, k = a.k, n = a.n;
   const scalar_t* gp = g_out.data_ptr<scalar_t>();
   const scalar_t *w1p = a.w1, *w2p = a.w2, *udp = a.ud, *usp = a.us;
@@ -386,14 +569,18 @@ void link_mlp_backward_impl(const LinkArgs<scalar_t>& a, const Tensor& g_out, co
     for (int64_t i = 0; i < k; ++i) w1s[j * k + i] = w2p[j] * w1p[j * k + i];
   const BackwardSums<scalar_t> direct{g_h.defined() ? g_h.data_ptr<scalar_t>() : nullptr, pdp, psp,
                                       need_m ? m.data() : nullptr};
-  const int64_t per_task = static_cast<int64_t>(sizeof(scalar_t)) * k *
-                           ((direct.gh ? n : 0) + (pdp ? rows_d : 0) + (psp ? rows_s : 0) + k);
-  const int64_t tasks = num_tasks(e_total, per_task);
+  int64_t tasks = num_tasks(e_total);
+  const bool owner = owner_computes(e_total, tasks, n);
+  if (!owner)
+    tasks = private_tasks(tasks, static_cast<int64_t>(sizeof(scalar_t)) * k *
+                                     ((direct.gh ? n : 0) + (pdp ? rows_d : 0) + (psp ? rows_s : 0) + k));
+  std::vector<scalar_t> acc(k, scalar_t(0));  // dw2 / scale, summed below
+  bool pd_done = false, ps_done = false;
   if (tasks <= 1) {  // accumulated in place: the (uninitialised) sums start at zero
     for (Tensor* t : {&g_h, &pd_t, &ps_t})
       if (t->defined()) t->zero_();
     link_mlp_backward_range<scalar_t>(a, gp, w1s.data(), bits, block, 0, e_total, direct);
-  } else {  // private sums per task, then reduced
+  } else if (!owner) {  // private sums per task, then added up
     auto priv = [&](bool want, int64_t rows) { return want ? at::zeros({tasks, rows, k}, h.options()) : Tensor(); };
     Tensor gh_p = priv(direct.gh != nullptr, n), pd_p = priv(pdp != nullptr, rows_d),
            ps_p = priv(psp != nullptr, rows_s), m_p = priv(need_m, k);
@@ -409,14 +596,18 @@ void link_mlp_backward_impl(const LinkArgs<scalar_t>& a, const Tensor& g_out, co
       Tensor mt = at::from_blob(m.data(), {k, k}, h.options());
       sum_private(mt, m_p);
     }
+  } else {
+    link_mlp_backward_owner<scalar_t>(a, gp, w1s.data(), bits, block, tasks, direct, rows_d, rows_s, chunk_edges,
+                                      need_w2 ? acc.data() : nullptr, w2p, g_ud.defined(), g_us.defined());
+    pd_done = pdp && a.ud_stride;  // the per-node rows' dw2 terms and scaling: done by their owners
+    ps_done = psp && a.us_stride;
   }
   if (need_w2) {
-    std::vector<scalar_t> acc(k, scalar_t(0));
     for (int64_t j = 0; j < k; ++j)
       for (int64_t i = 0; i < k; ++i) acc[j] += w1p[j * k + i] * m[j * k + i];
-    for (int64_t r = 0; pdp && r < rows_d; ++r)
+    for (int64_t r = 0; pdp && !pd_done && r < rows_d; ++r)
       for (int64_t j = 0; j < k; ++j) acc[j] += udp[r * k + j] * pdp[r * k + j];
-    for (int64_t r = 0; psp && r < rows_s; ++r)
+    for (int64_t r = 0; psp && !ps_done && r < rows_s; ++r)
       for (int64_t j = 0; j < k; ++j) acc[j] += usp[r * k + j] * psp[r * k + j];
     scalar_t* o = g_w2.data_ptr<scalar_t>();
     for (int64_t j = 0; j < k; ++j) o[j] = static_cast<scalar_t>(acc[j] * scale);
@@ -428,7 +619,7 @@ void link_mlp_backward_impl(const LinkArgs<scalar_t>& a, const Tensor& g_out, co
   }
   // P_d, P_s -> the gradients of ud, us
   for (Tensor* g : {&g_ud, &g_us}) {
-    if (!g->defined()) continue;
+    if (!g->defined() || (g == &g_ud ? pd_done : ps_done)) continue;
     scalar_t* o = g->data_ptr<scalar_t>();
     const int64_t rows = g->numel() / k;
     for (int64_t r = 0; r < rows; ++r)
@@ -465,11 +656,12 @@ std::tuple<Tensor, Tensor> link_mlp_forward(const Tensor& h, const std::optional
   return {out, bits};
 }
 
-// gradients (h, ud, us, w1, w2); an unneeded one comes back as an empty tensor
+// gradients (h, ud, us, w1, w2); an unneeded one comes back as an empty tensor. chunk_edges: edges per chunk of the
+// several-task path (0 = as many as fit in kEdgeChunkBytes; the tests set a few blocks to cover several chunks)
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> link_mlp_backward(
     const Tensor& g_out, const Tensor& h, const std::optional<Tensor>& ud, const std::optional<Tensor>& us,
     const Tensor& w1, const Tensor& w2s, double scale, const Tensor& src, const Tensor& dst, const Tensor& bits,
-    int64_t block, bool need_h, bool need_ud, bool need_us, bool need_w1, bool need_w2) {
+    int64_t block, bool need_h, bool need_ud, bool need_us, bool need_w1, bool need_w2, int64_t chunk_edges) {
   check_link_inputs(h, w1, w2s, src, dst);
   TORCH_CHECK(block > 0, "block must be positive");
   TORCH_CHECK(g_out.is_contiguous() && g_out.numel() == src.numel() && g_out.scalar_type() == h.scalar_type(),
@@ -479,7 +671,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> link_mlp_backward(
                   bits.size(0) == src.numel() && bits.size(1) == (k + 63) / 64,
               "bad mask bits (forward run without save?)");
   NodeTerm tu = node_term(ud, k), ts = node_term(us, k);
-  // uninitialised: link_mlp_backward_impl zeroes them for the serial loop, or overwrites them with the private sums
+  // uninitialised: link_mlp_backward_impl zeroes them for the serial loop; on several tasks each row is written by its owner
   Tensor g_h = need_h ? at::empty_like(h) : Tensor();
   Tensor g_ud = (need_ud && tu.ptr) ? at::empty_like(*ud) : Tensor();
   Tensor g_us = (need_us && ts.ptr) ? at::empty_like(*us) : Tensor();
@@ -488,7 +680,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> link_mlp_backward(
   const uint64_t* bp = reinterpret_cast<const uint64_t*>(bits.data_ptr<int64_t>());
   AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "link_mlp_backward", [&] {
     link_mlp_backward_impl<scalar_t>(LinkArgs<scalar_t>(h, tu, ts, w1, w2s, src, dst), g_out, h, scale, bp, block, g_h,
-                                     g_ud, g_us, g_w1, g_w2);
+                                     g_ud, g_us, g_w1, g_w2, chunk_edges);
   });
   auto or_empty = [&](const Tensor& t) { return t.defined() ? t : at::empty({0}, h.options()); };
   return {or_empty(g_h), or_empty(g_ud), or_empty(g_us), or_empty(g_w1), or_empty(g_w2)};
@@ -514,17 +706,39 @@ void weighted_sum_forward_impl(const Tensor& x, const Tensor& w, const Tensor& s
   const scalar_t* wp = w.data_ptr<scalar_t>();
   const int64_t* sp = src.data_ptr<int64_t>();
   const int64_t* dp = dst.data_ptr<int64_t>();
-  const int64_t tasks = num_tasks(e_total, static_cast<int64_t>(sizeof(scalar_t)) * n * k);
+  int64_t tasks = num_tasks(e_total);
+  const bool owner = owner_computes(e_total, tasks, n);
+  if (!owner) tasks = private_tasks(tasks, static_cast<int64_t>(sizeof(scalar_t)) * n * k);
   if (tasks <= 1) {  // accumulated in place into the uninitialised output
     out.zero_();
     weighted_sum_forward_range(xp, wp, sp, dp, k, 0, e_total, out.data_ptr<scalar_t>());
     return;
   }
-  Tensor priv = at::zeros({tasks, n, k}, out.options());
-  for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
-    weighted_sum_forward_range(xp, wp, sp, dp, k, lo, hi, priv.select(0, t).data_ptr<scalar_t>());
+  if (!owner) {  // private sums per task, then added up
+    Tensor priv = at::zeros({tasks, n, k}, out.options());
+    for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
+      weighted_sum_forward_range(xp, wp, sp, dp, k, lo, hi, priv.select(0, t).data_ptr<scalar_t>());
+    });
+    sum_private(out, priv);
+    return;
+  }
+  // each task sums the in-edges of its own nodes, in ascending edge order: the serial loop's sums, bit for bit
+  const Groups in(dp, 0, e_total, n);
+  scalar_t* op = out.data_ptr<scalar_t>();
+  for_node_ranges(n, tasks, in, nullptr, [&](int64_t, int64_t v0, int64_t v1) {
+    for (int64_t v = v0; v < v1; ++v) {
+      scalar_t* __restrict o = op + v * k;
+      std::fill(o, o + k, scalar_t(0));
+      for (int64_t i = in.ptr[v]; i < in.ptr[v + 1]; ++i) {
+        const int64_t e = in.order[i];
+        const scalar_t we = wp[e];
+        if (we == scalar_t(0)) continue;
+        const scalar_t* __restrict xs = xp + sp[e] * k;
+#pragma omp simd
+        for (int64_t j = 0; j < k; ++j) o[j] += we * xs[j];
+      }
+    }
   });
-  sum_private(out, priv);
 }
 
 template <typename scalar_t>
@@ -559,7 +773,9 @@ void weighted_sum_backward_impl(const Tensor& g_out, const Tensor& x, const Tens
   const int64_t* dp = dst.data_ptr<int64_t>();
   scalar_t* gwp = g_w.defined() ? g_w.data_ptr<scalar_t>() : nullptr;  // per edge: written in place
   scalar_t* gxp = g_x.defined() ? g_x.data_ptr<scalar_t>() : nullptr;
-  const int64_t tasks = num_tasks(e_total, gxp ? static_cast<int64_t>(sizeof(scalar_t)) * n * k : 0);
+  int64_t tasks = num_tasks(e_total);
+  const bool owner = gxp && owner_computes(e_total, tasks, n);
+  if (gxp && !owner) tasks = private_tasks(tasks, static_cast<int64_t>(sizeof(scalar_t)) * n * k);
   if (tasks <= 1 || !gxp) {  // one range, or only per-edge outputs: written in place
     if (gxp) g_x.zero_();  // accumulated into the uninitialised gradient
     for_ranges(e_total, tasks, [&](int64_t, int64_t lo, int64_t hi) {
@@ -567,11 +783,38 @@ void weighted_sum_backward_impl(const Tensor& g_out, const Tensor& x, const Tens
     });
     return;
   }
-  Tensor priv = at::zeros({tasks, n, k}, x.options());
-  for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
-    weighted_sum_backward_range(gp, xp, wp, sp, dp, k, lo, hi, priv.select(0, t).data_ptr<scalar_t>(), gwp);
+  if (!owner) {  // private sums per task, then added up
+    Tensor priv = at::zeros({tasks, n, k}, x.options());
+    for_ranges(e_total, tasks, [&](int64_t t, int64_t lo, int64_t hi) {
+      weighted_sum_backward_range(gp, xp, wp, sp, dp, k, lo, hi, priv.select(0, t).data_ptr<scalar_t>(), gwp);
+    });
+    sum_private(g_x, priv);
+    return;
+  }
+  // each task sums the out-edges of its own nodes in ascending edge order (the serial loop's sums, bit for bit), and
+  // writes those edges' weight gradients (every edge has one source: each is written once)
+  const Groups out(sp, 0, e_total, n);
+  for_node_ranges(n, tasks, out, nullptr, [&](int64_t, int64_t v0, int64_t v1) {
+    for (int64_t v = v0; v < v1; ++v) {
+      scalar_t* __restrict o = gxp + v * k;
+      const scalar_t* __restrict xs = xp + v * k;
+      std::fill(o, o + k, scalar_t(0));
+      for (int64_t i = out.ptr[v]; i < out.ptr[v + 1]; ++i) {
+        const int64_t e = out.order[i];
+        const scalar_t* __restrict gd = gp + dp[e] * k;
+        if (gwp) {
+          scalar_t acc = 0;
+#pragma omp simd reduction(+ : acc)
+          for (int64_t j = 0; j < k; ++j) acc += gd[j] * xs[j];
+          gwp[e] = acc;
+        }
+        const scalar_t we = wp[e];
+        if (we == scalar_t(0)) continue;
+#pragma omp simd
+        for (int64_t j = 0; j < k; ++j) o[j] += we * gd[j];
+      }
+    }
   });
-  sum_private(g_x, priv);
 }
 
 Tensor weighted_sum_forward(const Tensor& x, const Tensor& w, const Tensor& src, const Tensor& dst, int64_t n) {
@@ -597,6 +840,38 @@ std::tuple<Tensor, Tensor> weighted_sum_backward(const Tensor& g_out, const Tens
   return {g_x.defined() ? g_x : at::empty({0}, x.options()), g_w.defined() ? g_w : at::empty({0}, x.options())};
 }
 
+// Dropout of the node updates: out[r, j] = x[r, j] * keep(seed, r, j) * scale, keep as in the link MLP (a hash of the
+// row and unit, no generator state); the backward recomputes the mask, so nothing is kept between the passes.
+// Rows of `cols` entries (the last dimension); parallel over rows, the same mask on any number of threads.
+template <typename scalar_t>
+void hash_dropout_impl(const scalar_t* xp, scalar_t* op, int64_t rows, int64_t cols, uint32_t thr, uint64_t seed,
+                       scalar_t sc) {
+  at::parallel_for(0, rows, 2048, [&](int64_t r0, int64_t r1) {
+    std::vector<scalar_t> keep(cols);
+    for (int64_t r = r0; r < r1; ++r) {
+      keep_mask(seed, r, cols, thr, keep.data());
+      const scalar_t* __restrict xr = xp + r * cols;
+      scalar_t* __restrict o = op + r * cols;
+      const scalar_t* __restrict kp = keep.data();
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j) o[j] = xr[j] * (kp[j] * sc);
+    }
+  });
+}
+
+Tensor hash_dropout(const Tensor& x, int64_t threshold, int64_t seed, double scale) {
+  TORCH_CHECK(x.device().is_cpu() && x.is_contiguous() && x.dim() >= 1, "x must be a contiguous CPU tensor");
+  Tensor out = at::empty_like(x);
+  const int64_t cols = x.size(-1), rows = cols ? x.numel() / cols : 0;
+  // bf16 / fp16 too (autocast): the same mask in every precision
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "hash_dropout", [&] {
+    hash_dropout_impl<scalar_t>(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), rows, cols,
+                                static_cast<uint32_t>(threshold), static_cast<uint64_t>(seed),
+                                static_cast<scalar_t>(scale));
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(gcad_native, m) {
@@ -604,8 +879,9 @@ TORCH_LIBRARY(gcad_native, m) {
         "int threshold, int seed, int block, bool save) -> (Tensor, Tensor)");
   m.def("link_mlp_backward(Tensor g_out, Tensor h, Tensor? ud, Tensor? us, Tensor w1, Tensor w2s, float scale, "
         "Tensor src, Tensor dst, Tensor bits, int block, bool need_h, bool need_ud, bool need_us, "
-        "bool need_w1, bool need_w2) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+        "bool need_w1, bool need_w2, int chunk_edges=0) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("weighted_sum_forward(Tensor x, Tensor w, Tensor src, Tensor dst, int n) -> Tensor");
+  m.def("hash_dropout(Tensor x, int threshold, int seed, float scale) -> Tensor");
   m.def("weighted_sum_backward(Tensor g_out, Tensor x, Tensor w, Tensor src, Tensor dst, bool need_x, bool need_w) "
         "-> (Tensor, Tensor)");
 }
@@ -614,5 +890,6 @@ TORCH_LIBRARY_IMPL(gcad_native, CPU, m) {
   m.impl("link_mlp_forward", &link_mlp_forward);
   m.impl("link_mlp_backward", &link_mlp_backward);
   m.impl("weighted_sum_forward", &weighted_sum_forward);
+  m.impl("hash_dropout", &hash_dropout);
   m.impl("weighted_sum_backward", &weighted_sum_backward);
 }
