@@ -490,6 +490,18 @@ void link_mlp_backward_owner(const LinkArgs<scalar_t>& a, const scalar_t* gp, co
     for_node_ranges(n, tasks, in, &out, [&](int64_t t, int64_t v0, int64_t v1) {
       std::vector<scalar_t> g(k);
       scalar_t* __restrict acc = acc_t.empty() ? nullptr : acc_t.data() + t * k;
+      // P[v] = sum of G^_e over the node's `count` edges at `edges` (one side), then its dw2 share and scaling
+      auto side_sum = [&](scalar_t* p, int64_t v, const int64_t* edges, int64_t count, const scalar_t* term,
+                          bool scale) {
+        scalar_t* __restrict r = p + v * k;
+        if (first) std::fill(r, r + k, scalar_t(0));
+        for (int64_t i = 0; i < count; ++i) {
+          unpack_scaled(bits + edges[i] * words, k, gp[edges[i]], g.data());
+#pragma omp simd
+          for (int64_t c = 0; c < k; ++c) r[c] += g[c];
+        }
+        if (last) finish_row(r, term + v * k, acc, w2p, scale, k);
+      };
       for (int64_t v = v0; v < v1; ++v) {
         const int64_t i0 = in.ptr[v], i1 = in.ptr[v + 1], j0 = out.ptr[v], j1 = out.ptr[v + 1];
         if (o.gh) {  // in-edges add, out-edges subtract, merged in ascending edge order (a loop adds before it subtracts)
@@ -508,28 +520,8 @@ void link_mlp_backward_owner(const LinkArgs<scalar_t>& a, const scalar_t* gp, co
             }
           }
         }
-        if (pd_rows && v < rows_d) {
-          scalar_t* __restrict r = o.pd + v * k;
-          if (first) std::fill(r, r + k, scalar_t(0));
-          for (int64_t i = i0; i < i1; ++i) {
-            const int64_t e = in.order[i];
-            unpack_scaled(bits + e * words, k, gp[e], g.data());
-#pragma omp simd
-            for (int64_t c = 0; c < k; ++c) r[c] += g[c];
-          }
-          if (last) finish_row(r, a.ud + v * k, acc, w2p, scale_pd, k);
-        }
-        if (ps_rows && v < rows_s) {
-          scalar_t* __restrict r = o.ps + v * k;
-          if (first) std::fill(r, r + k, scalar_t(0));
-          for (int64_t j = j0; j < j1; ++j) {
-            const int64_t e = out.order[j];
-            unpack_scaled(bits + e * words, k, gp[e], g.data());
-#pragma omp simd
-            for (int64_t c = 0; c < k; ++c) r[c] += g[c];
-          }
-          if (last) finish_row(r, a.us + v * k, acc, w2p, scale_ps, k);
-        }
+        if (pd_rows && v < rows_d) side_sum(o.pd, v, in.order.data() + i0, i1 - i0, a.ud, scale_pd);
+        if (ps_rows && v < rows_s) side_sum(o.ps, v, out.order.data() + j0, j1 - j0, a.us, scale_ps);
       }
     });
   }
