@@ -89,6 +89,7 @@ class FinetuneConfig:
     eval_every: int = TrainConfig.eval_every
     patience: int = TrainConfig.patience
     snapshots: int = TrainConfig.snapshots
+    max_degree: int = TrainConfig.max_degree
     link_eval: str = TrainConfig.link_eval
     score_space: str = TrainConfig.score_space
     seed: int = 0
@@ -116,6 +117,8 @@ def _validate(cfg: FinetuneConfig) -> None:
         raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
     if cfg.snapshots < 1:
         raise UsageError(f"--snapshots: must be >= 1, got {cfg.snapshots}")
+    if cfg.max_degree < 0:
+        raise UsageError(f"--max-degree: must be >= 0 (0 = every edge in every epoch), got {cfg.max_degree}")
     if cfg.candidate_workers < 1:
         raise UsageError(f"--candidate-workers: must be >= 1, got {cfg.candidate_workers}")
     if cfg.model not in FINETUNE_MODELS:
@@ -243,7 +246,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         tcfg = TrainConfig(graph=cfg.graph, out=cfg.out, hidden=loaded.config.hidden, epochs=cfg.epochs, lr=cfg.lr,
                            weight_decay=cfg.weight_decay, eval_every=cfg.eval_every, patience=cfg.patience,
                            snapshots=cfg.snapshots, link_eval=cfg.link_eval, score_space=cfg.score_space,
-                           seed=cfg.seed, device=cfg.device, threads=cfg.threads,
+                           max_degree=cfg.max_degree, seed=cfg.seed, device=cfg.device, threads=cfg.threads,
                            candidate_workers=cfg.candidate_workers, address=cfg.address, progress=cfg.progress,
                            verbose=cfg.verbose)
         scfg = supervised_config(tcfg)
@@ -326,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshots", type=int, default=d.snapshots,
                    help="score with the mean of the n evaluations with the best validation AUPRC (1 = the single best "
                    "epoch; as gcad_dist.train). Default: %(default)s")
+    p.add_argument("--max-degree", type=int, default=d.max_degree, metavar="D",
+                   help="message-passing fits on dense graphs: train each epoch on at most about D in-edges a node, "
+                   "sampled afresh (as gcad_dist.train; 0 = every edge). Default: %(default)s")
     p.add_argument("--link-eval", default=d.link_eval, choices=LINK_EVALS,
                    help="GCCAD link remover at evaluation (fine-tuned model; zero-shot keeps the checkpoint's): "
                         "'expected' weights each edge by its keep probability p, 'threshold' keeps iff p > 0.5 "

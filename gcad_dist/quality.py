@@ -81,6 +81,7 @@ class QualityConfig:
     eval_every: int = TrainConfig.eval_every
     patience: int = TrainConfig.patience
     snapshots: int = TrainConfig.snapshots
+    max_degree: int = TrainConfig.max_degree
     pre_epochs: int | None = None  # None: the recipe's (gcad_dist.detectors.gccad_pre: local 3, paper 10)
     pre_ensemble: int | None = None  # None: the local recipe's (gcad_dist.detectors.gccad_pre.LOCAL_ENSEMBLE)
     pre_cliques: float | None = None  # None: the local recipe's pretrain --plant-cliques
@@ -138,7 +139,7 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
         graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, link_eval=cfg.link_eval,
         contrast=cfg.contrast, jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
         layers=cfg.layers, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience,
-        snapshots=cfg.snapshots, seed=seed,
+        snapshots=cfg.snapshots, max_degree=cfg.max_degree, seed=seed,
         device=cfg.device, threads=cfg.threads, candidate_workers=cfg.candidate_workers, progress=False, plots=False,
     )
 
@@ -172,6 +173,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
             s["train"]["jump"] = jump
         if tc["norm"] != "layer":  # absent = layer (LayerNorm): keeps earlier runs' keys
             s["train"]["norm"] = tc["norm"]
+        if model in ("gccad", "gccad-ce") and tc["max_degree"]:  # absent = 0, every edge in every epoch
+            s["train"]["max_degree"] = tc["max_degree"]
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
         from gcad_dist.detectors import DETECTORS, settings_of
@@ -426,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshots", type=int, default=d.snapshots,
                    help="GNNs: score with the mean of the n evaluations with the best validation AUPRC (1 = the single "
                    "best epoch). Default: %(default)s")
+    p.add_argument("--max-degree", type=int, default=d.max_degree, metavar="D",
+                   help="GCCAD: train each epoch on at most about D in-edges a node, sampled afresh and rescaled "
+                   "(gcad_dist.train --max-degree; 0 = every edge). Default: %(default)s")
     p.add_argument("--pre-epochs", type=int, default=d.pre_epochs,
                    help="pre-training epochs of gccad-pre / gccad-pre-paper (default: the recipe's, 3 / 10)")
     p.add_argument("--pre-ensemble", type=int, default=d.pre_ensemble,

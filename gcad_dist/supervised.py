@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from gcad_dist.data.degree_cap import DegreeCap
 from gcad_dist.metrics import evaluate
 from gcad_dist.model.baselines import BaselineClassifier
 from gcad_dist.model.precision import autocast, resolve_precision
@@ -61,6 +62,11 @@ class SupervisedConfig:
     # "fp32" | "bf16": bf16 autocast for the forward pass and loss (and evaluation), on GPUs and CPUs
     # with native bf16; elsewhere it falls back to fp32 with a warning (gcad_dist.model.precision)
     precision: str = "fp32"
+    # GCCAD only: train each epoch on a fresh sample of at most about this many in-edges a node, their sums rescaled
+    # (gcad_dist.data.degree_cap); evaluation uses every edge. 0 = every edge in every epoch. 64 since session 24:
+    # level on tolokers' and reddit's validation splits (32 cost reddit 0.006 AUROC), tolokers' epoch 2.1x faster,
+    # a 4.3M-edge graph's 4.9x (BENCHMARKS.md, session 24)
+    max_degree: int = 64
 
 
 @dataclass
@@ -148,6 +154,9 @@ def _forward(model: torch.nn.Module, data: Any, batch: Tensor | None, num_graphs
     kwargs: dict[str, Any] = {"batch": batch, "num_graphs": num_graphs}
     if ew is not None:
         kwargs["edge_weight"] = ew
+    scale = getattr(data, "edge_scale", None)
+    if scale is not None:
+        kwargs["edge_scale"] = scale
     return model(data.x, data.edge_index, **kwargs)
 
 
@@ -215,6 +224,18 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     is_baseline = isinstance(model, BaselineClassifier)
     weight = _class_weight(y, train_mask) if (is_baseline and cfg.class_weight) else None
 
+    cap = None
+    if cfg.max_degree and not is_baseline:
+        cap = DegreeCap(data.edge_index, int(data.num_nodes), cfg.max_degree)
+        if cap.active:
+            log.info("in-degree cap %d: each epoch trains on a fresh %.0f%% of the %d edges (nodes above %d in-edges "
+                     "sampled, their sums rescaled); evaluation uses every edge", cfg.max_degree,
+                     100 * cap.expected_share, cap.num_edges, cfg.max_degree)
+        else:
+            cap = None
+    # the cap's own stream: the model's dropout and Gumbel draws stay those of an uncapped run's start
+    cap_gen = torch.Generator(device=device).manual_seed(cfg.seed + 104_729) if cap is not None else None
+
     opt = adam(model.parameters(), device, cfg.lr, cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.epochs, cfg.warmup_frac, cfg.final_lr_frac))
 
@@ -236,7 +257,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
         model.train()
         opt.zero_grad(set_to_none=True)
         with autocast(precision, device):  # forward and loss only; backward follows autocast's casts
-            out = _forward(model, data, batch, num_graphs)
+            out = _forward(model, data if cap is None else cap.sample(data, cap_gen), batch, num_graphs)
             if is_baseline:
                 losses = model.loss(out, y, mask=train_mask, weight=weight)
             else:

@@ -97,6 +97,7 @@ class TrainConfig:
     eval_every: int = SupervisedConfig.eval_every
     patience: int = SupervisedConfig.patience
     snapshots: int = SupervisedConfig.snapshots
+    max_degree: int = SupervisedConfig.max_degree
     class_weight: bool = SupervisedConfig.class_weight
     normalize: str = "standard"
     seed: int = 0
@@ -221,6 +222,8 @@ def _validate(cfg: TrainConfig) -> None:
         raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
     if cfg.snapshots < 1:
         raise UsageError(f"--snapshots: must be >= 1, got {cfg.snapshots}")
+    if cfg.max_degree < 0:
+        raise UsageError(f"--max-degree: must be >= 0 (0 = every edge in every epoch), got {cfg.max_degree}")
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise UsageError(f"--lr: must be > 0, got {cfg.lr}")
     if not 0 <= cfg.dropout < 1:
@@ -294,7 +297,7 @@ def supervised_config(cfg: TrainConfig) -> SupervisedConfig:
     return SupervisedConfig(
         epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
         patience=cfg.patience, snapshots=cfg.snapshots, class_weight=cfg.class_weight, seed=cfg.seed, device=cfg.device,
-        progress=cfg.progress,
+        progress=cfg.progress, max_degree=cfg.max_degree,
     )
 
 
@@ -566,6 +569,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="score with the mean of the scores of the n evaluations with the best validation AUPRC, a "
                    "snapshot ensemble that the checkpoint keeps (1 = the single best epoch). Steadier than one epoch "
                    "picked on a few validation anomalies (BENCHMARKS.md, session 13). Default: %(default)s")
+    p.add_argument("--max-degree", type=int, default=d.max_degree, metavar="D",
+                   help="GCCAD on dense graphs: each training epoch uses every in-edge of a node with at most D of them "
+                   "and a fresh random D / degree share of a busier node's, its sum rescaled to the full degree "
+                   "(GraphSAGE-style sampling; an epoch then costs at most about D edges a node); evaluation and scoring "
+                   "use every edge. No effect where no node has more than D in-edges. 0 = every edge in every epoch. "
+                   "Default: %(default)s")
     p.add_argument("--no-class-weight", dest="class_weight", action="store_false",
                    help="baselines: plain cross-entropy instead of inverse-class-frequency weighting")
     p.add_argument("--normalize", default=d.normalize, choices=("standard", "none"), help="feature normalisation (label-free z-score over all nodes)")

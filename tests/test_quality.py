@@ -119,6 +119,11 @@ def test_run_key_covers_result_settings(tiny):
     assert key("gin", norm="graph") != key("gin") and key("gccad", norm="graph") != key("gccad")
     assert settings["train"]["auto_candidates"] == [["graph", "layer"], ["ego", "layer"], ["graph", "graph"]]
     assert "auto_candidates" not in run_settings(QualityConfig(contrast="graph"), "tiny", tiny, "gccad")["train"]
+    # the in-degree cap keys GCCAD runs (absent = 0, every edge: runs before session 24 stay valid), not the baselines
+    assert settings["train"]["max_degree"] == 64
+    assert "max_degree" not in run_settings(QualityConfig(max_degree=0), "tiny", tiny, "gccad")["train"]
+    assert key("gccad", max_degree=32) != key("gccad") != key("gccad", max_degree=0)
+    assert key("gin", max_degree=32) == key("gin") and "max_degree" not in run_settings(QualityConfig(), "tiny", tiny, "gin")["train"]
     graph_norm = run_settings(QualityConfig(norm="graph"), "tiny", tiny, "gccad")["train"]
     assert graph_norm["auto_candidates"] == [["graph", "graph"], ["ego", "graph"]] and graph_norm["norm"] == "graph"
 

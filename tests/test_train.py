@@ -119,6 +119,7 @@ def test_train_cli_baseline_and_ablation(tmp_path, capsys):
         (["--epochs", "0"], "--epochs"),
         (["--split-index", "7"], "--split-index"),
         (["--jump", "cat", "--contrast", "ego"], "--jump"),
+        (["--max-degree", "-1"], "--max-degree"),
     ],
 )
 def test_train_cli_bad_input_one_line_error(tmp_path, capsys, args, needle):

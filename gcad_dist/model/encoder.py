@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from .context import ContextSync
 from .edge_update import EdgeUpdate
-from .node_update import TRIMMABLE, NodeUpdate
+from .node_update import SUM_CONVS, TRIMMABLE, NodeUpdate
 from .readout import Readout, mean_context
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ class GCCADEncoder(nn.Module):
         sync: ContextSync,
         num_sampled_nodes: list[int] | None = None,
         num_sampled_edges: list[int] | None = None,
+        edge_scale: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor]:
         """Return (h^(L) [N', hidden], q^(L) [G, hidden], per-layer p [E_l], per-layer logits [E_l], w^(L),
         h^(0) [N, hidden]) where h^(0) is the input projection of every node (its own features only). With
@@ -85,9 +86,14 @@ class GCCADEncoder(nn.Module):
         cover seeds only; N' and E_l shrink per layer (edge tensors stay prefixes of ``edge_index``),
         and ``h^(L)`` has one row per seed. Not applied with conv ``gcn``, whose
         normalisation depends on the source nodes' degrees.
+
+        ``edge_scale`` [E]: a factor on each edge's message in the sum aggregations (gin, gcn; ignored by sage
+        and gat), beside the link remover's weight: a degree-capped sample's ``degree / kept`` of the target
+        (:class:`gcad_dist.data.degree_cap.DegreeCap`). The edge update and its link loss do not see it.
         """
         h = h0 = self.input_proj(x)
         w = edge_weight
+        scale = edge_scale if self.config.conv in SUM_CONVS else None
         if self.config.edge_update and w is None:
             w = torch.ones(edge_index.size(1), dtype=h.dtype, device=h.device)
         trim = (num_sampled_nodes is not None and num_sampled_edges is not None and self.config.conv in TRIMMABLE
@@ -108,6 +114,7 @@ class GCCADEncoder(nn.Module):
                 e_keep = sum(num_sampled_edges[: self.config.num_layers - layer])
                 edge_index = edge_index[:, :e_keep]
                 w = None if w is None else w[:e_keep]
+                scale = None if scale is None else scale[:e_keep]
             n_out = None
             if trim:  # outputs only for the nodes the next layer reads (the seeds after the last layer)
                 n_out = sum(num_sampled_nodes[: self.config.num_layers - layer])
@@ -123,7 +130,8 @@ class GCCADEncoder(nn.Module):
                 logits.append(lg)
             if trim:
                 batch = batch[:n_out]
-            h = self.node_updates[layer](h, edge_index, w, num_dst=n_out)
+            agg_w = w if scale is None else (scale if w is None else w * scale)
+            h = self.node_updates[layer](h, edge_index, agg_w, num_dst=n_out)
             q = self.readouts[layer](h[:n_ctx], q, batch[:n_ctx], num_graphs, ctx_mask, sync)
             q = sync.memory(layer, q)
             if jump:

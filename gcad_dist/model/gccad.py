@@ -173,6 +173,7 @@ class GCCAD(torch.nn.Module):
         num_sampled_nodes: list[int] | None = None,
         num_sampled_edges: list[int] | None = None,
         member_swaps: tuple[Tensor, Tensor] | None = None,
+        edge_scale: Tensor | None = None,
     ) -> GCCADOutput:
         """Encode a graph or a PyG batch of graphs.
 
@@ -185,6 +186,8 @@ class GCCAD(torch.nn.Module):
         ``out.batch`` then cover the first nodes only (the seeds among them). member_swaps: an ensemble's own
         feature swaps, (pick, donor) [K, m] (:func:`gcad_dist.data.online_corruption.draw_member_swaps`): member k
         sees ``x`` with rows ``pick[k]`` replaced by rows ``donor[k]``, without a [N, K, F] copy of ``x``.
+        edge_scale: [E] factors on the messages of the sum aggregations, for a degree-capped edge sample
+        (:class:`gcad_dist.data.degree_cap.DegreeCap`; see :meth:`GCCADEncoder.forward`).
         """
         if member_swaps is not None and not (self.config.contrast == "local" and self.config.ensemble > 1
                                              and x.dim() == 2):
@@ -212,7 +215,7 @@ class GCCAD(torch.nn.Module):
             num_sampled_nodes = num_sampled_edges = None
         h, q, probs, logits, w, h0 = self.encoder(
             x, edge_index, batch, num_graphs, edge_weight=edge_weight, context_mask=context_mask, sync=sync,
-            num_sampled_nodes=num_sampled_nodes, num_sampled_edges=num_sampled_edges,
+            num_sampled_nodes=num_sampled_nodes, num_sampled_edges=num_sampled_edges, edge_scale=edge_scale,
         )
         cls = self.classifier(h) if self.classifier is not None else None
         return GCCADOutput(

@@ -146,6 +146,9 @@ CONVS = {
 #: neighbour-sampled minibatch may drop the hops that cannot reach the seeds (GCN's symmetric
 #: normalisation also uses the source nodes' degrees, which trimming would change)
 TRIMMABLE = frozenset({"gin", "sage", "gat"})
+# convs whose aggregation is a (weighted) sum, so that a sampled neighbourhood is rescaled to its full size
+# (:class:`gcad_dist.data.degree_cap.DegreeCap`); sage and gat normalise over the neighbours they are given
+SUM_CONVS = frozenset({"gin", "gcn"})
 
 
 def make_conv(name: str, hidden: int) -> nn.Module:

@@ -1,0 +1,72 @@
+"""An in-degree cap for full-batch training on dense graphs: each epoch sees a fresh sample of the edges.
+
+GCCAD's step is per-edge work (the link MLP scores every edge in every layer), so a full-batch training epoch
+costs about 3 us an edge on one CPU thread: 2.7 s on tolokers (1.04M directed edges), 12.6 s on a generated graph
+of 4.3M (as dense as Amazon's co-review graph), for up to 400 epochs and three ``--contrast auto`` candidates.
+
+:class:`DegreeCap` keeps every in-edge of a node with at most ``cap`` of them and a random ``cap / degree`` share
+of a busier node's in-edges, drawn afresh each epoch (GraphSAGE's neighbour sampling, DropEdge's
+regularisation), so an epoch costs at most about ``cap`` edges a node. A sampled sum is rescaled to its full
+size: each kept in-edge of node ``i`` carries ``degree_i / kept_i``, so a sum aggregation (GIN, GCN) sees
+``degree_i`` times the mean of the sampled neighbours, the size it has at evaluation, where every edge is used.
+Nodes under the cap are untouched, and a graph where no node exceeds it is trained exactly as without the cap.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["DegreeCap"]
+
+
+class DegreeCap:
+    """Per-epoch edge sampler of ``edge_index`` [2, E] (``edge_index[1]`` = the target) with at most about ``cap``
+    in-edges a node. :attr:`active` is False when no node has more than ``cap`` in-edges (then :meth:`sample`
+    returns the data unchanged)."""
+
+    def __init__(self, edge_index: Tensor, num_nodes: int, cap: int) -> None:
+        if cap < 1:
+            raise ValueError(f"cap must be >= 1, got {cap}")
+        self.cap = int(cap)
+        self.num_nodes = int(num_nodes)
+        dst = edge_index[1]
+        self.degree = torch.bincount(dst, minlength=self.num_nodes)
+        self.active = bool(edge_index.size(1)) and int(self.degree.max()) > self.cap
+        # keep probability of each edge: 1 below the cap, cap / degree(target) above it
+        deg = self.degree.to(torch.float32).clamp_min(1.0)
+        self.keep_prob = (self.cap / deg).clamp_max(1.0)[dst]
+        self.num_edges = int(edge_index.size(1))
+        self.expected_edges = float(self.keep_prob.sum()) if self.num_edges else 0.0
+
+    @property
+    def expected_share(self) -> float:
+        """Expected share of the edges that an epoch uses."""
+        return self.expected_edges / self.num_edges if self.num_edges else 1.0
+
+    def sample_edges(self, edge_index: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+        """One epoch's draw: (kept edge ids [E'], the kept edges [2, E'], the scale of each kept edge [E'],
+        ``degree / kept in-edges`` of its target; 1 for a node under the cap)."""
+        u = torch.rand(self.num_edges, generator=generator, device=self.keep_prob.device)
+        ids = torch.nonzero(u < self.keep_prob).squeeze(1)
+        sub = edge_index[:, ids]
+        kept = torch.bincount(sub[1], minlength=self.num_nodes).clamp_min(1)
+        scale = (self.degree.to(torch.float32) / kept.to(torch.float32))[sub[1]]
+        return ids, sub, scale
+
+    def sample(self, data: Any, generator: torch.Generator) -> Any:
+        """A shallow copy of ``data`` with this epoch's edges (``edge_index``, ``edge_weight`` if any) and their
+        ``edge_scale``; ``data`` itself when the cap is not active."""
+        if not self.active:
+            return data
+        ids, sub, scale = self.sample_edges(data.edge_index, generator)
+        out = copy.copy(data)
+        out.edge_index = sub
+        ew = getattr(data, "edge_weight", None)
+        if ew is not None:
+            out.edge_weight = ew[ids]
+        out.edge_scale = scale.to(data.x.dtype if data.x.is_floating_point() else torch.float32)
+        return out

@@ -1,0 +1,133 @@
+"""gcad_dist.data.degree_cap: the per-epoch in-degree cap of supervised GCCAD on dense graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from gcad_dist.data.degree_cap import DegreeCap
+
+
+def _star_and_path() -> tuple[torch.Tensor, int]:
+    """Node 0 has 400 in-edges (from 1..400); nodes 401..405 form a path (in-degree 1 or 2)."""
+    hub = torch.stack([torch.arange(1, 401), torch.zeros(400, dtype=torch.long)])
+    path = torch.tensor([[401, 402, 403, 404, 402, 403, 404, 405], [402, 403, 404, 405, 401, 402, 403, 404]])
+    return torch.cat([hub, path], dim=1), 406
+
+
+def test_nodes_under_the_cap_keep_every_edge_and_busy_nodes_about_cap():
+    ei, n = _star_and_path()
+    cap = DegreeCap(ei, n, 20)
+    assert cap.active
+    g = torch.Generator().manual_seed(0)
+    kept_hub = []
+    for _ in range(50):
+        ids, sub, scale = cap.sample_edges(ei, g)
+        assert torch.equal(sub, ei[:, ids])
+        path_ids = ids[ids >= 400]
+        assert torch.equal(path_ids, torch.arange(400, 408))  # the path's nodes are under the cap: all kept
+        assert torch.all(scale[ids >= 400] == 1.0)
+        k = int((sub[1] == 0).sum())
+        kept_hub.append(k)
+        assert torch.allclose(scale[sub[1] == 0], torch.full((k,), 400 / k))  # the hub's sum rescaled to 400
+    assert abs(np.mean(kept_hub) - 20) < 2.0  # about cap in-edges a busy node, drawn afresh each epoch
+    assert len(set(kept_hub)) > 1
+    assert 0.05 < cap.expected_share < 0.07  # (20 + 8) of 408 edges
+
+
+def test_rescaled_sum_is_the_full_sum_in_expectation():
+    """sum over the sampled in-edges of scale * x_j estimates the full sum (the mean of the sample times the degree)."""
+    ei, n = _star_and_path()
+    x = torch.randn(n, 3)
+    full = torch.zeros(n, 3).index_add_(0, ei[1], x[ei[0]])
+    cap = DegreeCap(ei, n, 20)
+    g = torch.Generator().manual_seed(1)
+    reps = 400
+    ests = []
+    for _ in range(reps):
+        _, sub, scale = cap.sample_edges(ei, g)
+        ests.append(torch.zeros(n, 3).index_add_(0, sub[1], x[sub[0]] * scale[:, None]))
+    est = torch.stack(ests)
+    assert torch.allclose(est[:, 401:], full[401:].expand(reps, -1, -1))  # exact where nothing is sampled
+    se = est[:, 0].std(0) / reps**0.5
+    assert torch.all((est[:, 0].mean(0) - full[0]).abs() < 4 * se)  # unbiased for the hub, within 4 s.e.
+    assert torch.all(est[:, 0].std(0) > 0)  # and it is a sample
+
+
+def test_inactive_when_no_node_exceeds_the_cap_and_data_unchanged():
+    ei, n = _star_and_path()
+    cap = DegreeCap(ei, n, 400)
+    assert not cap.active
+    data = Data(x=torch.randn(n, 2), edge_index=ei)
+    assert cap.sample(data, torch.Generator().manual_seed(0)) is data
+
+
+def test_sample_copies_data_with_scale_and_edge_weight():
+    ei, n = _star_and_path()
+    data = Data(x=torch.randn(n, 2), edge_index=ei, edge_weight=torch.arange(ei.size(1), dtype=torch.float32))
+    out = DegreeCap(ei, n, 10).sample(data, torch.Generator().manual_seed(2))
+    assert out is not data and data.edge_index is ei  # the caller's graph is left whole
+    assert out.edge_index.size(1) == out.edge_scale.numel() == out.edge_weight.numel() < ei.size(1)
+    assert torch.equal(ei[:, out.edge_weight.long()], out.edge_index)  # the weights follow their edges
+
+
+def test_edge_scale_multiplies_the_sum_aggregation_only():
+    """GCCAD with gin: an edge scale of 2 on every edge equals doubling the messages; a sage conv ignores it."""
+    from gcad_dist.model import GCCAD, GCCADConfig
+
+    torch.manual_seed(0)
+    ei, n = _star_and_path()
+    x = torch.randn(n, 6)
+    for conv, same in (("gin", False), ("sage", True)):
+        m = GCCAD(GCCADConfig(in_dim=6, hidden=8, num_layers=2, conv=conv, edge_update=False, contrast="graph"))
+        m.eval()
+        a = m(x, ei).h
+        b = m(x, ei, edge_scale=torch.full((ei.size(1),), 2.0)).h
+        c = m(x, ei, edge_weight=torch.full((ei.size(1),), 2.0)).h
+        assert torch.equal(a, b) == same
+        if conv == "gin":
+            assert torch.allclose(b, c, atol=1e-6)  # without the link remover, a scale is a weight
+
+
+def test_fit_supervised_with_a_cap_trains_on_samples_and_scores_on_every_edge(monkeypatch):
+    """The training forwards see sampled edges with their scale, the evaluations every edge; on a graph under the
+    cap the run is exactly the uncapped one."""
+    from gcad_dist.model import GCCAD, GCCADConfig
+    from gcad_dist.supervised import SupervisedConfig, fit_supervised
+
+    torch.manual_seed(0)
+    ei, n = _star_and_path()
+    y = torch.zeros(n, dtype=torch.long)
+    y[torch.arange(3, n, 17)] = 1
+    data = Data(x=torch.randn(n, 4), edge_index=ei, y=y)
+    perm = torch.randperm(n)
+    masks = [torch.zeros(n, dtype=torch.bool) for _ in range(3)]
+    for m, idx in zip(masks, (perm[:200], perm[200:300], perm[300:])):
+        m[idx] = True
+
+    seen: list[tuple[bool, int, bool]] = []
+    orig = GCCAD.forward
+
+    def spy(self, x, edge_index, *a, **k):
+        seen.append((self.training, edge_index.size(1), k.get("edge_scale") is not None))
+        return orig(self, x, edge_index, *a, **k)
+
+    monkeypatch.setattr(GCCAD, "forward", spy)
+
+    def fit(max_degree: int):
+        torch.manual_seed(1)
+        model = GCCAD(GCCADConfig(in_dim=4, hidden=8, num_layers=2, contrast="graph"))
+        cfg = SupervisedConfig(epochs=6, eval_every=3, patience=0, snapshots=1, progress=False, max_degree=max_degree)
+        return fit_supervised(model, data, masks, cfg)
+
+    fit(16)
+    train_calls = [s for s in seen if s[0]]
+    eval_calls = [s for s in seen if not s[0]]
+    assert len(train_calls) == 6 and all(e < ei.size(1) and scaled for _, e, scaled in train_calls)
+    assert len({e for _, e, _ in train_calls}) > 1  # a fresh sample every epoch
+    assert eval_calls and all(e == ei.size(1) and not scaled for _, e, scaled in eval_calls)
+    seen.clear()
+    a, b = fit(0), fit(400)  # no node above 400 in-edges: the cap changes nothing
+    assert all(e == ei.size(1) and not scaled for _, e, scaled in seen)
+    assert np.array_equal(a.scores, b.scores)
