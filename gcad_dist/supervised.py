@@ -64,8 +64,8 @@ class SupervisedConfig:
     precision: str = "fp32"
     # GCCAD only: train each epoch on a fresh sample of at most about this many in-edges a node, their sums rescaled
     # (gcad_dist.data.degree_cap); evaluation uses every edge. 0 = every edge in every epoch. 64 since session 24:
-    # level on tolokers' and reddit's validation splits (32 cost reddit 0.006 AUROC), tolokers' epoch 2.1x faster,
-    # a 4.3M-edge graph's 4.9x (BENCHMARKS.md, session 24)
+    # level on tolokers' and reddit's validation splits (32 cost reddit 0.006 AUROC and tolokers 0.011 AUPRC);
+    # tolokers' epoch 2.1x faster, a 4.3M-edge graph's 4.9x (BENCHMARKS.md, session 24)
     max_degree: int = 64
 
 
