@@ -40,12 +40,11 @@ class DegreeCap:
         deg = self.degree.to(torch.float32).clamp_min(1.0)
         self.keep_prob = (self.cap / deg).clamp_max(1.0)[dst]
         self.num_edges = int(edge_index.size(1))
-        self.expected_edges = float(self.keep_prob.sum()) if self.num_edges else 0.0
 
     @property
     def expected_share(self) -> float:
         """Expected share of the edges that an epoch uses."""
-        return self.expected_edges / self.num_edges if self.num_edges else 1.0
+        return float(self.keep_prob.mean()) if self.num_edges else 1.0
 
     def sample_edges(self, edge_index: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
         """One epoch's draw: (kept edge ids [E'], the kept edges [2, E'], the scale of each kept edge [E'],
