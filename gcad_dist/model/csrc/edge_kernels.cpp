@@ -14,6 +14,11 @@
 // * dropout of the node updates (gcad_dist/model/dropout.py): the same hash per (seed, row, unit), recomputed in the
 //   backward pass.
 //
+// Every per-unit loop is branch-free (a select over operands read unconditionally), so the compiler vectorises it:
+// a ReLU or sign written as a branch on data compiled to one mispredicted jump per unit, 4x the link MLP's forward
+// (BENCHMARKS.md, session 25). Rows gathered or added to through an edge's random endpoint are prefetched
+// kPrefetchEdges edges ahead; the mask bits are packed and unpacked with AVX2 (or AVX-512) where the CPU has it.
+//
 // Threads: T = 1 runs the serial loops. With T > 1 (torch's intra-op threads, torch.set_num_threads, at most one per
 // kMinEdgesPerTask edges, run by at::parallel_for) the per-edge work is split into T contiguous edge ranges, and the
 // per-node sums (scatters) are taken one of two ways (owner_computes):
@@ -27,7 +32,7 @@
 // Either way the result depends on T, never on the scheduling.
 
 #include <ATen/ATen.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 #include <ATen/Dispatch.h>
@@ -50,6 +55,22 @@ inline uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
+}
+
+// rows gathered this many edges ahead are prefetched (a row of h = 64 floats is four cache lines from L3 on a graph
+// whose [N, h] tables outgrow L2)
+constexpr int64_t kPrefetchEdges = 8;
+
+// prefetch the `bytes` of a row into the cache
+inline void prefetch_row(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
+}
+
+// the same for a row about to be added to (read and written)
+inline void prefetch_row_rw(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 1, 3);
 }
 
 // the dropout keep mask of edge `e`: keep[j] = 1 (kept) or 0 (dropped)
@@ -147,6 +168,10 @@ template <typename scalar_t>
 inline void gather_abs_diff(const scalar_t* __restrict hp, const int64_t* __restrict sp, const int64_t* __restrict dp,
                             int64_t lo, int64_t rows, int64_t h, scalar_t* __restrict a, scalar_t* __restrict diff) {
   for (int64_t b = 0; b < rows; ++b) {
+    if (b + kPrefetchEdges < rows) {
+      prefetch_row(hp + sp[lo + b + kPrefetchEdges] * h, h * sizeof(scalar_t));
+      prefetch_row(hp + dp[lo + b + kPrefetchEdges] * h, h * sizeof(scalar_t));
+    }
     const scalar_t* __restrict hd = hp + dp[lo + b] * h;
     const scalar_t* __restrict hs = hp + sp[lo + b] * h;
     scalar_t* __restrict ab = a + b * h;
@@ -168,6 +193,12 @@ inline void gather_abs_diff(const scalar_t* __restrict hp, const int64_t* __rest
   }
 }
 
+// sign(d) x (0 where d is 0), branch-free: both operands are read unconditionally, so a loop over units vectorises
+template <typename scalar_t>
+inline scalar_t signed_by(scalar_t d, scalar_t x) {
+  return d > 0 ? x : (d < 0 ? -x : scalar_t(0));
+}
+
 // bit j of words[0 .. ceil(h / 64)) = v[j] > 0
 template <typename scalar_t>
 inline void pack_positive(const scalar_t* __restrict v, int64_t h, uint64_t* __restrict words) {
@@ -177,6 +208,16 @@ inline void pack_positive(const scalar_t* __restrict v, int64_t h, uint64_t* __r
     const __m512 zero = _mm512_setzero_ps();
     for (; j + 16 <= h; j += 16) {
       const uint64_t m = _mm512_cmp_ps_mask(_mm512_loadu_ps(v + j), zero, _CMP_GT_OQ);
+      if ((j & 63) == 0) words[j >> 6] = 0;
+      words[j >> 6] |= m << (j & 63);
+    }
+  }
+#endif
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    const __m256 zero = _mm256_setzero_ps();
+    for (; j + 8 <= h; j += 8) {
+      const uint64_t m = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v + j), zero, _CMP_GT_OQ)));
       if ((j & 63) == 0) words[j >> 6] = 0;
       words[j >> 6] |= m << (j & 63);
     }
@@ -198,6 +239,17 @@ inline void unpack_scaled(const uint64_t* __restrict words, int64_t h, scalar_t 
     for (; j + 16 <= h; j += 16) {
       const __mmask16 m = static_cast<__mmask16>(words[j >> 6] >> (j & 63));
       _mm512_storeu_ps(out + j, _mm512_maskz_mov_ps(m, gv));
+    }
+  }
+#endif
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    const __m256 gv = _mm256_set1_ps(g);
+    const __m256i lanes = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    for (; j + 8 <= h; j += 8) {
+      const __m256i b = _mm256_set1_epi32(static_cast<int>((words[j >> 6] >> (j & 63)) & 0xFF));
+      const __m256i m = _mm256_cmpeq_epi32(_mm256_and_si256(b, lanes), lanes);
+      _mm256_storeu_ps(out + j, _mm256_and_ps(_mm256_castsi256_ps(m), gv));
     }
   }
 #endif
@@ -329,6 +381,10 @@ void link_mlp_forward_range(const LinkArgs<scalar_t>& a, uint32_t thr, int64_t s
     gemm_rm<scalar_t>(false, true, rows, k, k, 1, abuf.data(), k, a.w1, k, 0, zbuf.data(), k);
     for (int64_t b = 0; b < rows; ++b) {
       const int64_t e = lo + b;
+      if (b + kPrefetchEdges < rows) {
+        prefetch_row(udp + dp[e + kPrefetchEdges] * ud_stride, ud_stride * sizeof(scalar_t));
+        prefetch_row(usp + sp[e + kPrefetchEdges] * us_stride, us_stride * sizeof(scalar_t));
+      }
       scalar_t* __restrict z = zbuf.data() + b * k;
       const scalar_t* __restrict u1 = udp + dp[e] * ud_stride;
       const scalar_t* __restrict u2 = usp + sp[e] * us_stride;
@@ -338,7 +394,7 @@ void link_mlp_forward_range(const LinkArgs<scalar_t>& a, uint32_t thr, int64_t s
 #pragma omp simd reduction(+ : acc)
       for (int64_t j = 0; j < k; ++j) {
         scalar_t v = z[j] + u1[j] + u2[j];
-        v = v > 0 ? v * kp[j] : scalar_t(0);
+        v = (v > 0 ? v : scalar_t(0)) * kp[j];  // unconditional loads: vectorised (not a branch per unit)
         z[j] = v;
         acc += v * w2p[j];
       }
@@ -381,6 +437,10 @@ void link_mlp_backward_range(const LinkArgs<scalar_t>& a, const scalar_t* gp, co
       gather_abs_diff(a.h, sp, dp, lo, rows, k, abuf.data(), o.gh ? dbuf.data() : static_cast<scalar_t*>(nullptr));
     for (int64_t b = 0; b < rows; ++b) {
       const int64_t e = lo + b;
+      if (b + kPrefetchEdges < rows) {
+        if (o.pd) prefetch_row_rw(o.pd + dp[e + kPrefetchEdges] * a.ud_stride, a.ud_stride * sizeof(scalar_t));
+        if (o.ps) prefetch_row_rw(o.ps + sp[e + kPrefetchEdges] * a.us_stride, a.us_stride * sizeof(scalar_t));
+      }
       scalar_t* __restrict gh = gbuf.data() + b * k;
       unpack_scaled(bits + e * words, k, gp[e], gh);
       if (o.pd) {
@@ -398,14 +458,18 @@ void link_mlp_backward_range(const LinkArgs<scalar_t>& a, const scalar_t* gp, co
     if (o.gh) {
       gemm_rm<scalar_t>(false, false, rows, k, k, 1, gbuf.data(), k, w1s, k, 0, gabuf.data(), k);
       for (int64_t b = 0; b < rows; ++b) {
+        if (b + kPrefetchEdges < rows) {
+          prefetch_row_rw(o.gh + dp[lo + b + kPrefetchEdges] * k, k * sizeof(scalar_t));
+          prefetch_row_rw(o.gh + sp[lo + b + kPrefetchEdges] * k, k * sizeof(scalar_t));
+        }
         const scalar_t* __restrict ga = gabuf.data() + b * k;
         const scalar_t* __restrict df = dbuf.data() + b * k;
         scalar_t* __restrict od = o.gh + dp[lo + b] * k;
 #pragma omp simd
-        for (int64_t j = 0; j < k; ++j) od[j] += df[j] > 0 ? ga[j] : (df[j] < 0 ? -ga[j] : scalar_t(0));
+        for (int64_t j = 0; j < k; ++j) od[j] += signed_by(df[j], ga[j]);
         scalar_t* __restrict os = o.gh + sp[lo + b] * k;
 #pragma omp simd
-        for (int64_t j = 0; j < k; ++j) os[j] -= df[j] > 0 ? ga[j] : (df[j] < 0 ? -ga[j] : scalar_t(0));
+        for (int64_t j = 0; j < k; ++j) os[j] -= signed_by(df[j], ga[j]);
       }
     }
   }
@@ -478,7 +542,7 @@ void link_mlp_backward_owner(const LinkArgs<scalar_t>& a, const scalar_t* gp, co
               scalar_t* __restrict r = gab + b * k;
               const scalar_t* __restrict df = dbuf.data() + b * k;
 #pragma omp simd
-              for (int64_t j = 0; j < k; ++j) r[j] = df[j] > 0 ? r[j] : (df[j] < 0 ? -r[j] : scalar_t(0));
+              for (int64_t j = 0; j < k; ++j) r[j] = signed_by(df[j], r[j]);
             }
           }
         }
