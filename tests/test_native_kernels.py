@@ -135,6 +135,22 @@ def test_link_predictor_native_matches_plain_autograd(force_native, monkeypatch,
         torch.testing.assert_close(x, y, **tol)
 
 
+@pytest.mark.parametrize("k", [70, 72, 136])
+def test_link_mlp_float32_mask_bits_across_words(built, k):
+    """fp32 with h above 64: the mask bits of an edge span two or three words, packed and unpacked 8 (AVX2) or 16
+    (AVX-512) units at a time with a scalar tail (h = 70); values and gradients match the plain version in fp64 to
+    fp32's rounding (a wrong mask bit would be off by a whole unit's term)."""
+    h, ei = _graph(40, 900, k, seed=5)
+    ud, us, w1, w2 = _terms(40, k, "global")
+    ref = [t.requires_grad_() for t in (h, ud, us, w1, w2)]
+    ins = [t.detach().float().requires_grad_() for t in ref]
+    a = native.link_mlp(*ins, ei[0], ei[1], drop=0.0, seed=0, block=64)
+    b = _plain(*ref, ei[0], ei[1])
+    torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
+    for x, y in zip(torch.autograd.grad(a.sin().sum(), ins), torch.autograd.grad(b.sin().sum(), ref)):
+        torch.testing.assert_close(x.double(), y, rtol=1e-4, atol=1e-5 * float(y.abs().max()))
+
+
 def test_dropout_is_bernoulli_and_scaled(built):
     """With W1 = 0 and ud = 1 every pre-activation is 1, so the logit counts the kept units: kept
     fraction 1 - p, units and edges independent, scale exactly the inverse keep probability."""

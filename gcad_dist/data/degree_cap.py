@@ -1,7 +1,7 @@
 """An in-degree cap for full-batch training on dense graphs: each epoch sees a fresh sample of the edges.
 
 GCCAD's step is per-edge work (the link MLP scores every edge in every layer), so a full-batch training epoch
-costs about 3 us an edge on one CPU thread: 2.7 s on tolokers (1.04M directed edges), 12.6 s on a generated graph
+costs about 1.2 us an edge on one CPU thread: 1.2 s on tolokers (1.04M directed edges), 5 s on a generated graph
 of 4.3M (as dense as Amazon's co-review graph), for up to 400 epochs and three ``--contrast auto`` candidates.
 
 :class:`DegreeCap` keeps every in-edge of a node with at most ``cap`` of them and a random ``cap / degree`` share
