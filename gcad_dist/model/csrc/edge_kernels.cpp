@@ -15,8 +15,8 @@
 //   backward pass.
 //
 // Every per-unit loop is branch-free (a select over operands read unconditionally), so the compiler vectorises it:
-// a ReLU or sign written as a branch on data compiled to one mispredicted jump per unit, 4x the link MLP's forward
-// (BENCHMARKS.md, session 25). Rows gathered or added to through an edge's random endpoint are prefetched
+// a ReLU or sign written as a branch on data compiled to one mispredicted jump per unit (the link MLP forward took 4x
+// as long; BENCHMARKS.md, session 25). Rows gathered or added to through an edge's random endpoint are prefetched
 // kPrefetchEdges edges ahead; the mask bits are packed and unpacked with AVX2 (or AVX-512) where the CPU has it.
 //
 // Threads: T = 1 runs the serial loops. With T > 1 (torch's intra-op threads, torch.set_num_threads, at most one per
