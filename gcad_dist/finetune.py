@@ -18,10 +18,10 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    ``gcad_dist.train``'s GCCAD started from the checkpoint's input projection (``graph``); or that GCCAD from a
    random start (``scratch``: what ``gcad_dist.train`` fits on the same labels). The label-free recipe's model
    (the ``local`` contrast) passes no message: it carries the pre-trained score, and labels cannot teach it the
-   graph. So by default (``auto``) such a checkpoint is fitted all three ways and one is kept on validation:
-   the checkpoint's model unless an alternative's AUPRC is clearly higher by a paired bootstrap over the
-   validation nodes (:func:`gcad_dist.train.choose_contrast`, sessions 7-17's rule of ``--contrast auto``). Each
-   graph model is itself ``gcad_dist.train``'s: its ``--contrast auto`` candidates, those validation cannot tell
+   graph. So by default (``auto``) such a checkpoint is fitted all three ways, and every one whose validation
+   AUPRC a paired bootstrap over the validation nodes does not place clearly below the best one's is kept; the
+   kept ones' standardised scores are averaged (:func:`gcad_dist.train.keep_candidates`, ``--contrast auto``'s
+   rule one level up; chosen on validation halves in session 25, BENCHMARKS.md). Each graph model is itself ``gcad_dist.train``'s: its ``--contrast auto`` candidates, those validation cannot tell
    apart kept and averaged (:func:`gcad_dist.train.keep_candidates`).
    Both graph starts are candidates because neither wins everywhere on validation (BENCHMARKS.md, session 15:
    the pre-trained start is better on tolokers, worse on inj_cora with all its labels). A checkpoint that passes
@@ -68,7 +68,7 @@ __all__ = ["FINETUNE_MODELS", "FinetuneConfig", "subsample_labels", "warm_start_
 #: (message passing, its ``--contrast auto`` candidates) started from the checkpoint's input projection; ``scratch``
 #: trains that model from a random start, as gcad_dist.train does (the pre-trained weights unused); ``auto``
 #: fine-tunes the checkpoint as it is when its model passes messages, else fits AUTO_MODELS and keeps one on
-#: validation (the bootstrap rule of :mod:`gcad_dist.selection`, the checkpoint's model the default)
+#: validation (every fit not clearly below the best by the bootstrap of :mod:`gcad_dist.selection`, averaged)
 FINETUNE_MODELS = ("auto", "checkpoint", "graph", "scratch")
 AUTO_MODELS = ("checkpoint", "graph", "scratch")
 
@@ -169,7 +169,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
     from gcad_dist.supervised import fit_supervised, predict
-    from gcad_dist.train import (check_labels, choose_contrast, combine_candidates, fit_models, keep_candidates,
+    from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates,
                                  supervised_config, warn_split_classes, write_json)
     from partitioning.graph import describe_labels
 
@@ -267,20 +267,22 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                 else:
                     fits.append(gfits[0])
             names.append(which)
-        chosen = 0
-        if len(fits) > 1:
-            chosen, selection = choose_contrast(fits, y, split.val, seed=cfg.seed, names=names,
-                                                what="fine-tuned model")
+        kept_name = names[0]
+        if len(fits) > 1:  # every model validation does not place clearly below the best, scored together
+            kept, selection = keep_candidates(fits, y, split.val, seed=cfg.seed, names=names)
             metrics["model_selection"] = selection
+            kept_name = selection["chosen"]
+            res, saved_model, saved_config = combine_candidates(fits, kept, data, split)
+        else:
+            res, saved_model, saved_config = fits[0]
         if graph_selection:  # each graph model's own candidates kept, as gcad_dist.train keeps them
             metrics["contrast_selection"] = graph_selection
-        res, saved_model, saved_config = fits[chosen]
         scores, history, best_epoch, snapshots = res.scores, res.history, res.best_epoch, res.snapshot_states
-        metrics["finetuned_model"] = names[chosen]
+        metrics["finetuned_model"] = kept_name
         metrics["model_config"] = asdict(saved_config)
         metrics.update(res.summary())
         metrics["history"] = res.history
-        extra["finetuned_model"] = names[chosen]
+        extra["finetuned_model"] = kept_name
     extra.update({"best_epoch": best_epoch, "val": metrics["val"], "test": metrics["test"]})
     save_model(out / "final", saved_model.cpu(), saved_config, extra=extra, snapshots=snapshots)
     metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
@@ -316,8 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what is fitted: 'checkpoint' = the checkpoint's own model; 'graph' = gcad_dist.train's GCCAD "
                         "(message passing; its --contrast auto candidates) started from the checkpoint's input "
                         "projection; 'scratch' = that GCCAD from a random start, as gcad_dist.train fits it; 'auto' = "
-                        "'checkpoint' when that model passes messages, else all three, keeping the checkpoint's unless "
-                        "a paired bootstrap over the validation nodes finds another's AUPRC clearly higher (the "
+                        "'checkpoint' when that model passes messages, else all three, keeping every one that a paired "
+                        "bootstrap over the validation nodes does not place clearly below the best in AUPRC and "
+                        "averaging their standardised scores (the "
                         "label-free recipe's model has no message passing: where its score says little about the "
                         "labelled anomalies, a graph model learns what it cannot; costs about 2x gcad_dist.train)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch fine-tuning epochs; 0 = zero-shot evaluation only "

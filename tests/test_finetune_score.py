@@ -698,20 +698,20 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
         small_graph, local_checkpoint, tmp_path, capsys, monkeypatch) -> None:
     """A model without message passing is fine-tuned as it is, and gcad_dist.train's GCCAD is trained from its input
     projection and from scratch; the choice reads validation labels only, and the written checkpoint is the kept
-    model."""
+    model (several kept: their average, whose primary is the first kept)."""
     import gcad_dist.train as train_mod
 
     g, path = small_graph
     seen = {}
-    real = train_mod.choose_contrast
+    real = train_mod.keep_candidates
 
-    def spy(fits, y, val_mask, seed=0, names=None, what="contrast"):
-        if what == "fine-tuned model":
+    def spy(fits, y, val_mask, seed=0, names=None):
+        if names == ["checkpoint", "graph", "scratch"]:
             seen["val_mask"] = torch.as_tensor(val_mask).clone()
             seen["names"] = names
-        return real(fits, y, val_mask, seed=seed, names=names, what=what)
+        return real(fits, y, val_mask, seed=seed, names=names)
 
-    monkeypatch.setattr(train_mod, "choose_contrast", spy)
+    monkeypatch.setattr(train_mod, "keep_candidates", spy)
     out = tmp_path / "ft"
     code, stdout, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out",
                                             str(out), "--epochs", "4", "--eval-every", "2", "--seed", "0",
@@ -730,12 +730,18 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
     ck = load_model_file(out / "final")
     assert ck["extra"]["finetuned_model"] == m["finetuned_model"]
     kept = m["finetuned_model"]
-    from gcad_dist.train import candidate_name
-    from gcad_dist.model import GCCADConfig
+    assert kept == " + ".join(sel["kept"]) and f"{kept} model" in stdout
+    primary = sel["kept"][0]
+    assert ck["config"]["contrast"] == "local" if primary == "checkpoint" else ck["config"]["contrast"] != "local"
+    # the written checkpoint (one flat ensemble when several are kept) scores the validation nodes as the run did
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.score import load_checkpoint_model
+    from gcad_dist.supervised import predict
+    from gcad_dist.train import load_labelled
 
-    assert (ck["config"]["contrast"] == "local" if kept == "checkpoint"
-            else candidate_name(GCCADConfig(**ck["config"]), "graph") == m["contrast_selection"][kept]["chosen"])
-    assert f"{kept} model" in stdout
+    data = load_labelled(str(path))
+    s = predict(load_checkpoint_model(out / "final").model, data)
+    assert evaluate(data.y, s, mask=split.val)["auprc"] == pytest.approx(m["val"]["auprc"], abs=1e-5)
 
 
 def test_scratch_candidate_is_gcad_dist_train(small_graph, local_checkpoint, tmp_path, capsys) -> None:

@@ -385,3 +385,33 @@ def test_candidate_workers_bad_value_is_a_usage_error(tmp_path, capsys):
     assert code == 2 and "--candidate-workers: must be >= 1" in err
     code, err = _cli(["bench.candidate_workers", "--workers", "1"], capsys)  # the benchmark's own check
     assert code == 2 and "every --workers value >= 2" in err
+
+
+def test_flat_ensemble_scores_as_the_nested_average() -> None:
+    """A kept fit that is itself an average of candidates joins a flat ensemble as its members, with composed
+    statistics: the flat ensemble's score equals the mean of the parts' standardised scores (one checkpoint level)."""
+    from gcad_dist.model.candidate_ensemble import CandidateEnsemble, flat_ensemble, standardised_mean
+
+    class Linear(torch.nn.Module):  # a member: forward gives its outputs, score reads them
+        def __init__(self, w: torch.Tensor) -> None:
+            super().__init__()
+            self.w = w
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ self.w
+
+        def score(self, out: torch.Tensor) -> torch.Tensor:
+            return out
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 4, generator=g, dtype=torch.float64)
+    a, b, c, d = (Linear(torch.randn(4, generator=g, dtype=torch.float64) * (i + 1)) for i in range(4))
+    inner = CandidateEnsemble([a, b, c], [0.3, -1.0, 2.0], [0.5, 2.0, 3.0])  # a model kept as an average
+    s_inner = inner.score(inner(x)).double().numpy()
+    s_d = d.score(d(x)).numpy()
+    expected, stats = standardised_mean([s_inner, s_d])
+    flat = flat_ensemble([(inner, *stats[0]), (d, *stats[1])])
+    assert len(flat.members) == 4 and not any(isinstance(m, CandidateEnsemble) for m in flat.members)
+    np.testing.assert_allclose(flat.score(flat(x)).numpy(), expected, rtol=1e-5, atol=1e-5)
+    plain = flat_ensemble([(a, 1.0, 2.0), (d, -1.0, 0.5)])  # no nesting: the statistics as given
+    assert plain.means.tolist() == [1.0, -1.0] and plain.stds.tolist() == [2.0, 0.5]

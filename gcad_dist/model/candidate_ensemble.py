@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["CandidateEnsemble", "standardisation", "standardised_mean"]
+__all__ = ["CandidateEnsemble", "flat_ensemble", "standardisation", "standardised_mean"]
 
 
 def standardisation(scores: Any) -> tuple[float, float]:
@@ -67,3 +67,23 @@ class CandidateEnsemble(torch.nn.Module):
         """Mean over the members of ``(score - mean) / std`` [N]."""
         z = [(m.score(o).float() - self.means[i]) / self.stds[i] for i, (m, o) in enumerate(zip(self.members, outs))]
         return torch.stack(z).mean(0)
+
+
+def flat_ensemble(parts: list[tuple[torch.nn.Module, float, float]]) -> CandidateEnsemble:
+    """One flat :class:`CandidateEnsemble` scoring as the mean of ``(score_j - mean_j) / std_j`` over ``parts`` =
+    (module, mean_j, std_j), where a module may itself be a :class:`CandidateEnsemble` (a kept model that is
+    ``--contrast auto``'s average): its members join the flat list with composed statistics, so a checkpoint keeps one
+    level. Exact: member i of part j (n_j members, its own mean_ji, std_ji) enters the mean over all L members with
+    mean ``mean_ji + mean_j std_ji`` and std ``std_ji std_j n_j K / L`` (K parts); a plain part with ``mean_j`` and
+    ``std_j K / L``."""
+    leaves: list[tuple[torch.nn.Module, float, float]] = []  # (member, mean, std x L / K, filled in below)
+    for module, mu, sd in parts:
+        if isinstance(module, CandidateEnsemble):
+            n = len(module.members)
+            for m, mu_i, sd_i in zip(module.members, module.means.tolist(), module.stds.tolist()):
+                leaves.append((m, mu_i + mu * sd_i, sd_i * sd * n))
+        else:
+            leaves.append((module, float(mu), float(sd)))
+    k, n_leaves = len(parts), len(leaves)
+    return CandidateEnsemble([m for m, _, _ in leaves], [mu for _, mu, _ in leaves],
+                             [sd * k / n_leaves for _, _, sd in leaves])
