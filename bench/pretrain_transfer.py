@@ -14,7 +14,7 @@ For each dataset (a name in ``--data-dir`` such as ``tolokers``, or a path to a 
    * for each fraction f of ``--label-fractions`` (default 0.01, 0.1, 1), the same seeded stratified
      subsample of the training labels (:func:`gcad_dist.data.splits.subsample_labels`) for both:
      ``python -m gcad_dist.finetune --label-fraction f`` (fine-tuned from the checkpoint; its default ``--model
-     auto`` keeps the checkpoint's model or a graph model on validation, recorded per run) and
+     auto`` keeps, on validation, the checkpoint's model, the graph models or an average of them, recorded per run) and
      ``python -m gcad_dist.train --model gccad --label-fraction f`` (supervised GCCAD from scratch).
      Both run with the same supervised settings: ``gcad_dist.train``'s defaults (lr, epochs, patience,
      ``--link-eval expected``, ``--score-space projection``) unless ``--tune-lr`` / ``--ft-epochs`` /
