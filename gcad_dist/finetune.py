@@ -21,7 +21,8 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    graph. So by default (``auto``) such a checkpoint is fitted all three ways, and every one whose validation
    AUPRC a paired bootstrap over the validation nodes does not place clearly below the best one's is kept; the
    kept ones' standardised scores are averaged (:func:`gcad_dist.train.keep_candidates`, ``--contrast auto``'s
-   rule one level up; chosen on validation halves in session 25, BENCHMARKS.md). Each graph model is itself ``gcad_dist.train``'s: its ``--contrast auto`` candidates, those validation cannot tell
+   rule one level up; chosen on validation halves in session 25, BENCHMARKS.md). Each graph model is itself
+   ``gcad_dist.train``'s: its ``--contrast auto`` candidates, those validation cannot tell
    apart kept and averaged (:func:`gcad_dist.train.keep_candidates`).
    Both graph starts are candidates because neither wins everywhere on validation (BENCHMARKS.md, session 15:
    the pre-trained start is better on tolokers, worse on inj_cora with all its labels). A checkpoint that passes

@@ -90,9 +90,13 @@ class FitResult:
     best_scores: np.ndarray | None = None  # the best single state's scores (= scores with one snapshot)
 
     def ensemble(self, model: torch.nn.Module) -> torch.nn.Module:
-        """``model`` itself with one snapshot, else a :class:`SnapshotEnsemble` of ``model``'s architecture
-        holding the snapshots: the module whose scores are ``scores``."""
-        if len(self.snapshot_states) <= 1:
+        """``model`` itself with one snapshot or when it is already a candidate ensemble (the fit of
+        :func:`gcad_dist.train.combine_candidates`, whose members hold their own snapshots), else a
+        :class:`SnapshotEnsemble` of ``model``'s architecture holding the snapshots: the module whose scores are
+        ``scores``."""
+        from gcad_dist.model.candidate_ensemble import CandidateEnsemble
+
+        if len(self.snapshot_states) <= 1 or isinstance(model, CandidateEnsemble):
             return model
         return SnapshotEnsemble(model, self.snapshot_states)
 

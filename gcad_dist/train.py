@@ -461,7 +461,7 @@ def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], 
     from dataclasses import replace
 
     from gcad_dist.metrics import evaluate
-    from gcad_dist.model.candidate_ensemble import CandidateEnsemble, flat_ensemble, standardised_mean
+    from gcad_dist.model.candidate_ensemble import flat_ensemble, standardised_mean
 
     if len(kept) == 1:
         return fits[kept[0]]
@@ -475,8 +475,7 @@ def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], 
     res = replace(primary, val=val, test=test, scores=scores, best_scores=None,
                   extra={**primary.extra, "candidates_kept": len(kept)})
     # a kept fit that is itself a candidate ensemble (gcad_dist.finetune's graph models) joins as its members
-    model = flat_ensemble([(fits[i][1] if isinstance(fits[i][1], CandidateEnsemble) else fits[i][0].ensemble(fits[i][1]),
-                            mu, sd) for i, (mu, sd) in zip(kept, stats)])
+    model = flat_ensemble([(fits[i][0].ensemble(fits[i][1]), mu, sd) for i, (mu, sd) in zip(kept, stats)])
     return res, model, primary_cfg
 
 

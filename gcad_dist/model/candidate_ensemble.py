@@ -76,7 +76,7 @@ def flat_ensemble(parts: list[tuple[torch.nn.Module, float, float]]) -> Candidat
     level. Exact: member i of part j (n_j members, its own mean_ji, std_ji) enters the mean over all L members with
     mean ``mean_ji + mean_j std_ji`` and std ``std_ji std_j n_j K / L`` (K parts); a plain part with ``mean_j`` and
     ``std_j K / L``."""
-    leaves: list[tuple[torch.nn.Module, float, float]] = []  # (member, mean, std x L / K, filled in below)
+    leaves: list[tuple[torch.nn.Module, float, float]] = []  # (member, mean, std before the K / L factor)
     for module, mu, sd in parts:
         if isinstance(module, CandidateEnsemble):
             n = len(module.members)

@@ -61,16 +61,11 @@ inline uint64_t splitmix64(uint64_t x) {
 // whose [N, h] tables outgrow L2)
 constexpr int64_t kPrefetchEdges = 8;
 
-// prefetch the `bytes` of a row into the cache
+// prefetch the `bytes` of a row into the cache; Write = 1 for a row about to be added to (read and written)
+template <int Write = 0>
 inline void prefetch_row(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
-}
-
-// the same for a row about to be added to (read and written)
-inline void prefetch_row_rw(const void* p, int64_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 1, 3);
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, Write, 3);
 }
 
 // the dropout keep mask of edge `e`: keep[j] = 1 (kept) or 0 (dropped)
@@ -438,8 +433,8 @@ void link_mlp_backward_range(const LinkArgs<scalar_t>& a, const scalar_t* gp, co
     for (int64_t b = 0; b < rows; ++b) {
       const int64_t e = lo + b;
       if (b + kPrefetchEdges < rows) {
-        if (o.pd) prefetch_row_rw(o.pd + dp[e + kPrefetchEdges] * a.ud_stride, a.ud_stride * sizeof(scalar_t));
-        if (o.ps) prefetch_row_rw(o.ps + sp[e + kPrefetchEdges] * a.us_stride, a.us_stride * sizeof(scalar_t));
+        if (o.pd) prefetch_row<1>(o.pd + dp[e + kPrefetchEdges] * a.ud_stride, a.ud_stride * sizeof(scalar_t));
+        if (o.ps) prefetch_row<1>(o.ps + sp[e + kPrefetchEdges] * a.us_stride, a.us_stride * sizeof(scalar_t));
       }
       scalar_t* __restrict gh = gbuf.data() + b * k;
       unpack_scaled(bits + e * words, k, gp[e], gh);
@@ -459,8 +454,8 @@ void link_mlp_backward_range(const LinkArgs<scalar_t>& a, const scalar_t* gp, co
       gemm_rm<scalar_t>(false, false, rows, k, k, 1, gbuf.data(), k, w1s, k, 0, gabuf.data(), k);
       for (int64_t b = 0; b < rows; ++b) {
         if (b + kPrefetchEdges < rows) {
-          prefetch_row_rw(o.gh + dp[lo + b + kPrefetchEdges] * k, k * sizeof(scalar_t));
-          prefetch_row_rw(o.gh + sp[lo + b + kPrefetchEdges] * k, k * sizeof(scalar_t));
+          prefetch_row<1>(o.gh + dp[lo + b + kPrefetchEdges] * k, k * sizeof(scalar_t));
+          prefetch_row<1>(o.gh + sp[lo + b + kPrefetchEdges] * k, k * sizeof(scalar_t));
         }
         const scalar_t* __restrict ga = gabuf.data() + b * k;
         const scalar_t* __restrict df = dbuf.data() + b * k;
