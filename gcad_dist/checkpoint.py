@@ -37,7 +37,7 @@ class CheckpointError(GraphInputError):
     """A checkpoint file that is not ours (refused unread), unreadable, or from another model config."""
 
 
-def _safe_load(path: Path, extra_globals: list | None = None) -> Any:
+def safe_load(path: Path, extra_globals: list | None = None) -> Any:
     """``torch.load(weights_only=True)``, errors as one-line :class:`CheckpointError`."""
     try:
         if extra_globals:
@@ -60,7 +60,9 @@ def _safe_load(path: Path, extra_globals: list | None = None) -> Any:
         raise CheckpointError(str(path), f"cannot read checkpoint ({type(e).__name__}: {first})") from None
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
+def atomic_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then renamed over it: a reader (or a crash) never sees a
+    half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
@@ -95,7 +97,7 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
     if snapshots and len(snapshots) > 1:
         obj[SNAPSHOTS_KEY] = [_cpu(st) for st in snapshots]
     path = directory / MODEL_FILE
-    _atomic_save(obj, path)
+    atomic_save(obj, path)
     return path
 
 
@@ -110,7 +112,7 @@ def load_model_file(directory: str | Path) -> dict:
         p = p / MODEL_FILE
     if not p.exists():
         raise FileNotFoundError(f"{directory}: no {MODEL_FILE} here (not a gcad-dist checkpoint)")
-    return _safe_load(p)
+    return safe_load(p)
 
 
 def rng_state() -> dict:
@@ -149,7 +151,7 @@ def save_train_state(directory: str | Path, state: dict[str, Any]) -> Path:
     """Write ``train_state.pt`` beside ``model.pt``: optimizer, scheduler, memory buffers, epoch, step,
     RNG states, metric history (any picklable dict). Written atomically."""
     path = Path(directory) / TRAIN_STATE_FILE
-    _atomic_save(state, path)
+    atomic_save(state, path)
     return path
 
 
@@ -174,7 +176,7 @@ def load_train_state(directory: str | Path) -> dict[str, Any] | None:
     path = Path(directory) / TRAIN_STATE_FILE
     if not path.exists():
         return None
-    return _safe_load(path, _legacy_numpy_globals())
+    return safe_load(path, _legacy_numpy_globals())
 
 
 # GCCADConfig field -> the pretrain option that sets it (for --resume errors)

@@ -58,7 +58,10 @@ import torch
 from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
-from gcad_dist.train import LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options
+from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
+from gcad_dist.fit_state import finish as finish_run_state
+from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options, add_resume_options,
+                             prepare_run_state)
 from partitioning.errors import GraphInputError
 
 log = logging.getLogger("gcad_dist.finetune")
@@ -102,6 +105,9 @@ class FinetuneConfig:
     threads: int = 0
     candidate_workers: int = TrainConfig.candidate_workers
     address: str | None = None
+    resume: bool = False
+    overwrite: bool = False
+    checkpoint_interval: float = TrainConfig.checkpoint_interval
     plots: bool = True
     progress: bool = True
     verbose: bool = False
@@ -120,6 +126,8 @@ def _validate(cfg: FinetuneConfig) -> None:
         raise UsageError(f"--snapshots: must be >= 1, got {cfg.snapshots}")
     if cfg.max_degree < 0:
         raise UsageError(f"--max-degree: must be >= 0 (0 = every edge in every epoch), got {cfg.max_degree}")
+    if cfg.checkpoint_interval < 0:
+        raise UsageError(f"--checkpoint-interval: must be >= 0 (0 = every epoch), got {cfg.checkpoint_interval}")
     if cfg.candidate_workers < 1:
         raise UsageError(f"--candidate-workers: must be >= 1, got {cfg.candidate_workers}")
     if cfg.model not in FINETUNE_MODELS:
@@ -176,6 +184,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
     _validate(cfg)
     _resolve_device(cfg.device)
+    state_dir = prepare_run_state(cfg) if cfg.epochs > 0 else None
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     retain_freed_memory()
@@ -249,19 +258,19 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                            snapshots=cfg.snapshots, link_eval=cfg.link_eval, score_space=cfg.score_space,
                            max_degree=cfg.max_degree, seed=cfg.seed, device=cfg.device, threads=cfg.threads,
                            candidate_workers=cfg.candidate_workers, address=cfg.address, progress=cfg.progress,
-                           verbose=cfg.verbose)
-        scfg = supervised_config(tcfg)
+                           verbose=cfg.verbose, checkpoint_interval=cfg.checkpoint_interval)
+        scfg = supervised_config(tcfg, state_dir)
         source = base_model(zs_model)
         names, fits, graph_selection = [], [], {}
         for which in _models_to_fit(cfg.model, loaded.config):
             if which == "checkpoint":
                 log.info("fine-tuning the checkpoint's model (contrast %s)", ft_config.contrast)
-                fits.append((fit_supervised(model, data, sub, scfg), model, ft_config))
+                fits.append((fit_supervised(model, data, sub, scfg, state_name="checkpoint"), model, ft_config))
             else:  # gcad_dist.train's model and candidates, from the pre-trained input projection or from scratch
                 init = (lambda m: warm_start_input_projection(m, source)) if which == "graph" else None
                 log.info("fine-tuning gcad_dist.train's model (message passing), %s",
                          "started from the checkpoint's input projection" if init else "from scratch")
-                gfits = fit_models(tcfg, data, sub, scfg, init=init)
+                gfits = fit_models(tcfg, data, sub, scfg, init=init, state_prefix=f"{which}-")
                 if len(gfits) > 1:  # the candidates validation cannot tell apart, scored together, as in train
                     kept, graph_selection[which] = keep_candidates(gfits, y, split.val, seed=cfg.seed)
                     fits.append(combine_candidates(gfits, kept, data, split))
@@ -288,6 +297,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     save_model(out / "final", saved_model.cpu(), saved_config, extra=extra, snapshots=snapshots)
     metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
     write_json(metrics, out / "metrics.json")
+    finish_run_state(state_dir)
     if cfg.plots:
         from gcad_dist.plots import plot_roc_pr, plot_training_curves
 
@@ -353,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "pre-training records its store's, standard by default; none if unrecorded, e.g. older "
                         "checkpoints); standard = z-score over all nodes of this graph; none = raw")
     add_candidate_options(p, d)
+    add_resume_options(p, d)
     add_runtime_options(p, d)
     return p
 
@@ -360,7 +371,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     cfg = FinetuneConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
-    m = finetune(cfg)
+    try:
+        m = finetune(cfg)
+    except ResumeMismatch as e:
+        raise UsageError(f"--resume: {e}; start over with --overwrite") from None
+    except KeyboardInterrupt:
+        log.warning("interrupted: the training state is in %s; continue with the same command and --resume",
+                    Path(cfg.out) / STATE_DIR)
+        raise
     zs, te = m["zero_shot"]["test"], m["test"]
     label = ("zero-shot only" if cfg.epochs == 0
              else f"{m['finetuned_model']} model, best epoch {m['best_epoch']}/{m['epochs_run']}")

@@ -17,7 +17,9 @@ wall time per run.
   where ``<key>`` is a hash of every setting that changes the run's result (:func:`run_settings`: model
   settings, dataset content, split fractions, library versions, :data:`RESULTS_VERSION`); the settings
   are stored in the JSON. A rerun with the same settings skips runs whose JSON exists (resume); a rerun
-  with other settings trains anew, and the tables only read runs whose settings match the current ones.
+  with other settings trains anew, and the tables only read runs whose settings match the current ones. A GNN run
+  that was interrupted (Ctrl-C, a crash) continues from its fits' training state, kept beside its JSON in
+  ``seed<s>.unfinished/`` until the JSON is written (:mod:`gcad_dist.fit_state`).
 * ``<out>/quality.md`` (and stdout) get the Markdown tables.
 """
 
@@ -29,6 +31,7 @@ import hashlib
 import json
 import logging
 import math
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,6 +44,7 @@ from tqdm.auto import tqdm
 from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from gcad_dist.selection import KEEP_RULE
+from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
                              load_labelled, normalize_features, resolve_jump, train_one, write_json)
 
@@ -371,9 +375,11 @@ def run_detector(cfg: QualityConfig, model: str, raw: Any, standard: Any, seed: 
             "split": {"source": split.source, **split.sizes()}}
 
 
-def run_gnn(cfg: QualityConfig, path: Path, model: str, standard: Any, seed: int) -> dict[str, Any]:
-    """One GNN run (:func:`gcad_dist.train.train_one`): summary with its validation history."""
-    o = train_one(train_config(cfg, path, model, seed), data=standard)
+def run_gnn(cfg: QualityConfig, path: Path, model: str, standard: Any, seed: int,
+            state_dir: Path | None = None) -> dict[str, Any]:
+    """One GNN run (:func:`gcad_dist.train.train_one`): summary with its validation history. ``state_dir``: where
+    its fits write their training state and find it after an interruption (:mod:`gcad_dist.fit_state`)."""
+    o = train_one(train_config(cfg, path, model, seed), data=standard, state_dir=state_dir)
     summary = {k: v for k, v in o.metrics.items() if k != "history"}
     summary["labels_used"] = "train+val"
     summary["history"] = {k: o.metrics["history"][k] for k in ("eval_epoch", "val_auroc", "val_auprc")}
@@ -522,10 +528,21 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             try:
                 if model in GNN_MODELS:
-                    summary = run_gnn(cfg, path, model, standard, seed)
+                    # an interrupted run continues from its fits' saved states (same settings: same key)
+                    state_dir = dest.with_suffix(".unfinished")
+                    try:
+                        summary = run_gnn(cfg, path, model, standard, seed, state_dir)
+                    except ResumeMismatch as e:  # a state from another version of the code: start over
+                        log.warning("%s; starting %s %s seed %d over", e, name, model, seed)
+                        shutil.rmtree(state_dir, ignore_errors=True)
+                        summary = run_gnn(cfg, path, model, standard, seed, state_dir)
                 else:
                     summary = run_detector(cfg, model, raw, standard, seed)
-            except (UsageError, KeyboardInterrupt):
+            except KeyboardInterrupt:
+                log.warning("interrupted: rerun the same command to continue (%s %s seed %d from its saved state)",
+                            name, model, seed)
+                raise
+            except UsageError:
                 raise
             except Exception as e:  # noqa: BLE001 - one failing run must not lose the benchmark
                 log.exception("%s %s seed %d failed: %s", name, model, seed, e)
@@ -535,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
                            settings=s, settings_key=settings_key(s))
             write_json(summary, dest)
             write_json(s, dest.parent / "settings.json")
+            shutil.rmtree(dest.with_suffix(".unfinished"), ignore_errors=True)
             log.info("%s %s seed %d: test AUROC %.4f AUPRC %.4f Rec@K %.4f (val AUPRC %.4f, %.1f s)", name, model, seed,
                      summary["test"]["auroc"], summary["test"]["auprc"], summary["test"]["recall_at_k"],
                      summary["val"]["auprc"], summary["wall_seconds"])

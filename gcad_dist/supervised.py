@@ -14,11 +14,13 @@ no loss and no metric.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +28,9 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from gcad_dist.checkpoint import rng_state, set_rng_state
 from gcad_dist.data.degree_cap import DegreeCap
+from gcad_dist.fit_state import FitCheckpointer, FitInterrupted, ResumeMismatch, StopRequest, fingerprint, same_fit
 from gcad_dist.metrics import evaluate
 from gcad_dist.model.baselines import BaselineClassifier
 from gcad_dist.model.precision import autocast, resolve_precision
@@ -35,7 +39,7 @@ from gcad_dist.optim import adam
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SupervisedConfig", "FitResult", "fit_supervised", "lr_lambda", "resolve_device", "predict"]
+__all__ = ["SupervisedConfig", "FitResult", "fit_supervised", "FitInterrupted", "ResumeMismatch", "lr_lambda", "resolve_device", "predict"]
 
 
 @dataclass
@@ -67,6 +71,10 @@ class SupervisedConfig:
     # level on tolokers' and reddit's validation splits (32 cost reddit 0.006 AUROC and tolokers 0.011 AUPRC);
     # tolokers' epoch 2.1x faster, a 4.3M-edge graph's 4.9x (BENCHMARKS.md, session 24)
     max_degree: int = 64
+    # where the fit's training state is written so that an interrupted run continues (gcad_dist.fit_state): a
+    # folder, with the fit's file named by fit_supervised's ``state_name``; None = not written
+    state_dir: str | None = None
+    state_interval: float = 60.0  # write the state at an epoch end at most every this many seconds (0 = every epoch)
 
 
 @dataclass
@@ -178,12 +186,25 @@ def predict(model: torch.nn.Module, data: Any, precision: str = "fp32") -> Tenso
     return s
 
 
+def _cpu(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    return {k: v.detach().cpu() for k, v in state.items()}
+
+
+# settings that do not change what a fit computes (a resumed fit may differ in them)
+_RUNTIME_SETTINGS = ("device", "progress", "state_dir", "state_interval")
+
+
+def _fit_settings(cfg: SupervisedConfig) -> dict[str, Any]:
+    return {k: v for k, v in asdict(cfg).items() if k not in _RUNTIME_SETTINGS}
+
+
 def _class_weight(y: Tensor, mask: Tensor) -> Tensor:
     counts = torch.bincount(y[mask].long(), minlength=2).float().clamp(min=1)
     return counts.sum() / (2 * counts)
 
 
-def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: SupervisedConfig | None = None) -> FitResult:
+def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: SupervisedConfig | None = None,
+                   state_name: str | None = None) -> FitResult:
     """Train ``model`` full-batch on the labelled graph ``data`` and select it on validation AUPRC.
 
     Args:
@@ -195,6 +216,11 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
         split: ``(train_mask, val_mask, test_mask)`` bool [N] (a :class:`gcad_dist.data.splits.Split` works);
             each is intersected with the labelled nodes.
         cfg: settings.
+        state_name: with ``cfg.state_dir``, the fit's state is written to ``<state_dir>/<state_name>.pt`` (at most
+            every ``cfg.state_interval`` seconds, at a requested stop and at the end) and a fit finds its saved state
+            there and continues from it (:mod:`gcad_dist.fit_state`; :class:`ResumeMismatch` when it belongs to
+            another fit). A Ctrl-C or SIGTERM then stops at the epoch's end with the state written
+            (:class:`FitInterrupted`).
 
     Returns:
         :class:`FitResult` with the best single state loaded into ``model`` and the snapshot ensemble's scores
@@ -253,56 +279,98 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     best_state = copy.deepcopy(model.state_dict())  # kept if no evaluation happens (non-finite loss at once)
     # the cfg.snapshots best evaluations, best first: (val AUPRC, epoch, scores of every node, state)
     top: list[tuple[float, int, np.ndarray, dict[str, Tensor]]] = []
-    t0 = time.perf_counter()
-    epoch = 0
-    bar = tqdm(range(1, cfg.epochs + 1), desc="train", unit="ep", disable=not cfg.progress, leave=False)
-    for epoch in bar:
-        t_epoch = time.perf_counter()
-        model.train()
-        opt.zero_grad(set_to_none=True)
-        with autocast(precision, device):  # forward and loss only; backward follows autocast's casts
-            out = _forward(model, data if cap is None else cap.sample(data, cap_gen), batch, num_graphs)
-            if is_baseline:
-                losses = model.loss(out, y, mask=train_mask, weight=weight)
-            else:
-                losses = model.loss(out, y, mask=train_mask)
-        loss = losses["total"]
-        if not torch.isfinite(loss):
-            log.warning("non-finite loss at epoch %d; stopping", epoch)
-            break
-        loss.backward()
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        history["lr"].append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
-        history["epoch"].append(epoch)
-        history["loss"].append(float(loss.detach()))
-        for k, v in losses.items():
-            if k != "total":
-                history.setdefault(f"loss_{k}", []).append(float(v.detach()))
+    epoch, done, elapsed = 0, False, 0.0
+    saver, fp = None, None
+    if cfg.state_dir and state_name:
+        saver = FitCheckpointer(Path(cfg.state_dir) / f"{state_name}.pt", cfg.state_interval)
+        fp = fingerprint(model, data, (train_mask, val_mask, test_mask), _fit_settings(cfg))
+        saved = saver.load()
+        if saved is not None:
+            diff = same_fit(saved["fingerprint"], fp)
+            if diff:
+                raise ResumeMismatch(f"{saver.path}: saved by another fit (it differs in {', '.join(diff)})")
+            epoch, done, elapsed, best_epoch = saved["epoch"], saved["done"], saved["seconds"], saved["best_epoch"]
+            model.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["optimizer"])
+            sched.load_state_dict(saved["scheduler"])
+            set_rng_state(saved["rng"])
+            if cap_gen is not None:
+                cap_gen.set_state(saved["cap_rng"])
+            history = saved["history"]
+            top = [(float(v), int(e), sc.numpy(), {k: t.to(device) for k, t in st.items()})
+                   for v, e, sc, st in saved["top"]]
+            log.info("%s: continuing from its saved state (epoch %d%s)", state_name, epoch,
+                     ", finished" if done else "")
 
-        if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
-            s = predict(model, data, precision).cpu().numpy()
-            m = evaluate(y_np, s, graph_np, val_np)
-            history["eval_epoch"].append(epoch)
-            history["val_auroc"].append(m["auroc"])
-            history["val_auprc"].append(m["auprc"])
-            score = m["auprc"] if not math.isnan(m["auprc"]) else -math.inf
-            if len(top) < cfg.snapshots or score > top[-1][0]:  # ties keep the earlier evaluation
-                top.append((score, epoch, s, copy.deepcopy(model.state_dict())))
-                top.sort(key=lambda t: (-t[0], t[1]))
-                del top[cfg.snapshots:]
-            best_epoch = top[0][1]  # the best single evaluation leads the snapshots
-            bar.set_postfix(loss=f"{history['loss'][-1]:.4f}", val_auprc=f"{m['auprc']:.4f}", best=best_epoch)
-            log.debug("epoch %d loss %.4f val auroc %.4f auprc %.4f", epoch, history["loss"][-1], m["auroc"], m["auprc"])
-            stop = bool(cfg.patience and epoch - best_epoch >= cfg.patience)
-        else:
-            stop = False
-        history["epoch_seconds"].append(time.perf_counter() - t_epoch)
-        if stop:
-            log.info("early stop at epoch %d (best val AUPRC %.4f at epoch %d)", epoch, top[0][0], best_epoch)
-            break
+    def save_state() -> None:
+        saver.save({
+            "fingerprint": fp, "epoch": epoch, "done": done, "seconds": time.perf_counter() - t0,
+            "best_epoch": best_epoch, "model": _cpu(model.state_dict()), "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(), "rng": rng_state(),
+            "cap_rng": cap_gen.get_state() if cap_gen is not None else None, "history": history,
+            "top": [(v, e, torch.from_numpy(sc), _cpu(st)) for v, e, sc, st in top],
+        })
+
+    t0 = time.perf_counter() - elapsed
+    bar = tqdm(range(epoch + 1, cfg.epochs + 1), desc="train", unit="ep", initial=epoch, total=cfg.epochs,
+               disable=not cfg.progress or done, leave=False)
+    stopper = StopRequest() if saver is not None else None
+    with stopper or contextlib.nullcontext():
+        for epoch in bar if not done else ():
+            t_epoch = time.perf_counter()
+            model.train()
+            opt.zero_grad(set_to_none=True)
+            with autocast(precision, device):  # forward and loss only; backward follows autocast's casts
+                out = _forward(model, data if cap is None else cap.sample(data, cap_gen), batch, num_graphs)
+                if is_baseline:
+                    losses = model.loss(out, y, mask=train_mask, weight=weight)
+                else:
+                    losses = model.loss(out, y, mask=train_mask)
+            loss = losses["total"]
+            if not torch.isfinite(loss):
+                log.warning("non-finite loss at epoch %d; stopping", epoch)
+                break
+            loss.backward()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            history["lr"].append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+            history["epoch"].append(epoch)
+            history["loss"].append(float(loss.detach()))
+            for k, v in losses.items():
+                if k != "total":
+                    history.setdefault(f"loss_{k}", []).append(float(v.detach()))
+
+            if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
+                s = predict(model, data, precision).cpu().numpy()
+                m = evaluate(y_np, s, graph_np, val_np)
+                history["eval_epoch"].append(epoch)
+                history["val_auroc"].append(float(m["auroc"]))  # plain floats: the saved state holds no NumPy
+                history["val_auprc"].append(float(m["auprc"]))
+                score = m["auprc"] if not math.isnan(m["auprc"]) else -math.inf
+                if len(top) < cfg.snapshots or score > top[-1][0]:  # ties keep the earlier evaluation
+                    top.append((score, epoch, s, copy.deepcopy(model.state_dict())))
+                    top.sort(key=lambda t: (-t[0], t[1]))
+                    del top[cfg.snapshots:]
+                best_epoch = top[0][1]  # the best single evaluation leads the snapshots
+                bar.set_postfix(loss=f"{history['loss'][-1]:.4f}", val_auprc=f"{m['auprc']:.4f}", best=best_epoch)
+                log.debug("epoch %d loss %.4f val auroc %.4f auprc %.4f", epoch, history["loss"][-1], m["auroc"], m["auprc"])
+                stop = bool(cfg.patience and epoch - best_epoch >= cfg.patience)
+            else:
+                stop = False
+            history["epoch_seconds"].append(time.perf_counter() - t_epoch)
+            if stop:
+                log.info("early stop at epoch %d (best val AUPRC %.4f at epoch %d)", epoch, top[0][0], best_epoch)
+                break
+            if saver is not None and (saver.due() or stopper.requested):
+                save_state()
+                if stopper.requested:
+                    bar.close()
+                    raise FitInterrupted(epoch, saver.path)
+        done = True
+        if saver is not None:
+            save_state()  # a resumed run takes this fit's outcome as it is
     bar.close()
     seconds = time.perf_counter() - t0
 

@@ -35,6 +35,8 @@ import torch
 
 from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
+from gcad_dist.fit_state import ResumeMismatch
+from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
 from partitioning.graph import describe_labels
 
@@ -109,6 +111,9 @@ class TrainConfig:
     threads: int = 0
     candidate_workers: int = 1  # --contrast auto: fit up to this many candidates at once, as Ray tasks
     address: str | None = None  # Ray cluster for those tasks (default: $RAY_ADDRESS, else Ray started here)
+    resume: bool = False  # continue the unfinished run in out (gcad_dist.fit_state)
+    overwrite: bool = False  # delete an unfinished run in out and start over
+    checkpoint_interval: float = 60.0  # seconds between two writes of a fit's training state (0 = every epoch)
     plots: bool = True
     progress: bool = True
     verbose: bool = False
@@ -218,6 +223,8 @@ def _validate(cfg: TrainConfig) -> None:
     if cfg.jump not in (None, "last") and cfg.contrast in ("neighbors", "ego"):
         raise UsageError(f"--jump {cfg.jump}: applies to the graph contrast only (--contrast graph or auto), "
                          f"not to --contrast {cfg.contrast}")
+    if cfg.checkpoint_interval < 0:
+        raise UsageError(f"--checkpoint-interval: must be >= 0 (0 = every epoch), got {cfg.checkpoint_interval}")
     if cfg.patience < 0:
         raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
     if cfg.snapshots < 1:
@@ -265,8 +272,9 @@ class Candidates:
     budget: dict[str, int]
 
 
-def fit_candidates(cfg: TrainConfig, data=None) -> Candidates:
-    """Load (unless ``data`` is given), split, build and fit the model, or each candidate of ``--contrast auto``."""
+def fit_candidates(cfg: TrainConfig, data=None, state_dir: Path | None = None) -> Candidates:
+    """Load (unless ``data`` is given), split, build and fit the model, or each candidate of ``--contrast auto``;
+    each fit writes its training state to ``state_dir`` and continues from it (:func:`prepare_run_state`)."""
     from gcad_dist.data.splits import make_split, subsample_split
 
     _validate(cfg)
@@ -283,7 +291,7 @@ def fit_candidates(cfg: TrainConfig, data=None) -> Candidates:
     warn_split_classes(split, data.y)
     # --label-fraction: the same seeded stratified subsample of the training labels as gcad_dist.finetune
     fit_split, budget = subsample_split(split, data.y, cfg.label_fraction, seed=cfg.seed)
-    scfg = supervised_config(cfg)
+    scfg = supervised_config(cfg, state_dir)
     log.info("%s: %d nodes, %d directed edges, %d features; %s; split %s %s; model %s%s",
              cfg.graph, data.num_nodes, data.edge_index.shape[1], data.num_features, describe_labels(data.y),
              split.source, split.sizes(), cfg.model,
@@ -292,30 +300,57 @@ def fit_candidates(cfg: TrainConfig, data=None) -> Candidates:
     return Candidates(fits, data, split, counts, budget)
 
 
-def supervised_config(cfg: TrainConfig) -> SupervisedConfig:
-    """The :class:`SupervisedConfig` of a run of ``cfg`` (optimiser, epochs, selection, device)."""
+def supervised_config(cfg: TrainConfig, state_dir: str | Path | None = None) -> SupervisedConfig:
+    """The :class:`SupervisedConfig` of a run of ``cfg`` (optimiser, epochs, selection, device); ``state_dir``: where
+    each fit writes its training state (:func:`prepare_run_state`), None = nowhere."""
     return SupervisedConfig(
         epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, eval_every=cfg.eval_every,
         patience=cfg.patience, snapshots=cfg.snapshots, class_weight=cfg.class_weight, seed=cfg.seed, device=cfg.device,
         progress=cfg.progress, max_degree=cfg.max_degree,
+        state_dir=None if state_dir is None else str(state_dir), state_interval=cfg.checkpoint_interval,
     )
 
 
+# options that change where and how a run goes, not what it computes: a resumed run may change them
+RUNTIME_OPTIONS = ("out", "resume", "overwrite", "checkpoint_interval", "device", "threads", "candidate_workers",
+                   "address", "plots", "progress", "verbose")
+
+
+def option_name(field_name: str) -> str:
+    """The command-line option of a settings field (``split_index`` -> ``--split-index``)."""
+    return {"class_weight": "--no-class-weight"}.get(field_name, "--" + field_name.replace("_", "-"))
+
+
+def prepare_run_state(cfg: Any) -> Path | None:
+    """``<out>/unfinished`` for a run of ``cfg`` (a :class:`TrainConfig` or ``gcad_dist.finetune``'s settings), after
+    the checks of :func:`gcad_dist.fit_state.prepare_state_dir` (``--resume``, ``--overwrite``, same settings);
+    None without ``out``."""
+    from gcad_dist.fit_state import prepare_state_dir
+
+    if not cfg.out:
+        return None
+    settings = {k: v for k, v in asdict(cfg).items() if k not in RUNTIME_OPTIONS}
+    return prepare_state_dir(cfg.out, settings, cfg.resume, cfg.overwrite,
+                             {k: option_name(k) for k in settings})
+
+
 def fit_models(cfg: TrainConfig, data: Any, fit_split: Any, scfg: SupervisedConfig,
-               init: Callable[[torch.nn.Module], None] | None = None) -> list[tuple[FitResult, torch.nn.Module, Any]]:
+               init: Callable[[torch.nn.Module], None] | None = None,
+               state_prefix: str = "") -> list[tuple[FitResult, torch.nn.Module, Any]]:
     """Build and fit ``cfg``'s model on ``data`` (each candidate of ``--contrast auto``, the default first), every
     candidate from the same seed. ``init`` (if given) changes each freshly built model before its fit, e.g.
     :func:`gcad_dist.finetune` starting from a pre-trained input projection. With ``cfg.candidate_workers`` > 1
     the candidates are fitted side by side as Ray tasks (:mod:`gcad_dist.distributed.candidates`), with the
-    same results as one after another."""
+    same results as one after another. With ``scfg.state_dir``, a candidate's training state is
+    ``<state_dir>/<state_prefix><candidate>.pt``."""
     # auto: the full model only; an ablation or a baseline keeps the paper's graph contrast (a controlled comparison)
     auto = cfg.contrast == "auto" and cfg.model == "gccad" and cfg.ablation == "none"
     candidates = auto_candidates(cfg.norm) if auto else (((cfg.contrast if cfg.contrast != "auto" else "graph"), cfg.norm),)
     if cfg.candidate_workers > 1 and len(candidates) > 1:
         from gcad_dist.distributed.candidates import fit_side_by_side
 
-        return fit_side_by_side(cfg, data, fit_split, scfg, candidates, init)
-    return [fit_candidate(cfg, data, fit_split, scfg, contrast, norm, init) for contrast, norm in candidates]
+        return fit_side_by_side(cfg, data, fit_split, scfg, candidates, init, state_prefix)
+    return [fit_candidate(cfg, data, fit_split, scfg, contrast, norm, init, state_prefix) for contrast, norm in candidates]
 
 
 def build_candidate(cfg: TrainConfig, in_dim: int, contrast: str, norm: str) -> tuple[torch.nn.Module, Any]:
@@ -327,18 +362,21 @@ def build_candidate(cfg: TrainConfig, in_dim: int, contrast: str, norm: str) -> 
 
 
 def fit_candidate(cfg: TrainConfig, data: Any, fit_split: Any, scfg: SupervisedConfig, contrast: str, norm: str,
-                  init: Callable[[torch.nn.Module], None] | None = None) -> tuple[FitResult, torch.nn.Module, Any]:
+                  init: Callable[[torch.nn.Module], None] | None = None,
+                  state_prefix: str = "") -> tuple[FitResult, torch.nn.Module, Any]:
     """Build (:func:`build_candidate`), ``init`` and fit one candidate: (fit, model at its best state, config)."""
     model, model_cfg = build_candidate(cfg, data.num_features, contrast, norm)
     if init is not None:
         init(model)
-    return fit_supervised(model, data, fit_split, scfg), model, model_cfg
+    name = state_prefix + (f"{contrast}-{norm}" if cfg.model == "gccad" else cfg.model)
+    return fit_supervised(model, data, fit_split, scfg, state_name=name), model, model_cfg
 
 
-def train_one(cfg: TrainConfig, data=None) -> TrainOutcome:
+def train_one(cfg: TrainConfig, data=None, state_dir: Path | None = None) -> TrainOutcome:
     """Load (unless ``data`` is given), split, build and fit one model (or the candidates of ``--contrast
-    auto``, keeping those validation cannot tell apart and scoring with their mean)."""
-    c = fit_candidates(cfg, data)
+    auto``, keeping those validation cannot tell apart and scoring with their mean); ``state_dir``: see
+    :func:`fit_candidates`."""
+    c = fit_candidates(cfg, data, state_dir)
     fits, data, split, counts, budget = c.fits, c.data, c.split, c.counts, c.budget
     selection = None
     if len(fits) > 1:  # --contrast auto: the candidates validation cannot tell apart, scored together
@@ -587,8 +625,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train on this fraction of the training split's labels, in (0, 1]: the seeded stratified subsample "
                         "gcad_dist.finetune uses (same split and --seed -> same nodes); validation and test untouched")
     add_candidate_options(p, d)
+    add_resume_options(p, d)
     add_runtime_options(p, d)
     return p
+
+
+def add_resume_options(p: argparse.ArgumentParser, defaults: object) -> None:
+    """--resume, --overwrite and --checkpoint-interval: an interrupted run continues (train and finetune)."""
+    p.add_argument("--resume", action="store_true",
+                   help="continue the unfinished run in --out where it stopped (Ctrl-C, a crash, a lost machine): "
+                   "finished fits are not trained again, an unfinished one continues from its last saved epoch with "
+                   "the same random streams, so the result is the uninterrupted run's; the settings must be the same "
+                   "(--threads, --device, --candidate-workers may change)")
+    p.add_argument("--overwrite", action="store_true", help="delete an unfinished run in --out and start over")
+    p.add_argument("--checkpoint-interval", type=float, default=getattr(defaults, "checkpoint_interval"),
+                   metavar="SECONDS",
+                   help="while training, write each fit's state (model, optimiser, random streams, best evaluations) "
+                   "to <out>/unfinished at an epoch end at most every SECONDS (0 = every epoch); a crash loses at most "
+                   "that much work, a Ctrl-C or SIGTERM none (the fit stops at the epoch's end after writing it); the "
+                   "folder is deleted when the run has written its outputs")
 
 
 def add_candidate_options(p: argparse.ArgumentParser, defaults: object) -> None:
@@ -610,8 +665,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out: {out} exists and is not a directory")
+    _validate(cfg)
+    state_dir = prepare_run_state(cfg)
     t0 = time.perf_counter()
-    o = train_one(cfg)
+    try:
+        o = train_one(cfg, state_dir=state_dir)
+    except ResumeMismatch as e:
+        raise UsageError(f"--resume: {e}; start over with --overwrite") from None
+    except KeyboardInterrupt:
+        log.warning("interrupted: the training state is in %s; continue with the same command and --resume",
+                    state_dir)
+        raise
     res, metrics = o.fit, o.metrics
     from gcad_dist.checkpoint import save_model
 
@@ -630,6 +694,7 @@ def main(argv: list[str] | None = None) -> int:
         y_np = o.data.y.cpu().numpy()
         test = o.split.test.cpu().numpy() & (y_np >= 0)
         plot_roc_pr(y_np[test], res.scores[test], out / "roc_pr_test.png", title=f"test, {title}")
+    finish_run_state(state_dir)
     snaps = f" (scored by {len(res.snapshot_epochs)} snapshots)" if len(res.snapshot_epochs) > 1 else ""
     kept = (f" | {metrics['contrast_selection']['chosen']} (kept of {', '.join(metrics['contrast_selection']['candidates'])})"
             if "contrast_selection" in metrics else "")

@@ -543,9 +543,9 @@ def test_train_label_fraction_trains_on_the_finetune_nodes(small_graph, pre_chec
     real_fit = supervised.fit_supervised
 
     def spy(tag):
-        def fit(model, data, split, cfg):
+        def fit(model, data, split, cfg, state_name=None):
             seen[tag] = tuple(torch.as_tensor(m).clone().cpu() for m in split)
-            return real_fit(model, data, split, cfg)
+            return real_fit(model, data, split, cfg, state_name)
         return fit
 
     monkeypatch.setattr(supervised, "fit_supervised", spy("ft"))  # finetune imports it at call time

@@ -34,9 +34,9 @@ def test_run_reads_no_test_label(tmp_path, monkeypatch):
     seen = []
     fit = supervised.fit_supervised
 
-    def spy(model, data, split, cfg=None):
+    def spy(model, data, split, cfg=None, state_name=None):
         seen.append(int(split[2].sum()))
-        return fit(model, data, split, cfg)
+        return fit(model, data, split, cfg, state_name)
 
     monkeypatch.setattr("gcad_dist.train.fit_supervised", spy)
     rows = run_one(path, 0, epochs=6, eval_every=2)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -551,3 +554,24 @@ def test_baselines_take_the_norm_too():
     assert cfg.norm == "graph" and all(isinstance(n, GraphScaleNorm) for n in model.norms)
     model, cfg = build_model("gccad", 5, hidden=8, norm="graph")
     assert cfg.norm == "graph" and all(isinstance(u.norm, GraphScaleNorm) for u in model.encoder.node_updates)
+
+
+def test_pyg_generated_sources_are_removed_at_exit(tmp_path):
+    """PyG writes each MessagePassing class's generated propagate into the temporary folder and never deletes it;
+    a process that built GCCAD models leaves none of those files behind (they exist while it runs)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import glob, os, tempfile\n"
+        "from gcad_dist.model import GCCAD, GCCADConfig\n"
+        "for conv in ('gin', 'sage', 'gat', 'gcn'):\n"
+        "    GCCAD(GCCADConfig(in_dim=4, hidden=8, conv=conv))\n"
+        "print(len(glob.glob(os.path.join(tempfile.gettempdir(), '*_propagate_*.py'))))\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) >= 3  # the files existed while the process ran
+    assert not list(tmp_path.glob("*_propagate_*.py"))

@@ -269,7 +269,7 @@ def test_contrast_auto_keeps_the_candidates_validation_cannot_tell_apart(tmp_pat
     g = _generate(tmp_path / "g.npz", nodes=400, anomaly_fraction=0.2)
     seen, scores = [], {}
 
-    def fake_fit(model, data, split, cfg):
+    def fake_fit(model, data, split, cfg, state_name=None):
         c = train_mod.candidate_name(model.config)
         seen.append(c)
         y = data.y.numpy().astype(float)

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def _fit_task(cfg: Any, data: Any, fit_split: Any, scfg: Any, contrast: str, norm: str,
-              init: Callable[[torch.nn.Module], None] | None, threads: int) -> tuple[Any, Any]:
+              init: Callable[[torch.nn.Module], None] | None, threads: int, state_prefix: str = "") -> tuple[Any, Any]:
     """One candidate's fit inside a Ray worker: (FitResult, model config); the module itself stays here."""
     from gcad_dist.cli import setup_logging
     from gcad_dist.train import fit_candidate
@@ -36,7 +36,7 @@ def _fit_task(cfg: Any, data: Any, fit_split: Any, scfg: Any, contrast: str, nor
     if threads > 0:
         torch.set_num_threads(threads)
     retain_freed_memory()
-    res, _, model_cfg = fit_candidate(cfg, data, fit_split, scfg, contrast, norm, init)
+    res, _, model_cfg = fit_candidate(cfg, data, fit_split, scfg, contrast, norm, init, state_prefix)
     return res, model_cfg
 
 
@@ -46,10 +46,12 @@ def task_threads(threads: int, workers: int) -> int:
 
 
 def fit_side_by_side(cfg: Any, data: Any, fit_split: Any, scfg: Any, candidates: tuple[tuple[str, str], ...],
-                     init: Callable[[torch.nn.Module], None] | None = None) -> list[tuple[Any, torch.nn.Module, Any]]:
+                     init: Callable[[torch.nn.Module], None] | None = None,
+                     state_prefix: str = "") -> list[tuple[Any, torch.nn.Module, Any]]:
     """Fit each (contrast, norm) candidate of ``cfg`` as a Ray task, at most ``cfg.candidate_workers`` at once;
     returns [(FitResult, model at its best state, model config)] in candidate order, as
-    :func:`gcad_dist.train.fit_models` does one after another. A task's error is raised here as itself."""
+    :func:`gcad_dist.train.fit_models` does one after another. A task's error is raised here as itself. With
+    ``scfg.state_dir`` (a folder every task can reach) each task writes and resumes its fit's state there."""
     import ray
 
     from gcad_dist.distributed.ray_runtime import start_ray
@@ -74,7 +76,8 @@ def fit_side_by_side(cfg: Any, data: Any, fit_split: Any, scfg: Any, candidates:
             while queue or pending:
                 while queue and len(pending) < workers:
                     i, (contrast, norm) = queue.pop(0)
-                    pending[task.remote(cfg, data_ref, fit_split, task_scfg, contrast, norm, init, threads)] = i
+                    pending[task.remote(cfg, data_ref, fit_split, task_scfg, contrast, norm, init, threads,
+                                        state_prefix)] = i
                 done, _ = ray.wait(list(pending), num_returns=1)
                 for ref in done:
                     i = pending.pop(ref)
