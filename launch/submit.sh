@@ -16,6 +16,8 @@
 #   GCAD_SUBMIT_ARGS      extra options for `ray job submit` (e.g. "--no-wait" or
 #                         "--entrypoint-num-cpus 1"), word-split.
 #   GCAD_ENTRYPOINT       module to run instead of gcad_dist.pretrain (e.g. gcad_dist.score).
+#   GCAD_SUBMIT_TRIES     submissions in all when the cluster's job agent is not up yet (default 6, 10 s apart:
+#                         GCAD_SUBMIT_RETRY_SECONDS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -z "${VIRTUAL_ENV:-}" ] && [ -f .venv/bin/activate ] && . .venv/bin/activate
@@ -40,6 +42,25 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   exec python -m "${GCAD_ENTRYPOINT:-gcad_dist.pretrain}" --help
 fi
 
-# shellcheck disable=SC2086
-exec ray job submit --address "$ADDRESS" --working-dir . ${GCAD_SUBMIT_ARGS:-} \
-  -- python -m "${GCAD_ENTRYPOINT:-gcad_dist.pretrain}" "$@"
+# A head that has just started (or is busy) may not have its job agent up yet: Ray's job API then answers "No
+# available agent to submit job" after 10 s, before any job exists. Such a refusal is retried (GCAD_SUBMIT_TRIES
+# submissions in all, GCAD_SUBMIT_RETRY_SECONDS apart); any other outcome is the job's own.
+tries=${GCAD_SUBMIT_TRIES:-6}
+errlog=$(mktemp)
+trap 'rm -f "$errlog"' EXIT
+for try in $(seq 1 "$tries"); do
+  set +e
+  # shellcheck disable=SC2086
+  ray job submit --address "$ADDRESS" --working-dir . ${GCAD_SUBMIT_ARGS:-} \
+    -- python -m "${GCAD_ENTRYPOINT:-gcad_dist.pretrain}" "$@" 2> >(tee "$errlog" >&2)
+  rc=$?
+  set -e
+  wait  # the tee of stderr
+  if [ "$rc" -ne 0 ] && [ "$try" -lt "$tries" ] && grep -q "No available agent to submit job" "$errlog"; then
+    echo "submit.sh: the cluster's job agent is not up yet; submitting again in ${GCAD_SUBMIT_RETRY_SECONDS:-10} s" \
+      "(try $((try + 1)) of $tries)" >&2
+    sleep "${GCAD_SUBMIT_RETRY_SECONDS:-10}"
+    continue
+  fi
+  exit "$rc"
+done
