@@ -59,6 +59,7 @@ from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
 from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
+from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options, add_resume_options,
                              prepare_run_state)
@@ -375,9 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         m = finetune(cfg)
     except ResumeMismatch as e:
         raise UsageError(f"--resume: {e}; start over with --overwrite") from None
-    except KeyboardInterrupt:
-        log.warning("interrupted: the training state is in %s; continue with the same command and --resume",
-                    Path(cfg.out) / STATE_DIR)
+    except BaseException as e:
+        abandon_run_state(Path(cfg.out) / STATE_DIR, e)
         raise
     zs, te = m["zero_shot"]["test"], m["test"]
     label = ("zero-shot only" if cfg.epochs == 0

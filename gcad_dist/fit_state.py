@@ -116,6 +116,19 @@ def describe(folder: Path) -> str:
     return ", ".join(parts) if parts else "no fit saved yet"
 
 
+def abandon(folder: Path | None, error: BaseException) -> None:
+    """After a run stopped with ``error``: delete ``folder`` when no fit saved anything there (nothing to continue,
+    e.g. a bad graph), else keep it and log how to continue."""
+    if folder is None or not folder.exists():
+        return
+    if not any(folder.glob("*.pt")):
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    what = "interrupted" if isinstance(error, KeyboardInterrupt) else f"stopped by {type(error).__name__}"
+    log.warning("%s: the training state is in %s (%s); continue with the same command and --resume", what, folder,
+                describe(folder))
+
+
 def finish(folder: Path | None) -> None:
     """Delete the unfinished run's folder once the run's outputs are written."""
     if folder is not None and folder.exists():

@@ -36,6 +36,7 @@ import torch
 from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.fit_state import ResumeMismatch
+from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
 from partitioning.graph import describe_labels
@@ -672,9 +673,8 @@ def main(argv: list[str] | None = None) -> int:
         o = train_one(cfg, state_dir=state_dir)
     except ResumeMismatch as e:
         raise UsageError(f"--resume: {e}; start over with --overwrite") from None
-    except KeyboardInterrupt:
-        log.warning("interrupted: the training state is in %s; continue with the same command and --resume",
-                    state_dir)
+    except BaseException as e:
+        abandon_run_state(state_dir, e)
         raise
     res, metrics = o.fit, o.metrics
     from gcad_dist.checkpoint import save_model

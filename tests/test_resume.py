@@ -143,8 +143,9 @@ def test_train_cli_resumes_an_interrupted_run(tmp_path, capsys, monkeypatch, cap
     from gcad_dist.cli import run_cli
     import gcad_dist.train as train_mod
 
-    with pytest.raises(RuntimeError, match="simulated crash"):
+    with caplog.at_level("WARNING", logger="gcad_dist"), pytest.raises(RuntimeError, match="simulated crash"):
         run_cli(train_mod.main, _train_args(g, out)[1:])
+    assert "stopped by RuntimeError: the training state is in" in caplog.text and "--resume" in caplog.text
     monkeypatch.setattr(gccad_mod.GCCAD, "loss", real_loss)
     saved = sorted(p.name for p in (out / "unfinished").glob("*.pt"))
     assert saved == ["ego-layer.pt", "graph-layer.pt"], saved
@@ -180,6 +181,10 @@ def test_a_run_that_saved_nothing_does_not_block_the_next(tmp_path, capsys):
     code, err = _cli(_train_args(g, out, "--contrast", "graph"), capsys)
     assert code == 0, err
     assert (out / "metrics.json").exists() and not (out / "unfinished").exists()
+    # a run that fails before any fit saved its state leaves no folder behind
+    code, err = _cli(_train_args(tmp_path / "missing.npz", tmp_path / "bad"), capsys)
+    assert code == 2 and "missing.npz" in err, err
+    assert not (tmp_path / "bad" / "unfinished").exists()
 
 
 def test_finetune_resumes_an_interrupted_run(tmp_path, capsys, monkeypatch):
