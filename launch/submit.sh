@@ -50,12 +50,13 @@ errlog=$(mktemp)
 trap 'rm -f "$errlog"' EXIT
 for try in $(seq 1 "$tries"); do
   set +e
+  # stdout goes straight through (fd 3); stderr through tee into $errlog, which the pipeline has finished writing
+  # when it returns
   # shellcheck disable=SC2086
-  ray job submit --address "$ADDRESS" --working-dir . ${GCAD_SUBMIT_ARGS:-} \
-    -- python -m "${GCAD_ENTRYPOINT:-gcad_dist.pretrain}" "$@" 2> >(tee "$errlog" >&2)
-  rc=$?
+  { ray job submit --address "$ADDRESS" --working-dir . ${GCAD_SUBMIT_ARGS:-} \
+      -- python -m "${GCAD_ENTRYPOINT:-gcad_dist.pretrain}" "$@" 2>&1 1>&3 | tee "$errlog" >&2; } 3>&1
+  rc=${PIPESTATUS[0]}
   set -e
-  wait  # the tee of stderr
   if [ "$rc" -ne 0 ] && [ "$try" -lt "$tries" ] && grep -q "No available agent to submit job" "$errlog"; then
     echo "submit.sh: the cluster's job agent is not up yet; submitting again in ${GCAD_SUBMIT_RETRY_SECONDS:-10} s" \
       "(try $((try + 1)) of $tries)" >&2
