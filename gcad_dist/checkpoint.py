@@ -85,23 +85,24 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
     members = None
     if isinstance(model, CandidateEnsemble):  # the primary stays the top-level model; every member is kept too
         members = [{"config": asdict(base_model(m).config),
-                    "states": [_cpu(st) for st in member_states(m)], "mean": float(mu), "std": float(sd)}
+                    "states": [cpu_state(st) for st in member_states(m)], "mean": float(mu), "std": float(sd)}
                    for m, mu, sd in zip(model.members, model.means.tolist(), model.stds.tolist())]
         snapshots = member_states(model.members[0])
         model = base_model(model)
     cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)
-    state = _cpu(model.state_dict())
+    state = cpu_state(model.state_dict())
     obj: dict[str, Any] = {"config": cfg, "state_dict": state, "extra": extra or {}}
     if members:
         obj[CANDIDATES_KEY] = members
     if snapshots and len(snapshots) > 1:
-        obj[SNAPSHOTS_KEY] = [_cpu(st) for st in snapshots]
+        obj[SNAPSHOTS_KEY] = [cpu_state(st) for st in snapshots]
     path = directory / MODEL_FILE
     atomic_save(obj, path)
     return path
 
 
-def _cpu(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def cpu_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state dict's tensors detached and on the CPU (what the checkpoint files hold)."""
     return {k: v.detach().cpu() for k, v in state.items()}
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from gcad_dist.checkpoint import rng_state, set_rng_state
+from gcad_dist.checkpoint import cpu_state, rng_state, set_rng_state
 from gcad_dist.data.degree_cap import DegreeCap
 from gcad_dist.fit_state import FitCheckpointer, FitInterrupted, ResumeMismatch, StopRequest, fingerprint, same_fit
 from gcad_dist.metrics import evaluate
@@ -186,10 +186,6 @@ def predict(model: torch.nn.Module, data: Any, precision: str = "fp32") -> Tenso
     return s
 
 
-def _cpu(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    return {k: v.detach().cpu() for k, v in state.items()}
-
-
 # settings that do not change what a fit computes (a resumed fit may differ in them)
 _RUNTIME_SETTINGS = ("device", "progress", "state_dir", "state_interval")
 
@@ -305,10 +301,10 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     def save_state() -> None:
         saver.save({
             "fingerprint": fp, "epoch": epoch, "done": done, "seconds": time.perf_counter() - t0,
-            "best_epoch": best_epoch, "model": _cpu(model.state_dict()), "optimizer": opt.state_dict(),
+            "best_epoch": best_epoch, "model": cpu_state(model.state_dict()), "optimizer": opt.state_dict(),
             "scheduler": sched.state_dict(), "rng": rng_state(),
             "cap_rng": cap_gen.get_state() if cap_gen is not None else None, "history": history,
-            "top": [(v, e, torch.from_numpy(sc), _cpu(st)) for v, e, sc, st in top],
+            "top": [(v, e, torch.from_numpy(sc), cpu_state(st)) for v, e, sc, st in top],
         })
 
     t0 = time.perf_counter() - elapsed
