@@ -10,7 +10,9 @@ Sections (``--sections``, all by default), each timed on the CPU and on the GPU 
   ``--kmeans-rows`` x ``--kmeans-dim`` (1M x 64) random blobs, K ``--kmeans-k``, 20 Lloyd iterations,
   the same k-means++ start for both; the assignment of every row (:func:`partitioning.kmeans.assign`);
   and the store build's whole K-means stage (:func:`partitioning.kmeans.kmeans`: 100k-row sample,
-  3 restarts, assign all). Inertias are compared in the note.
+  3 restarts, assign all). Inertias are compared in the note. The same three against FAISS CPU for the
+  ``torch-cuda`` backend (Lloyd iterations in PyTorch on CUDA; what ``--gpu auto`` uses where FAISS has
+  no GPU, e.g. a CUDA-13-only host) when torch sees a GPU, after one untimed warm-up call.
 * ``sampler``: the built-in sampler (:mod:`gcad_dist.data.sampler`) on CUDA tensors against CPU, on a
   Chung-Lu graph (``bench/sampler.py``; 1M nodes, 10M edges drawn), fan-outs 10,5, 1024 seeds; pyg-lib and
   torch-sparse (CPU C++ samplers) when installed, against the built-in one on CUDA.
@@ -198,10 +200,20 @@ def section_kmeans(b: Bench) -> None:
     faiss.omp_set_num_threads(b.threads)
     gpu_reason = None if n_gpu > 0 else (
         "FAISS sees no GPU (faiss-cpu installed? bash bench/gpu.sh installs faiss-gpu)" if b.cuda else b.no_gpu_reason())
+    torch_reason = None if b.cuda else b.no_gpu_reason()  # the torch-cuda backend needs only torch's CUDA
     n, d, k, niter = cfg.kmeans_rows, cfg.kmeans_dim, cfg.kmeans_k, cfg.kmeans_niter
     x = _blobs(n, d, k, cfg.seed)
-    init = km.kmeans_pp_init(x[: min(n, 100_000)], k, cfg.seed)  # same start for both; not timed
+    init = km.kmeans_pp_init(x[: min(n, 100_000)], k, cfg.seed)  # same start for all; not timed
     shape = f"{n:,} x {d}, K {k}"
+    sample = min(100_000, n)
+    if gpu_reason is not None:
+        b.skip("kmeans", "FAISS GPU rows", gpu_reason)
+    if torch_reason is not None:
+        b.skip("kmeans", "torch-cuda rows", torch_reason)
+    else:  # untimed warm-up: CUDA context, cuBLAS handle, the kernels of the Lloyd step and of the search
+        km._torch_lloyd(x[:1024], init, 2, device=b.gpu)
+        km._torch_assign(x[:1024], init, device=b.gpu)
+        b.sync()
 
     def train(use_gpu: bool) -> tuple[float, float, np.ndarray]:
         obj = faiss.Kmeans(d, k, niter=niter, seed=cfg.seed, gpu=use_gpu, verbose=False,
@@ -214,33 +226,68 @@ def section_kmeans(b: Bench) -> None:
     if gpu_reason is None:
         b.reset_peak()
         res[True] = train(True)
-    else:
-        b.skip("kmeans", "GPU rows", gpu_reason)
     note = f"faiss {getattr(faiss, '__version__', '?')}, {b.threads} CPU threads; {niter} Lloyd iterations"
     if True in res:
         note += f"; inertia GPU/CPU {res[True][1] / res[False][1]:.4f}"
     b.row("kmeans", f"faiss.Kmeans train, {shape}", "s", res[False][0], res.get(True, (None,))[0], note)
-
-    assigned = {}
-    for use_gpu in ([False, True] if gpu_reason is None else [False]):
+    warm = "one untimed warm-up call on the GPU first (CUDA context, cuBLAS)"
+    if torch_reason is None:
+        b.reset_peak()
         t0 = time.perf_counter()
-        labels, inertia = km.assign(x, res[False][2], use_gpu=use_gpu)
-        assigned[use_gpu] = (time.perf_counter() - t0, labels)
-    same = (f"labels equal on {np.mean(assigned[True][1] == assigned[False][1]):.4%} of rows"
-            if True in assigned else "")
-    b.row("kmeans", f"assign {n:,} rows to {k} centroids (flat L2)", "s", assigned[False][0],
-          assigned.get(True, (None,))[0], same)
+        _, t_obj = km._torch_lloyd(x, init, niter, device=b.gpu)
+        b.sync()
+        t_train = time.perf_counter() - t0
+        b.row("kmeans", f"torch-cuda Lloyd train vs faiss.Kmeans CPU, {shape}", "s", res[False][0], t_train,
+              f"PyTorch on {b.gpu} ({torch.cuda.get_device_name(b.gpu)}), same k-means++ start, {niter} Lloyd "
+              f"iterations, host-to-device copy of x included; inertia torch-cuda/FAISS-CPU "
+              f"{t_obj / res[False][1]:.4f}; {warm}", gpu_mem_mib=b.peak_mib())
 
-    stage = {}
-    for gpu in (["no", "yes"] if gpu_reason is None else ["no"]):
+    def timed_assign(backend: str) -> tuple[float, np.ndarray, float]:
         t0 = time.perf_counter()
-        r = km.kmeans(x, k, sample=min(100_000, n), niter=niter, nredo=3, seed=cfg.seed, gpu=gpu, threads=b.threads)
-        stage[gpu] = (time.perf_counter() - t0, r.inertia)
+        if backend == "torch-cuda":
+            labels, inertia = km._torch_assign(x, res[False][2], device=b.gpu)
+            b.sync()
+        else:
+            labels, inertia = km.assign(x, res[False][2], backend=backend)
+        return time.perf_counter() - t0, labels, inertia
+
+    assigned = {"faiss-cpu": timed_assign("faiss-cpu")}
+    if gpu_reason is None:
+        assigned["faiss-gpu"] = timed_assign("faiss-gpu")
+    same = (f"labels equal on {np.mean(assigned['faiss-gpu'][1] == assigned['faiss-cpu'][1]):.4%} of rows"
+            if "faiss-gpu" in assigned else "")
+    b.row("kmeans", f"assign {n:,} rows to {k} centroids (flat L2)", "s", assigned["faiss-cpu"][0],
+          assigned.get("faiss-gpu", (None,))[0], same)
+    if torch_reason is None:
+        b.reset_peak()
+        assigned["torch-cuda"] = timed_assign("torch-cuda")
+        t, cpu = assigned["torch-cuda"], assigned["faiss-cpu"]
+        b.row("kmeans", f"torch-cuda assign {n:,} rows to {k} centroids vs FAISS CPU flat L2", "s", cpu[0], t[0],
+              f"chunked matmul + argmin, host-to-device copies included; labels equal on "
+              f"{np.mean(t[1] == cpu[1]):.4%} of rows, inertia ratio {t[2] / cpu[2]:.6f}; {warm}",
+              gpu_mem_mib=b.peak_mib())
+
+    def stage(backend: str) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        r = km.kmeans(x, k, sample=sample, niter=niter, nredo=3, seed=cfg.seed, backend=backend, threads=b.threads)
+        b.sync()
+        return time.perf_counter() - t0, r.inertia
+
+    stages = {"faiss-cpu": stage("faiss-cpu")}
+    if gpu_reason is None:
+        stages["faiss-gpu"] = stage("faiss-gpu")
+    what = f"build's K-means stage ({sample:,}-row sample, 3 restarts, assign all), {shape}"
     note = "k-means++ seeding (NumPy, CPU) included"
-    if "yes" in stage:
-        note += f"; inertia GPU/CPU {stage['yes'][1] / stage['no'][1]:.4f}"
-    b.row("kmeans", f"build's K-means stage ({min(100_000, n):,}-row sample, 3 restarts, assign all), {shape}", "s", stage["no"][0],
-          stage.get("yes", (None,))[0], note, gpu_mem_mib=None)
+    if "faiss-gpu" in stages:
+        note += f"; inertia GPU/CPU {stages['faiss-gpu'][1] / stages['faiss-cpu'][1]:.4f}"
+    b.row("kmeans", what, "s", stages["faiss-cpu"][0], stages.get("faiss-gpu", (None,))[0], note, gpu_mem_mib=None)
+    if torch_reason is None:
+        b.reset_peak()
+        stages["torch-cuda"] = stage("torch-cuda")
+        b.row("kmeans", f"{what}: torch-cuda vs faiss-cpu", "s", stages["faiss-cpu"][0], stages["torch-cuda"][0],
+              f"km.kmeans(backend='torch-cuda') on the default CUDA device; k-means++ seeding (NumPy, CPU) "
+              f"included; inertia torch-cuda/FAISS-CPU {stages['torch-cuda'][1] / stages['faiss-cpu'][1]:.4f}; "
+              f"{warm}", gpu_mem_mib=b.peak_mib())
 
 
 def section_sampler(b: Bench) -> None:

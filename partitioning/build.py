@@ -2,8 +2,8 @@
 
 Stages: load the graph -> fingerprint (of the raw input) -> ``--normalize standard`` (default: z-score
 every feature over all nodes, label-free; K-means and the stored ``x`` see the normalised features)
--> (``--k auto``: inertia curve over a K grid on a sample, elbow) -> FAISS
-K-means on the node features (train on a sample, assign all nodes) -> parts below ``--min-part-size``
+-> (``--k auto``: inertia curve over a K grid on a sample, elbow) -> K-means
+on the node features (FAISS, or PyTorch on CUDA: ``--gpu``; train on a sample, assign all nodes) -> parts below ``--min-part-size``
 merged into their nearest neighbours -> corrupt subgraphs (METHOD.md section 4; ``--corruption-mix``
 adds feature-swap and planted-edge corruptions beside node injection) -> edge statistics
 (share of edges the partition keeps) -> atomic Zarr store (``partitioning/STORE_FORMAT.md``).
@@ -177,9 +177,10 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
     mix = parse_mix(cfg.corruption_mix)  # valid: check_config parsed it
     out = check_destination(cfg.out, cfg.overwrite)  # fail before the expensive work
     try:
-        use_gpu = km.resolve_device(cfg.gpu)
+        backend = km.resolve_backend(cfg.gpu)  # faiss-gpu | torch-cuda | faiss-cpu
     except ValueError as e:
         raise UsageError(f"--gpu: {e}") from None
+    use_gpu = backend in km.GPU_BACKENDS
     threads = cfg.threads or km.available_threads()
     faiss.omp_set_num_threads(threads)
 
@@ -240,7 +241,7 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
                         f"of the elbow sample ({xe.shape[0]} rows)"
                     )
                 elbow = km.elbow_curve(
-                    xe, list(cfg.k_grid), niter=cfg.niter, seed=cfg.seed, use_gpu=use_gpu, progress=cfg.progress
+                    xe, list(cfg.k_grid), niter=cfg.niter, seed=cfg.seed, backend=backend, progress=cfg.progress
                 )
                 del xe
                 k = elbow.k
@@ -264,10 +265,11 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
                     f"({xs.shape[0]} rows)"
                 )
             centroids, sample_inertia = km.train_centroids(
-                xs, k, niter=cfg.niter, seed=cfg.seed, use_gpu=use_gpu, nredo=cfg.nredo
+                xs, k, niter=cfg.niter, seed=cfg.seed, nredo=cfg.nredo, backend=backend
             )
             del xs
-            labels, inertia = km.assign(xc, centroids, use_gpu=use_gpu)
+            labels, inertia = km.assign(xc, centroids, backend=backend)
+            log.info("K-means on %s (%s): K=%d, %d training rows", "gpu" if use_gpu else "cpu", backend, k, len(rows))
             parts, kept = _dense(labels)
             if kept.size < k:
                 log.warning("%d of %d clusters are empty after assignment; dropped", k - kept.size, k)
@@ -291,12 +293,14 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
             "merged_parts": int(merge.merged),
             "moved_nodes": int(merge.moved),
             "device": "gpu" if use_gpu else "cpu",
+            "backend": backend,  # faiss-gpu | torch-cuda | faiss-cpu (partitioning.kmeans.resolve_backend)
             "train_sample": int(min(cfg.sample, n)),
             "niter": cfg.niter,
             "nredo": cfg.nredo,
             "inertia": inertia,
             "sample_inertia": sample_inertia,
-            "init": "greedy k-means++ (seeded), then FAISS Lloyd iterations; best of nredo runs",
+            "init": "greedy k-means++ (seeded), then " + ("PyTorch" if backend == "torch-cuda" else "FAISS")
+            + " Lloyd iterations; best of nredo runs",
             "elbow": None
             if elbow is None
             else {
@@ -535,8 +539,9 @@ def make_parser() -> argparse.ArgumentParser:
                    "(more edges kept) and a node whose features do not fit its neighbours lands in their part, "
                    "against whose context it stands out. The store keeps the features themselves. 0 = K-means on "
                    "the features (the paper's)")
-    p.add_argument("--gpu", choices=["auto", "yes", "no"], default=d.gpu, help="FAISS on GPU: auto = when FAISS "
-                   "sees one")
+    p.add_argument("--gpu", choices=["auto", "yes", "no"], default=d.gpu, help="K-means on a GPU: auto = FAISS on "
+                   "the GPU when FAISS sees one, else Lloyd iterations in PyTorch on CUDA when torch sees a GPU, else "
+                   "FAISS on the CPU; yes = one of the two GPU ways (error without); no = FAISS on the CPU")
     p.add_argument("--threads", type=int, default=d.threads, help="FAISS OpenMP threads (0 = all usable cores)")
     p.add_argument("--chunk-mib", type=float, default=d.chunk_mib, help="target uncompressed chunk size of the "
                    "store arrays in MiB")

@@ -1,10 +1,17 @@
-"""K-means on node features with FAISS, and the elbow rule that picks K automatically.
+"""K-means on node features (FAISS, or PyTorch on CUDA), and the elbow rule that picks K automatically.
 
+* Backends (:func:`resolve_backend`; ``--gpu auto`` takes the first that is available):
+  ``faiss-gpu`` (FAISS Lloyd iterations and flat index on a GPU, when ``faiss.get_num_gpus() > 0``),
+  ``torch-cuda`` (FAISS sees no GPU but ``torch.cuda.is_available()``: Lloyd iterations written in
+  PyTorch on the CUDA device -- e.g. on a CUDA-13-only host, where Meta's CUDA-12 ``faiss-gpu`` wheel
+  cannot load), ``faiss-cpu``. ``--gpu yes`` needs one of the two GPU backends, ``--gpu no`` is FAISS CPU.
 * Training runs on a uniform sample of the rows (``sample`` points, drawn once with the seed), seeded
-  with greedy k-means++ (vectorised, one pass per centroid) and refined by FAISS Lloyd iterations
-  (``faiss.Kmeans``), on a GPU when FAISS sees one (``faiss.get_num_gpus() > 0``), else on CPU.
-* All N rows are then assigned to their nearest centroid with an exact flat L2 index, searched in
-  chunks so the distance buffers stay small.
+  with greedy k-means++ (vectorised, one pass per centroid, NumPy on the CPU for every backend) and
+  refined by Lloyd iterations: ``faiss.Kmeans``, or :func:`_torch_lloyd` (the same iteration as FAISS:
+  assign, objective, centroid = mean of its points, an empty cluster splits the largest one with a
+  ``1 +- 1/1024`` perturbation; the objective returned is that of the last assignment, as FAISS's).
+* All N rows are then assigned to their nearest centroid by exact L2 (a FAISS flat index, or a chunked
+  ``||x||^2 - 2 x c^T + ||c||^2`` matmul + argmin in PyTorch), in chunks so the distance buffers stay small.
 * ``--k auto``: K-means is run for every K of a grid on a sample and the inertia (sum of squared
   distances) recorded. K is the elbow found by the *Kneedle* rule (Satopaa et al. 2011) in its offline
   form, applied to log(inertia): scale K and log-inertia to [0, 1], draw the chord from the first to
@@ -16,7 +23,8 @@
   context (and score 0), a part of a few nodes gets no injected nodes.
 
 Everything is deterministic for a given seed (sample, k-means++ seeding and FAISS seed all derive from
-it) on a fixed thread count.
+it) on a fixed thread count (the torch-cuda backend sums the centroids in float64 with atomic adds: its
+order of summation varies, the float32 centroids almost never do).
 """
 
 from __future__ import annotations
@@ -49,22 +57,59 @@ def available_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def resolve_device(gpu: str = "auto") -> bool:
-    """True to use a FAISS GPU index. ``gpu`` is ``auto`` | ``yes`` | ``no``.
+BACKENDS = ("faiss-gpu", "torch-cuda", "faiss-cpu")  # the order --gpu auto tries them in
+GPU_BACKENDS = ("faiss-gpu", "torch-cuda")
 
-    Raises ValueError for ``yes`` when FAISS sees no GPU (the caller turns it into a usage error).
+
+def _faiss_num_gpus() -> int:
+    try:
+        faiss = _faiss()
+    except ImportError:  # no FAISS at all: the torch-cuda backend still works
+        return 0
+    return int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
+
+
+def _torch_cuda_available() -> bool:
+    import torch  # lazily: only the torch-cuda backend needs it
+
+    return bool(torch.cuda.is_available())
+
+
+def resolve_backend(gpu: str = "auto") -> str:
+    """K-means backend for ``gpu`` = ``auto`` | ``yes`` | ``no``: ``faiss-gpu``, ``torch-cuda`` or ``faiss-cpu``.
+
+    ``auto``: FAISS on a GPU when FAISS sees one, else PyTorch Lloyd iterations on CUDA when torch sees a
+    GPU, else FAISS on the CPU. ``yes``: one of the two GPU backends, ValueError when neither is there (the
+    caller turns it into a usage error). ``no``: FAISS on the CPU.
     """
-    faiss = _faiss()
-    n_gpu = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    if gpu not in ("auto", "yes", "no"):
+        raise ValueError(f"expected auto, yes or no, got {gpu!r}")
     if gpu == "no":
-        return False
+        return "faiss-cpu"
+    if _faiss_num_gpus() > 0:
+        return "faiss-gpu"
+    if _torch_cuda_available():
+        return "torch-cuda"
     if gpu == "yes":
-        if n_gpu == 0:
-            raise ValueError("yes was asked but FAISS sees no GPU (install faiss-gpu, or use --gpu auto|no)")
-        return True
-    if gpu == "auto":
-        return n_gpu > 0
-    raise ValueError(f"expected auto, yes or no, got {gpu!r}")
+        raise ValueError(
+            "yes was asked but there is no GPU backend: FAISS sees no GPU and torch sees no CUDA device "
+            "(install faiss-gpu, or a CUDA build of torch on a GPU machine; or use --gpu auto|no)"
+        )
+    return "faiss-cpu"
+
+
+def resolve_device(gpu: str = "auto") -> bool:
+    """True when :func:`resolve_backend` picks a GPU backend (``faiss-gpu`` or ``torch-cuda``)."""
+    return resolve_backend(gpu) in GPU_BACKENDS
+
+
+def _backend(use_gpu: bool, backend: str | None) -> str:
+    """``backend`` when given, else the FAISS backend ``use_gpu`` names (the pre-torch-cuda API)."""
+    if backend is None:
+        return "faiss-gpu" if use_gpu else "faiss-cpu"
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    return backend
 
 
 def sample_rows(n: int, size: int, seed: int) -> np.ndarray:
@@ -110,17 +155,29 @@ def kmeans_pp_init(x: np.ndarray, k: int, seed: int, trials: int | None = None, 
 
 
 def train_centroids(
-    x: np.ndarray, k: int, *, niter: int = 20, seed: int = 0, use_gpu: bool = False, nredo: int = 1
+    x: np.ndarray,
+    k: int,
+    *,
+    niter: int = 20,
+    seed: int = 0,
+    use_gpu: bool = False,
+    nredo: int = 1,
+    backend: str | None = None,
 ) -> tuple[np.ndarray, float]:
     """Fit K-means on all rows of ``x`` (already the training sample). Returns (centroids [k,F], inertia).
 
     ``nredo`` independent runs (own k-means++ seeding each); the one with the lowest inertia is kept.
+    ``backend`` (:data:`BACKENDS`) picks FAISS CPU / GPU or PyTorch on CUDA; without it ``use_gpu``
+    picks FAISS GPU or CPU.
     """
-    faiss = _faiss()
+    backend = _backend(use_gpu, backend)
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, d = x.shape
     if k > n:
         raise ValueError(f"K={k} is larger than the number of training points ({n})")
+    if backend == "torch-cuda":
+        return _torch_train(x, k, niter=niter, seed=seed, nredo=nredo, device="cuda")
+    faiss = _faiss()
     best: tuple[np.ndarray, float] | None = None
     for redo in range(max(1, nredo)):
         init = kmeans_pp_init(x, k, seed, redo=redo)
@@ -129,7 +186,7 @@ def train_centroids(
             k,
             niter=niter,
             seed=seed + redo,
-            gpu=bool(use_gpu),
+            gpu=backend == "faiss-gpu",
             verbose=False,
             # train on every sampled point: no second subsampling inside FAISS, no "too few points" warning
             max_points_per_centroid=int(np.ceil(n / k)) + 1,
@@ -142,12 +199,23 @@ def train_centroids(
 
 
 def assign(
-    x: np.ndarray, centroids: np.ndarray, *, use_gpu: bool = False, chunk_rows: int = 262_144
+    x: np.ndarray,
+    centroids: np.ndarray,
+    *,
+    use_gpu: bool = False,
+    chunk_rows: int = 262_144,
+    backend: str | None = None,
 ) -> tuple[np.ndarray, float]:
-    """Nearest centroid of every row (exact L2), searched in chunks. Returns (labels int64 [N], inertia)."""
+    """Nearest centroid of every row (exact L2), searched in chunks. Returns (labels int64 [N], inertia).
+
+    ``backend`` as in :func:`train_centroids`.
+    """
+    backend = _backend(use_gpu, backend)
+    if backend == "torch-cuda":
+        return _torch_assign(x, centroids, device="cuda", chunk_rows=chunk_rows)
     faiss = _faiss()
     index = faiss.IndexFlatL2(centroids.shape[1])
-    if use_gpu:
+    if backend == "faiss-gpu":
         index = faiss.index_cpu_to_all_gpus(index)
     index.add(np.ascontiguousarray(centroids, dtype=np.float32))
     n = x.shape[0]
@@ -159,6 +227,120 @@ def assign(
         labels[start : start + block.shape[0]] = idx[:, 0]
         inertia += float(dist[:, 0].astype(np.float64).sum())
     return labels, inertia
+
+
+# -- PyTorch backend (torch-cuda; ``device`` is a parameter so the tests run it on the CPU) ----------------
+SPLIT_EPS = 1.0 / 1024  # FAISS's perturbation when an empty cluster takes half of the largest one
+_DIST_BUFFER_BYTES = 1 << 28  # float32 [rows, K] distance block of the torch path: at most 256 MiB
+
+
+def _chunk_for(k: int, chunk_rows: int | None = None) -> int:
+    rows = max(1024, _DIST_BUFFER_BYTES // (4 * max(1, k)))
+    return max(1, min(rows, chunk_rows)) if chunk_rows else rows
+
+
+def _torch_nearest(xt, xsq, c, chunk: int):
+    """Labels (int64) and clamped squared distances (float32) of the rows of ``xt`` (on ``c``'s device)."""
+    import torch
+
+    n = xt.shape[0]
+    csq = (c * c).sum(1)
+    labels = torch.empty(n, dtype=torch.int64, device=c.device)
+    dmin = torch.empty(n, dtype=torch.float32, device=c.device)
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        dist = torch.addmm(csq[None, :], xt[s:e], c.T, beta=1.0, alpha=-2.0)  # -2 x c^T + ||c||^2
+        dist += xsq[s:e, None]
+        val, idx = dist.min(dim=1)  # first minimum on ties, as FAISS
+        labels[s:e] = idx
+        dmin[s:e] = val.clamp_(min=0.0)
+    return labels, dmin
+
+
+def _split_empty(c, counts) -> None:
+    """FAISS's rule for empty clusters, in place: each empty cluster (loop over those only) takes a copy of
+    the largest cluster's centroid, the two moved apart by ``1 +- SPLIT_EPS`` (opposite signs on even and
+    odd dimensions), and half of its count. FAISS draws the cluster to split with probability by size;
+    this takes the largest, deterministically."""
+    import torch
+
+    d = c.shape[1]
+    sign = torch.where(torch.arange(d, device=c.device) % 2 == 0, 1.0, -1.0).to(c.dtype)
+    for ci in torch.nonzero(counts == 0).flatten().tolist():
+        cj = int(torch.argmax(counts))
+        c[ci] = c[cj] * (1.0 + SPLIT_EPS * sign)
+        c[cj] = c[cj] * (1.0 - SPLIT_EPS * sign)
+        half = counts[cj] // 2
+        counts[ci] = half
+        counts[cj] -= half
+
+
+def _torch_lloyd(x: np.ndarray, init: np.ndarray, niter: int, device="cuda", chunk_rows: int | None = None,
+                 xt=None) -> tuple[np.ndarray, float]:
+    """``niter`` Lloyd iterations from ``init`` on a torch device, as FAISS iterates: assign every row to
+    its nearest centroid (objective = sum of squared distances), move each centroid to the mean of its
+    rows (sums by ``index_add_`` in float64), split the largest cluster into the empty ones. Returns
+    (centroids float32 [k, F], objective of the last assignment). ``xt``: ``x`` already on the device."""
+    import torch
+
+    dev = torch.device(device)
+    if xt is None:
+        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(dev)
+    n, d = xt.shape
+    c = torch.from_numpy(np.ascontiguousarray(init, dtype=np.float32)).to(dev)
+    k = c.shape[0]
+    chunk = _chunk_for(k, chunk_rows)
+    xsq = (xt * xt).sum(1)
+    obj = torch.zeros((), dtype=torch.float64, device=dev)
+    for _ in range(niter):
+        labels, dmin = _torch_nearest(xt, xsq, c, chunk)
+        obj = dmin.sum(dtype=torch.float64)
+        sums = torch.zeros((k, d), dtype=torch.float64, device=dev)
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            sums.index_add_(0, labels[s:e], xt[s:e].to(torch.float64))
+        counts = torch.bincount(labels, minlength=k)
+        c = (sums / counts.clamp(min=1).to(torch.float64)[:, None]).to(torch.float32)
+        if bool((counts == 0).any()):
+            _split_empty(c, counts)
+    return c.cpu().numpy().astype(np.float32, copy=False), float(obj)
+
+
+def _torch_train(x: np.ndarray, k: int, *, niter: int, seed: int, nredo: int, device="cuda",
+                 chunk_rows: int | None = None) -> tuple[np.ndarray, float]:
+    """:func:`train_centroids` on a torch device: per redo the same k-means++ start as the FAISS path,
+    then :func:`_torch_lloyd`; the run with the lowest objective is kept."""
+    import torch
+
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    xt = torch.from_numpy(x).to(torch.device(device))  # once for all restarts
+    best: tuple[np.ndarray, float] | None = None
+    for redo in range(max(1, nredo)):
+        init = kmeans_pp_init(x, k, seed, redo=redo)
+        cent, obj = _torch_lloyd(x, init, niter, device, chunk_rows, xt=xt)
+        if best is None or obj < best[1]:
+            best = (cent, obj)
+    return best
+
+
+def _torch_assign(x: np.ndarray, centroids: np.ndarray, device="cuda", chunk_rows: int = 262_144
+                  ) -> tuple[np.ndarray, float]:
+    """:func:`assign` on a torch device: host chunks of ``chunk_rows`` rows are copied over and searched
+    exactly (matmul distances, argmin); labels int64 [N], inertia summed in float64."""
+    import torch
+
+    dev = torch.device(device)
+    c = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(dev)
+    chunk = _chunk_for(c.shape[0], chunk_rows)
+    n = x.shape[0]
+    labels = torch.empty(n, dtype=torch.int64, device=dev)
+    inertia = torch.zeros((), dtype=torch.float64, device=dev)
+    for s in range(0, n, chunk):
+        block = torch.from_numpy(np.ascontiguousarray(x[s : s + chunk], dtype=np.float32)).to(dev)
+        lab, dmin = _torch_nearest(block, (block * block).sum(1), c, block.shape[0])
+        labels[s : s + block.shape[0]] = lab
+        inertia += dmin.sum(dtype=torch.float64)
+    return labels.cpu().numpy(), float(inertia)
 
 
 def find_elbow(ks: np.ndarray | list[int], inertias: np.ndarray | list[float]) -> int:
@@ -204,6 +386,7 @@ def elbow_curve(
     seed: int = 0,
     use_gpu: bool = False,
     progress: bool = False,
+    backend: str | None = None,
 ) -> ElbowResult:
     """Run K-means for each K of ``k_grid`` on ``x_sample`` and pick the elbow (loop over K only)."""
     from tqdm.auto import tqdm
@@ -211,7 +394,7 @@ def elbow_curve(
     ks = sorted(set(int(k) for k in k_grid))
     inertias = []
     for k in tqdm(ks, desc="elbow", unit="K", disable=not progress):
-        _, obj = train_centroids(x_sample, k, niter=niter, seed=seed, use_gpu=use_gpu)
+        _, obj = train_centroids(x_sample, k, niter=niter, seed=seed, use_gpu=use_gpu, backend=backend)
         inertias.append(obj)
     return ElbowResult(k=find_elbow(ks, inertias), ks=ks, inertias=inertias, sample_size=int(x_sample.shape[0]))
 
@@ -226,7 +409,8 @@ class KMeansResult:
     sample_inertia: float  # training objective on the sample
     k: int
     sample_size: int
-    use_gpu: bool
+    use_gpu: bool  # a GPU backend (faiss-gpu or torch-cuda)
+    backend: str = "faiss-cpu"  # faiss-gpu | torch-cuda | faiss-cpu (resolve_backend)
     elbow: ElbowResult | None = None
     extra: dict = field(default_factory=dict)
 
@@ -244,15 +428,18 @@ def kmeans(
     gpu: str = "auto",
     threads: int | None = None,
     progress: bool = False,
+    backend: str | None = None,
 ) -> KMeansResult:
     """Cluster the rows of ``x``: K given, or ``k=None`` to pick it at the elbow of ``k_grid``.
 
     Trains on a seeded sample of ``sample`` rows, then assigns all rows in chunks. The elbow curve is
     computed on its own seeded sample of ``elbow_sample`` rows (one K-means run per grid point).
+    ``gpu``: auto | yes | no, see :func:`resolve_backend`; ``backend`` (one of :data:`BACKENDS`), when
+    given, is used as it is instead (bench/gpu.py times torch-cuda on a host where FAISS has a GPU too).
     """
-    faiss = _faiss()
-    faiss.omp_set_num_threads(threads or available_threads())
-    use_gpu = resolve_device(gpu)
+    backend = _backend(False, backend) if backend is not None else resolve_backend(gpu)
+    if backend != "torch-cuda":
+        _faiss().omp_set_num_threads(threads or available_threads())
     rows = sample_rows(x.shape[0], sample, seed)
     xs = np.ascontiguousarray(x[rows], dtype=np.float32)
     elbow = None
@@ -260,12 +447,12 @@ def kmeans(
         if not k_grid:
             raise ValueError("k=None needs a K grid")
         xe = np.ascontiguousarray(x[sample_rows(x.shape[0], elbow_sample, seed + 1)], dtype=np.float32)
-        elbow = elbow_curve(xe, k_grid, niter=niter, seed=seed, use_gpu=use_gpu, progress=progress)
+        elbow = elbow_curve(xe, k_grid, niter=niter, seed=seed, backend=backend, progress=progress)
         del xe
         k = elbow.k
         log.info("elbow: K=%d from grid %s", k, elbow.ks)
-    centroids, sample_obj = train_centroids(xs, k, niter=niter, seed=seed, use_gpu=use_gpu, nredo=nredo)
-    labels, inertia = assign(x, centroids, use_gpu=use_gpu)
+    centroids, sample_obj = train_centroids(xs, k, niter=niter, seed=seed, nredo=nredo, backend=backend)
+    labels, inertia = assign(x, centroids, backend=backend)
     return KMeansResult(
         labels=labels,
         centroids=centroids,
@@ -273,7 +460,8 @@ def kmeans(
         sample_inertia=sample_obj,
         k=int(k),
         sample_size=int(xs.shape[0]),
-        use_gpu=use_gpu,
+        use_gpu=backend in GPU_BACKENDS,
+        backend=backend,
         elbow=elbow,
     )
 

@@ -77,14 +77,18 @@ def test_sample_rows_and_distinct_count() -> None:
 
 def test_device_choice_without_gpu() -> None:
     import faiss
+    import torch
 
+    backend = km.resolve_backend("auto")
     if faiss.get_num_gpus() > 0:
-        assert km.resolve_device("auto") is True
+        assert backend == "faiss-gpu" and km.resolve_device("auto") is True
+    elif torch.cuda.is_available():
+        assert backend == "torch-cuda" and km.resolve_device("auto") is True
     else:
-        assert km.resolve_device("auto") is False
-        with pytest.raises(ValueError, match="no GPU"):
-            km.resolve_device("yes")
-    assert km.resolve_device("no") is False
+        assert backend == "faiss-cpu" and km.resolve_device("auto") is False
+        with pytest.raises(ValueError, match="no GPU backend"):
+            km.resolve_backend("yes")
+    assert km.resolve_backend("no") == "faiss-cpu" and km.resolve_device("no") is False
 
 
 @pytest.mark.parametrize("ratio, expect", [(0.15, 32), (0.05, 90), (0.1, 45), (0.5, 32), (0.01, 450)])

@@ -147,3 +147,35 @@ def test_store_dataset_minibatches_sampled_on_the_gpu() -> None:
         assert b.x.is_cuda and b.edge_index.is_cuda and b.context_mask.is_cuda
         assert b.num_seeds == c.num_seeds and int(b.context_mask.sum()) == b.num_seeds
         assert int(b.edge_index.max()) < b.x.size(0) and b.x.size(1) == 4
+
+
+def test_side_stream_is_a_no_op_on_the_cpu() -> None:
+    from gcad_dist.data.cuda_handoff import SideStream
+
+    side = SideStream("cpu")
+    item = {"x": torch.ones(3)}
+    assert not side.enabled
+    with side.context():
+        assert side.receive(side.send(item)) is item
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_side_stream_batches_equal_the_default_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU sampling in the prefetch thread on its own CUDA stream gives the same batches as on the default stream,
+    and the consumer may free and reuse them at once (record_stream)."""
+    reader = _FakeReader([30, 400, 20])
+    cfg = ShardConfig(sample_threshold=100, batch_cost=150, batch_size=64, seed=0)
+
+    def epoch(side: str) -> list:
+        monkeypatch.setenv("GCAD_SIDE_STREAM", side)
+        ds = StoreDataset(reader, 0, 1, cfg, fanouts=[3, 2], backend="builtin", device="cuda", prefetch=2)
+        out = []
+        for b in ds.iter_epoch(0):
+            out.append([t.cpu() for t in b.tensors()])
+            torch.cuda.synchronize()
+        return out
+
+    on, off = epoch("1"), epoch("0")
+    assert len(on) == len(off)
+    for a, b in zip(on, off):
+        assert len(a) == len(b) and all(torch.equal(s, t) for s, t in zip(a, b))

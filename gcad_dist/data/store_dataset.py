@@ -12,6 +12,9 @@
 Subgraphs are read whole (one contiguous block of the store each) and kept in an LRU cache bounded
 in bytes, so after the first epoch a worker reads nothing. Batches are prepared in a background
 thread (``prefetch`` ahead); :attr:`StoreDataset.wait_time` is the time the trainer spent waiting.
+When a GPU worker samples on its GPU, that thread works on a CUDA stream of its own
+(:class:`~gcad_dist.data.cuda_handoff.SideStream`), so its kernels and its host synchronisations do not
+queue behind the training step's; each batch is handed over with an event.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
+from gcad_dist.data.cuda_handoff import SideStream
 from gcad_dist.data.neighbor_loader import SubgraphNeighborLoader, timed
 from gcad_dist.data.sampler import resolve_backend
 from gcad_dist.data.sharding import EpochPlan, ShardConfig, Step, epoch_plan, seed_share
@@ -57,6 +61,11 @@ class TrainBatch:
     step: Step
     num_sampled_nodes: list[int] | None = None  # per hop, for trimming the later layers (seed steps)
     num_sampled_edges: list[int] | None = None
+
+    def tensors(self) -> list[Tensor]:
+        """The batch's tensors (for :meth:`SideStream.receive`)."""
+        return [t for t in (self.x, self.edge_index, self.y, self.batch, self.context_mask, self.loss_mask)
+                if t is not None]
 
     def to(self, device: torch.device) -> TrainBatch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
@@ -230,18 +239,21 @@ class StoreDataset:
             return
         q: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
+        side = SideStream(self.device)  # a no-op unless this worker samples on a GPU
 
         def work() -> None:
             try:
-                for item in gen:
-                    while not stop.is_set():
-                        try:
-                            q.put(item, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
-                        return
+                with side.context():
+                    for item in gen:
+                        handed = side.send(item)
+                        while not stop.is_set():
+                            try:
+                                q.put(handed, timeout=0.1)
+                                break
+                            except queue.Full:
+                                continue
+                        if stop.is_set():
+                            return
                 q.put(_DONE)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
                 q.put(exc)
@@ -257,6 +269,6 @@ class StoreDataset:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                yield side.receive(item)
         finally:
             stop.set()

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 
 def check_seed_mask(context_mask: Tensor | None, seeds: int) -> None:
-    """A hop-trimmed minibatch computes its seeds' outputs only: a context mask beyond them is a usage error."""
-    if context_mask is not None and bool(context_mask[seeds:].any()):
+    """A hop-trimmed minibatch computes its seeds' outputs only: a context mask beyond them is a usage error.
+    Checked on CPU only: on a GPU the check would be a host synchronisation in every step."""
+    if context_mask is not None and context_mask.is_cpu and bool(context_mask[seeds:].any()):
         raise ValueError("hop trimming needs a context mask over the seeds only (the first num_sampled_nodes[0] "
                          "nodes): the other nodes' embeddings are not computed")
 
