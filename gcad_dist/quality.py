@@ -89,12 +89,14 @@ class QualityConfig:
     pre_epochs: int | None = None  # None: the recipe's (gcad_dist.detectors.gccad_pre: local 3, paper 10)
     pre_ensemble: int | None = None  # None: the local recipe's (gcad_dist.detectors.gccad_pre.LOCAL_ENSEMBLE)
     pre_cliques: float | None = None  # None: the local recipe's pretrain --plant-cliques
+    pre_batch_size: int | None = None  # None: the local recipe's pretrain --batch-size
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
     def detector_options(self) -> dict[str, Any]:
         """The harness options that detectors read (:attr:`gcad_dist.detectors.DetectorSpec.options`)."""
-        return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques}
+        return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques,
+                "pre_batch_size": self.pre_batch_size}
     device: str = "auto"
     threads: int = 0
     candidate_workers: int = 1  # gccad's --contrast auto candidates fitted side by side (the same results)
@@ -447,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gccad-pre: pretrain --plant-cliques FRACTION, planted cliques redrawn at every step, and "
                    "--swap-features cut by as much (0.15 - FRACTION), so that the corrupted share stays 0.15 "
                    "(default: the recipe's, 0)")
+    p.add_argument("--pre-batch-size", type=int, default=d.pre_batch_size, metavar="SEEDS",
+                   help="gccad-pre: seed nodes per pre-training minibatch (pretrain --batch-size) (default: the "
+                   "recipe's, 1024)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "
@@ -467,6 +472,8 @@ def _validate(cfg: QualityConfig) -> None:
         raise UsageError(f"--seeds: must be >= 1, got {cfg.seeds}")
     if cfg.pre_epochs is not None and cfg.pre_epochs < 1:
         raise UsageError(f"--pre-epochs: must be >= 1, got {cfg.pre_epochs}")
+    if cfg.pre_batch_size is not None and cfg.pre_batch_size < 1:
+        raise UsageError(f"--pre-batch-size: must be >= 1, got {cfg.pre_batch_size}")
     if cfg.pre_ensemble is not None and cfg.pre_ensemble < 1:
         raise UsageError(f"--pre-ensemble: must be >= 1, got {cfg.pre_ensemble}")
     if cfg.pre_cliques is not None:

@@ -6,7 +6,8 @@
   PyTorch on the CUDA device -- e.g. on a CUDA-13-only host, where Meta's CUDA-12 ``faiss-gpu`` wheel
   cannot load), ``faiss-cpu``. ``--gpu yes`` needs one of the two GPU backends, ``--gpu no`` is FAISS CPU.
 * Training runs on a uniform sample of the rows (``sample`` points, drawn once with the seed), seeded
-  with greedy k-means++ (vectorised, one pass per centroid, NumPy on the CPU for every backend) and
+  with greedy k-means++ (vectorised, one pass per centroid; NumPy, or on the device for torch-cuda with the
+  same random draws and the same result) and
   refined by Lloyd iterations: ``faiss.Kmeans``, or :func:`_torch_lloyd` (the same iteration as FAISS:
   assign, objective, centroid = mean of its points, an empty cluster splits the largest one with a
   ``1 +- 1/1024`` perturbation; the objective returned is that of the last assignment, as FAISS's).
@@ -306,6 +307,38 @@ def _torch_lloyd(x: np.ndarray, init: np.ndarray, niter: int, device="cuda", chu
     return c.cpu().numpy().astype(np.float32, copy=False), float(obj)
 
 
+def _torch_kmeans_pp_init(xt, k: int, seed: int, trials: int | None = None, redo: int = 0) -> np.ndarray:
+    """:func:`kmeans_pp_init` on ``xt``'s torch device: the same random draws (NumPy's generator, seeded
+    alike), the distances and the D^2 sampling on the device, with no host synchronisation inside the loop.
+    Equal to the NumPy seeding up to rounding (a candidate drawn at a tie of the cumulative sums can differ)."""
+    import torch
+
+    n = xt.shape[0]
+    dev = xt.device
+    rng = np.random.default_rng([seed, k, redo, 0x99])
+    trials = trials or 2 + int(np.log(k))
+    sq = (xt.double() ** 2).sum(1)
+    centers = torch.empty((k, xt.shape[1]), dtype=torch.float32, device=dev)
+    first = int(rng.integers(n))
+    centers[0] = xt[first]
+    d2 = (sq - 2.0 * (xt @ centers[0]).double() + sq[first]).clamp_(min=0.0)
+    # the draws of all steps up front, as the NumPy loop makes them (one rng.random(trials) per step)
+    u = torch.from_numpy(np.stack([rng.random(trials) for _ in range(1, k)]) if k > 1 else np.zeros((0, trials)))
+    u = u.to(dev)
+    for j in range(1, k):
+        cum = torch.cumsum(d2, 0)
+        total = cum[-1]
+        drawn = torch.searchsorted(cum, u[j - 1] * total, right=True).clamp_(max=n - 1)
+        # fewer distinct points than centroids so far (every distance 0): NumPy draws uniformly; any rows do
+        cand = torch.where(total > 0, drawn, torch.arange(trials, device=dev) % n)
+        dc = sq[None, :] - 2.0 * (xt[cand] @ xt.T).double() + sq[cand][:, None]  # [trials, n]
+        dc = torch.minimum(dc.clamp_(min=0.0), d2[None, :])
+        best = torch.argmin(dc.sum(1))
+        centers[j] = xt[cand[best]]
+        d2 = dc[best]
+    return centers.cpu().numpy()
+
+
 def _torch_train(x: np.ndarray, k: int, *, niter: int, seed: int, nredo: int, device="cuda",
                  chunk_rows: int | None = None) -> tuple[np.ndarray, float]:
     """:func:`train_centroids` on a torch device: per redo the same k-means++ start as the FAISS path,
@@ -316,7 +349,7 @@ def _torch_train(x: np.ndarray, k: int, *, niter: int, seed: int, nredo: int, de
     xt = torch.from_numpy(x).to(torch.device(device))  # once for all restarts
     best: tuple[np.ndarray, float] | None = None
     for redo in range(max(1, nredo)):
-        init = kmeans_pp_init(x, k, seed, redo=redo)
+        init = _torch_kmeans_pp_init(xt, k, seed, redo=redo)
         cent, obj = _torch_lloyd(x, init, niter, device, chunk_rows, xt=xt)
         if best is None or obj < best[1]:
             best = (cent, obj)

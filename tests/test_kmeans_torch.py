@@ -140,3 +140,20 @@ def test_kmeans_result_records_backend(monkeypatch) -> None:
     t = km.kmeans(x, 3, sample=500, niter=5, gpu="yes")
     assert t.backend == "torch-cuda" and t.use_gpu is True
     assert t.inertia == pytest.approx(r.inertia, rel=1e-3)
+
+
+@pytest.mark.parametrize("k, seed, redo", [(5, 0, 0), (8, 1, 2), (12, 3, 1)])
+def test_torch_kmeans_pp_seeding_equals_numpys(k: int, seed: int, redo: int) -> None:
+    """The torch-cuda path seeds on the device with the same draws as kmeans_pp_init: the same centroids."""
+    x = blobs(k, n=2000, seed=seed)
+    ref = km.kmeans_pp_init(x, k, seed, redo=redo)
+    got = km._torch_kmeans_pp_init(torch.from_numpy(x), k, seed, redo=redo)
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_torch_kmeans_pp_seeding_with_fewer_distinct_points_than_k() -> None:
+    x = np.repeat(np.eye(3, dtype=np.float32), 10, axis=0)  # 3 distinct rows, K = 5
+    got = km._torch_kmeans_pp_init(torch.from_numpy(x), 5, 0)
+    assert got.shape == (5, 3) and np.isfinite(got).all()
+    assert {tuple(r) for r in got} == {tuple(r) for r in np.eye(3, dtype=np.float32)}  # every distinct row found

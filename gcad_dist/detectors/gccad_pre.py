@@ -54,6 +54,8 @@ LOCAL_PRETRAIN: dict[str, Any] = {"contrast": "local", "loss": "logistic", "tau"
 #: earlier sessions). Cliques take their share out of the swaps: the corrupted share stays ``swap_features``.
 LOCAL_CLIQUES = 0.0
 LOCAL_EPOCHS = 3
+#: seed nodes per minibatch of the local recipe (``pretrain --batch-size``; the harness's ``--pre-batch-size``)
+LOCAL_BATCH_SIZE = 1024
 #: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
 LOCAL_ENSEMBLE = 5
 LOCAL_SETTINGS: dict[str, Any] = {"recipe": "local", "k": 1, "corruption_mix": "none",
@@ -97,11 +99,12 @@ def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | No
 
 
 def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, pre_ensemble: int | None = None,
-              pre_cliques: float | None = None, threads: int = 1, device: str = "cpu", workdir: str | None = None,
+              pre_cliques: float | None = None, pre_batch_size: int | None = None, threads: int = 1, device: str = "cpu", workdir: str | None = None,
               **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
     score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`, ``pre_ensemble`` None = :data:`LOCAL_ENSEMBLE`,
-    ``pre_cliques`` (``pretrain --plant-cliques``, with the swaps cut by as much) None = :data:`LOCAL_CLIQUES`."""
+    ``pre_cliques`` (``pretrain --plant-cliques``, with the swaps cut by as much) None = :data:`LOCAL_CLIQUES`,
+    ``pre_batch_size`` None = :data:`LOCAL_BATCH_SIZE`."""
     from gcad_dist.score import score_data
 
     cliques = LOCAL_CLIQUES if pre_cliques is None else pre_cliques
@@ -109,7 +112,8 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
         raise ValueError(f"pre_cliques must be in [0, {LOCAL_PRETRAIN['swap_features']}], got {cliques}")
     pretrain = {**LOCAL_PRETRAIN, "epochs": LOCAL_EPOCHS if pre_epochs is None else pre_epochs,
                 "ensemble": LOCAL_ENSEMBLE if pre_ensemble is None else pre_ensemble, "plant_cliques": cliques,
-                "swap_features": round(LOCAL_PRETRAIN["swap_features"] - cliques, 6)}
+                "swap_features": round(LOCAL_PRETRAIN["swap_features"] - cliques, 6),
+                "batch_size": LOCAL_BATCH_SIZE if pre_batch_size is None else pre_batch_size}
     return _pipeline(data, seed, threads, device, workdir, {"k": 1, "corruption_mix": "none"}, pretrain,
                      lambda loaded, prepared, _store, dev: score_data(loaded.model, prepared, device=dev))
 
