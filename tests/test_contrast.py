@@ -469,3 +469,33 @@ def test_local_contrast_on_a_minibatch_projects_the_seeds_only(members):
     bad[1, 0] = s  # a hop-1 edge into a non-seed node
     with pytest.raises(ValueError, match="ordered by hop"):
         model(x, bad, num_sampled_nodes=b.num_sampled_nodes, num_sampled_edges=b.num_sampled_edges)
+
+
+def test_auto_batch_size_and_learning_rate() -> None:
+    """--batch-size / --lr auto: 16384 seeds and sqrt-scaled lr on GPU workers, local contrast, all-sampled stores only."""
+    from gcad_dist.pretrain import BASE_LR, CPU_BATCH_SIZE, GPU_BATCH_SIZE, apply_auto_batch, parse_config
+    from gcad_dist.pretrain import PretrainConfig as Cfg
+
+    big, small = 60_000, 20_000  # smallest subgraph, against the default --sample-threshold of 50,000
+
+    def PretrainConfig(**kw):  # noqa: N802 - the local recipe's contrast, as apply_recipe resolves it
+        return Cfg(**{"contrast": "local", **kw})
+
+    cpu = apply_auto_batch(PretrainConfig(store="s"), big)
+    assert (cpu.batch_size, cpu.lr) == (CPU_BATCH_SIZE, BASE_LR)
+    gpu = apply_auto_batch(PretrainConfig(store="s", gpus_per_worker=1.0), big)
+    assert gpu.batch_size == GPU_BATCH_SIZE and gpu.lr == pytest.approx(BASE_LR * 4)
+    mixed = apply_auto_batch(PretrainConfig(store="s", gpus_per_worker=1.0), small)  # whole-graph steps: unchanged
+    assert (mixed.batch_size, mixed.lr) == (CPU_BATCH_SIZE, BASE_LR)
+    given = apply_auto_batch(PretrainConfig(store="s", batch_size=4096), big)
+    assert given.batch_size == 4096 and given.lr == pytest.approx(2 * BASE_LR)
+    assert apply_auto_batch(PretrainConfig(store="s", batch_size=4096, lr=5e-4), big).lr == 5e-4
+    assert apply_auto_batch(PretrainConfig(store="s", batch_size=4096), small).lr == BASE_LR
+    paper = apply_auto_batch(PretrainConfig(store="s", gpus_per_worker=1.0, contrast="graph"), big)
+    assert (paper.batch_size, paper.lr) == (CPU_BATCH_SIZE, BASE_LR)
+    args = parse_config(["--store", "s"])
+    assert args.batch_size is None and args.lr is None
+    args = parse_config(["--store", "s", "--batch-size", "2048", "--lr", "3e-3"])
+    assert (args.batch_size, args.lr) == (2048, 3e-3)
+    with pytest.raises(SystemExit):
+        parse_config(["--store", "s", "--batch-size", "many"])

@@ -206,7 +206,7 @@ def train_loop_per_worker(config: dict) -> None:
 def run_worker(config: dict, reporter: Reporter, device: torch.device | None = None) -> None:
     """The training loop of one worker (rank and world from ``torch.distributed`` if initialised)."""
     from gcad_dist.cli import setup_logging
-    from gcad_dist.pretrain import PretrainConfig, apply_recipe
+    from gcad_dist.pretrain import PretrainConfig, apply_auto_batch, apply_recipe
     from partitioning.store.reader import StoreReader
 
     setup_logging(config.get("verbose", False))
@@ -220,6 +220,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     # the driver checked every file before Ray started (pretrain.validate); chunks are still checked as read
     reader = StoreReader(cfg.store, verify=False)
     normalize = reader.feature_normalization()  # recorded in every checkpoint's extra
+    apply_auto_batch(cfg, int(min(reader.node_counts)))  # the driver's choice, unless called directly
     shard = ShardConfig(
         sample_threshold=cfg.sample_threshold, batch_cost=cfg.graph_batch_nodes, batch_size=cfg.batch_size,
         seed=cfg.seed, min_steps=cfg.min_steps_per_epoch,
