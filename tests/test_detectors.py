@@ -127,7 +127,8 @@ def test_gccad_pre_local_recipe_finds_planted_anomalies(graph, monkeypatch):
     _needs("gccad-pre")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     data, split, _ = graph
-    s = fit_score("gccad-pre", data, split, seed=0, pre_epochs=None, pre_ensemble=None, pre_cliques=None, threads=1, device="cpu")
+    s = fit_score("gccad-pre", data, split, seed=0, pre_epochs=None, pre_ensemble=None, pre_cliques=None,
+                  pre_batch_size=None, threads=1, device="cpu")
     assert s.shape == (data.num_nodes,) and np.isfinite(s).all()
     test = split.test.numpy()
     assert auroc(data.y.numpy()[test], s[test]) > 0.8
