@@ -285,7 +285,7 @@ def section_kmeans(b: Bench) -> None:
         b.reset_peak()
         stages["torch-cuda"] = stage("torch-cuda")
         b.row("kmeans", f"{what}: torch-cuda vs faiss-cpu", "s", stages["faiss-cpu"][0], stages["torch-cuda"][0],
-              f"km.kmeans(backend='torch-cuda') on the default CUDA device; k-means++ seeding (NumPy, CPU) "
+              f"km.kmeans(backend='torch-cuda') on the default CUDA device; k-means++ seeding (on the device) "
               f"included; inertia torch-cuda/FAISS-CPU {stages['torch-cuda'][1] / stages['faiss-cpu'][1]:.4f}; "
               f"{warm}", gpu_mem_mib=b.peak_mib())
 

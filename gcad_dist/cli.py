@@ -1,13 +1,13 @@
 """Command-line plumbing of the training CLIs: the shared helpers of :mod:`partitioning.cli`
-(``UsageError``, ``setup_logging``, ``run_cli``) and the runtime options every training CLI has."""
+(``UsageError``, ``setup_logging``, ``run_cli``, ``auto_or``) and the runtime options every training CLI has."""
 
 from __future__ import annotations
 
 import argparse
 
-from partitioning.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
+from partitioning.cli import DefaultsHelpFormatter, UsageError, auto_or, run_cli, setup_logging
 
-__all__ = ["UsageError", "setup_logging", "run_cli", "add_runtime_options", "DefaultsHelpFormatter"]
+__all__ = ["UsageError", "setup_logging", "run_cli", "add_runtime_options", "DefaultsHelpFormatter", "auto_or"]
 
 
 def add_runtime_options(p: argparse.ArgumentParser, defaults: object, plots: bool = True) -> None:

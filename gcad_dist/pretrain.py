@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
+from gcad_dist.cli import DefaultsHelpFormatter, UsageError, auto_or, run_cli, setup_logging
 from gcad_dist.model.gccad import CONTRASTS
 from gcad_dist.model.precision import PRECISIONS
 from partitioning.features import describe_normalization
@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="Ray cluster to join ('auto' or ray://host:10001); default: $RAY_ADDRESS if set, else start Ray here")
     a("--epochs", type=int, default=d.epochs,
       help="epochs; an epoch is one pass over the store, or as many whole passes as --min-steps-per-epoch needs")
-    a("--batch-size", type=_int_or_auto, default="auto",
+    a("--batch-size", type=auto_or(int, "an integer"), default="auto",
       help=f"seed nodes per worker per step on subgraphs above --sample-threshold; auto = {GPU_BATCH_SIZE} on GPU "
       f"workers with the local contrast when every subgraph of the store is above the threshold, else {CPU_BATCH_SIZE}")
     a("--fanouts", default=d.fanouts, help="neighbours sampled per hop for large subgraphs, comma-separated (-1 = all)")
@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
       "smaller ones are batched whole, each worker its own share")
     a("--graph-batch-nodes", type=int, default=d.graph_batch_nodes,
       help="cost budget (about nodes + edges/2) of one batch of whole small subgraphs")
-    a("--lr", type=_float_or_auto, default="auto",
+    a("--lr", type=auto_or(float, "a number"), default="auto",
       help=f"peak Adam learning rate (10%% warm-up, then linear decay to lr/10); auto = {BASE_LR:g} x sqrt(batch size / "
       f"{CPU_BATCH_SIZE}) with the local contrast when every subgraph of the store is above --sample-threshold "
       f"(measured: 16384 seeds at 4e-3 train as well as {CPU_BATCH_SIZE} at {BASE_LR:g}), else {BASE_LR:g}")
@@ -313,28 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _int_or_auto(text: str) -> int | None:
-    if text == "auto":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
-
-
-def _float_or_auto(text: str) -> float | None:
-    if text == "auto":
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
-
-
 def parse_config(argv: list[str] | None) -> PretrainConfig:
     args = vars(build_parser().parse_args(argv))
-    args["batch_size"] = None if args["batch_size"] == "auto" else args["batch_size"]
-    args["lr"] = None if args["lr"] == "auto" else args["lr"]
     names = {f.name for f in fields(PretrainConfig)}
     args["clique_size"] = tuple(args["clique_size"])
     return PretrainConfig(**{k: v for k, v in args.items() if k in names})

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from partitioning.cli import auto_or
 from partitioning.features import NORMALIZE_CHOICES, describe_normalization, manifest_normalization
 from partitioning.graph import Graph
 
@@ -459,14 +460,7 @@ def summary_table(result: BuildResult) -> str:
     return "\n".join(lines)
 
 
-def _parse_auto_int(text: str) -> int | None:
-    """``auto`` -> None (chosen by the build), else an integer (--k, --min-part-size)."""
-    if text == "auto":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
+_parse_auto_int = auto_or(int, "an integer")  # --k, --min-part-size: auto -> None (chosen by the build)
 
 
 def _parse_grid(text: str) -> tuple[int, ...]:

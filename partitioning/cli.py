@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from typing import TypeVar
 
 from partitioning.errors import GraphInputError
 
@@ -29,6 +30,24 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 class UsageError(ValueError):
     """A bad option value or combination, reported as one line without a traceback."""
+
+
+T = TypeVar("T")
+
+
+def auto_or(cast: Callable[[str], T], what: str) -> Callable[[str], T | None]:
+    """An argparse ``type``: ``auto`` -> None (the program chooses), else ``cast(text)`` (``what`` names the kind
+    in the error, e.g. "an integer")."""
+
+    def parse(text: str) -> T | None:
+        if text == "auto":
+            return None
+        try:
+            return cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected 'auto' or {what}, got {text!r}") from None
+
+    return parse
 
 
 def setup_logging(verbose: bool = False) -> None:
