@@ -61,8 +61,8 @@ from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here
 from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
-from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options, add_resume_options,
-                             prepare_run_state)
+from gcad_dist.train import (GCCAD_INPUT_DROPOUT, LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options,
+                             add_resume_options, prepare_run_state)
 from partitioning.errors import GraphInputError
 
 log = logging.getLogger("gcad_dist.finetune")
@@ -95,6 +95,7 @@ class FinetuneConfig:
     patience: int = TrainConfig.patience
     snapshots: int = TrainConfig.snapshots
     max_degree: int = TrainConfig.max_degree
+    input_dropout: float = GCCAD_INPUT_DROPOUT  # the GCCAD fits' (the fine-tuned checkpoint model has none)
     link_eval: str = TrainConfig.link_eval
     score_space: str = TrainConfig.score_space
     seed: int = 0
@@ -123,6 +124,8 @@ def _validate(cfg: FinetuneConfig) -> None:
         raise UsageError(f"--eval-every: must be >= 1, got {cfg.eval_every}")
     if cfg.patience < 0:
         raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
+    if not 0 <= cfg.input_dropout < 1:
+        raise UsageError(f"--input-dropout: must be in [0, 1), got {cfg.input_dropout}")
     if cfg.snapshots < 1:
         raise UsageError(f"--snapshots: must be >= 1, got {cfg.snapshots}")
     if cfg.max_degree < 0:
@@ -257,7 +260,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         tcfg = TrainConfig(graph=cfg.graph, out=cfg.out, hidden=loaded.config.hidden, epochs=cfg.epochs, lr=cfg.lr,
                            weight_decay=cfg.weight_decay, eval_every=cfg.eval_every, patience=cfg.patience,
                            snapshots=cfg.snapshots, link_eval=cfg.link_eval, score_space=cfg.score_space,
-                           max_degree=cfg.max_degree, seed=cfg.seed, device=cfg.device, threads=cfg.threads,
+                           max_degree=cfg.max_degree, input_dropout=cfg.input_dropout, seed=cfg.seed,
+                           device=cfg.device, threads=cfg.threads,
                            candidate_workers=cfg.candidate_workers, address=cfg.address, progress=cfg.progress,
                            verbose=cfg.verbose, checkpoint_interval=cfg.checkpoint_interval)
         scfg = supervised_config(tcfg, state_dir)
@@ -347,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-degree", type=int, default=d.max_degree, metavar="D",
                    help="message-passing fits on dense graphs: train each epoch on at most about D in-edges a node, "
                    "sampled afresh (as gcad_dist.train; 0 = every edge). Default: %(default)s")
+    p.add_argument("--input-dropout", type=float, default=d.input_dropout,
+                   help="dropout on the input features in the GCCAD fits (as gcad_dist.train; the fine-tuned "
+                   "checkpoint model has none). Default: %(default)s")
     p.add_argument("--link-eval", default=d.link_eval, choices=LINK_EVALS,
                    help="GCCAD link remover at evaluation (fine-tuned model; zero-shot keeps the checkpoint's): "
                         "'expected' weights each edge by its keep probability p, 'threshold' keeps iff p > 0.5 "

@@ -46,7 +46,8 @@ from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logg
 from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
-                             load_labelled, normalize_features, resolve_jump, train_one, write_json)
+                             load_labelled, normalize_features, resolve_input_dropout, resolve_jump, train_one,
+                             write_json)
 
 log = logging.getLogger("gcad_dist.quality")
 
@@ -80,6 +81,7 @@ class QualityConfig:
     norm: str = TrainConfig.norm
     hidden: int = TrainConfig.hidden
     layers: int = TrainConfig.layers
+    input_dropout: float | None = TrainConfig.input_dropout  # None: each model's default
     epochs: int = TrainConfig.epochs
     lr: float = TrainConfig.lr
     eval_every: int = TrainConfig.eval_every
@@ -144,7 +146,8 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
     return TrainConfig(
         graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, link_eval=cfg.link_eval,
         contrast=cfg.contrast, jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
-        layers=cfg.layers, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every, patience=cfg.patience,
+        layers=cfg.layers, input_dropout=cfg.input_dropout, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every,
+        patience=cfg.patience,
         snapshots=cfg.snapshots, max_degree=cfg.max_degree, seed=seed,
         device=cfg.device, threads=cfg.threads, candidate_workers=cfg.candidate_workers, progress=False, plots=False,
     )
@@ -181,6 +184,9 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
             s["train"]["norm"] = tc["norm"]
         if model in ("gccad", "gccad-ce") and tc["max_degree"]:  # absent = 0, every edge in every epoch
             s["train"]["max_degree"] = tc["max_degree"]
+        p_in = resolve_input_dropout(model, tc["input_dropout"])
+        if p_in:  # absent = 0, no input dropout (runs before session 28 stay valid)
+            s["train"]["input_dropout"] = p_in
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
         from gcad_dist.detectors import DETECTORS, settings_of
@@ -430,6 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GCCAD score on the encoder outputs (METHOD.md) or after the projection head")
     p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (GNNs)")
     p.add_argument("--layers", type=int, default=d.layers, help="message-passing layers (GNNs)")
+    p.add_argument("--input-dropout", type=float, default=d.input_dropout, metavar="P",
+                   help="dropout on the input features during training, every GNN (default: each model's, "
+                        "gcad_dist.train --input-dropout: 0.2 for GCCAD, 0 for the baselines)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum epochs per GNN run")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (GNNs)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="validation every n epochs (GNNs)")
@@ -486,6 +495,8 @@ def _validate(cfg: QualityConfig) -> None:
     for name in ("hidden", "layers", "epochs", "eval_every", "candidate_workers"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
+    if cfg.input_dropout is not None and not 0 <= cfg.input_dropout < 1:
+        raise UsageError(f"--input-dropout: must be in [0, 1), got {cfg.input_dropout}")
     if cfg.paired_with is not None and cfg.paired_with not in cfg.models:
         raise UsageError(f"--paired-with {cfg.paired_with}: not among --models ({' '.join(cfg.models)})")
 

@@ -556,6 +556,35 @@ def test_baselines_take_the_norm_too():
     assert cfg.norm == "graph" and all(isinstance(u.norm, GraphScaleNorm) for u in model.encoder.node_updates)
 
 
+@pytest.mark.parametrize("kind", ["gccad", "gin", "mlp"])
+def test_input_dropout_acts_in_training_only(kind):
+    """Input dropout changes a training forward pass (the same seed, the same weights, another output) and leaves
+    evaluation exactly as without it; 0 draws nothing, so a run at 0 is the run before the option existed."""
+    from gcad_dist.train import build_model
+
+    torch.manual_seed(0)
+    x, ei = torch.randn(30, 6), torch.randint(0, 30, (2, 90))
+    outs = {}
+    for p in (0.0, 0.5):
+        torch.manual_seed(1)
+        model, cfg = build_model(kind, 6, hidden=8, contrast="graph", input_dropout=p)
+        assert cfg.input_dropout == p
+        if p:
+            model.load_state_dict(outs[0.0][0])
+        model.eval()
+        with torch.no_grad():
+            ev = model.score(model(x, ei))
+        model.train()
+        torch.manual_seed(2)
+        rng = torch.get_rng_state()
+        tr = model.score(model(x, ei)).detach()
+        outs[p] = (model.state_dict(), ev, tr, torch.equal(rng, torch.get_rng_state()))
+    assert torch.equal(outs[0.0][1], outs[0.5][1])  # evaluation: no dropout
+    assert not torch.allclose(outs[0.0][2], outs[0.5][2])  # training: the inputs were dropped
+    with pytest.raises(ValueError, match="input_dropout"):
+        GCCADConfig(in_dim=3, input_dropout=1.0)
+
+
 def test_pyg_generated_sources_are_removed_at_exit(tmp_path):
     """PyG writes each MessagePassing class's generated propagate into the temporary folder and never deletes it;
     a process that built GCCAD models leaves none of those files behind (they exist while it runs)."""

@@ -387,6 +387,23 @@ def test_candidate_workers_bad_value_is_a_usage_error(tmp_path, capsys):
     assert code == 2 and "every --workers value >= 2" in err
 
 
+def test_input_dropout_option(tmp_path, capsys):
+    """--input-dropout reaches every candidate's model (default: 0.2 for GCCAD, 0 for the baselines) and a bad value
+    is a one-line usage error."""
+    from gcad_dist.train import TrainConfig, build_candidate
+
+    for p, want in ((None, 0.2), (0.5, 0.5), (0.0, 0.0)):
+        _, cfg = build_candidate(TrainConfig(graph="", out="", input_dropout=p), 5, "ego", "layer")
+        assert cfg.input_dropout == want
+    for p, want in ((None, 0.0), (0.3, 0.3)):
+        _, cfg = build_candidate(TrainConfig(graph="", out="", model="sage", input_dropout=p), 5, "graph", "layer")
+        assert cfg.input_dropout == want
+    g = _generate(tmp_path / "g.npz", nodes=100)
+    code, err = _cli(["gcad_dist.train", "--graph", str(g), "--out", str(tmp_path / "o"), "--input-dropout", "1"],
+                     capsys)
+    assert code == 2 and "--input-dropout: must be in [0, 1)" in err
+
+
 def test_flat_ensemble_scores_as_the_nested_average() -> None:
     """A kept fit that is itself an average of candidates joins a flat ensemble as its members, with composed
     statistics: the flat ensemble's score equals the mean of the parts' standardised scores (one checkpoint level)."""

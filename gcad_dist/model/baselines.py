@@ -39,6 +39,7 @@ class BaselineConfig:
     hidden: int = 64
     num_layers: int = 2
     dropout: float = 0.1
+    input_dropout: float = 0.0  # dropout on the input features during training (gcad_dist.train --input-dropout)
     heads: int = 4  # GAT attention heads (concatenated; hidden must be divisible by heads)
     norm: str = "layer"  # "layer" | "graph" (gcad_dist.model.node_update.NORMS)
 
@@ -88,6 +89,8 @@ class BaselineClassifier(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, **_: object) -> Tensor:
         """Logits [N, 2]. ``batch`` and other GCCAD-only arguments are accepted and ignored."""
+        if self.training and self.config.input_dropout > 0:
+            x = F.dropout(x, self.config.input_dropout, training=True)
         h = self.proj(x)
         kind = self.config.kind
         graph = edge_index

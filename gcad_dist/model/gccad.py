@@ -81,6 +81,9 @@ class GCCADConfig:
     gumbel_temperature: float = 0.6
     link_eval: str = "threshold"  # evaluation keep rule: "threshold" (p > 0.5, METHOD.md) | "expected" (I = p)
     dropout: float = 0.1
+    # dropout on the input features x during training (0 = none, METHOD.md). gcad_dist.train's default is 0.2: the
+    # models memorise the few training anomalies within 20-30 epochs (BENCHMARKS.md, session 28)
+    input_dropout: float = 0.0
     score_space: str = "encoder"  # "encoder" (METHOD section 3) | "projection" (reference code)
     contrast: str = "graph"  # "graph" (METHOD.md) | "neighbors" | "ego" | "local": what each node is contrasted with
     jump: str = "last"  # "last" (METHOD.md: h^(L), q^(L)) | "cat": every layer's h^(l) and q^(l), l = 0..L, concatenated
@@ -107,6 +110,7 @@ class GCCADConfig:
             (self.num_layers >= 1, "num_layers must be >= 1"),
             (self.tau > 0 and self.gumbel_temperature > 0, "tau and gumbel_temperature must be > 0"),
             (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
+            (0.0 <= self.input_dropout < 1.0, "input_dropout must be in [0, 1)"),
             (self.link_loss_weight >= 0, "link_loss_weight must be >= 0"),
         ]
         for ok, message in checks:
@@ -193,6 +197,8 @@ class GCCAD(torch.nn.Module):
                                              and x.dim() == 2):
             raise ValueError("member_swaps are an ensemble's (local contrast, ensemble > 1) swaps of a [N, F] input")
         sync = IDENTITY if sync is None else sync
+        if self.training and self.config.input_dropout > 0:  # every feature of every node, before anything else
+            x = F.dropout(x, self.config.input_dropout, training=True)
         n = x.size(0)
         if batch is None:
             batch = torch.zeros(n, dtype=torch.long, device=x.device)
