@@ -62,7 +62,7 @@ from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.train import (GCCAD_INPUT_DROPOUT, LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options,
-                             add_resume_options, prepare_run_state)
+                             add_resume_options, check_input_dropout, prepare_run_state)
 from partitioning.errors import GraphInputError
 
 log = logging.getLogger("gcad_dist.finetune")
@@ -124,8 +124,7 @@ def _validate(cfg: FinetuneConfig) -> None:
         raise UsageError(f"--eval-every: must be >= 1, got {cfg.eval_every}")
     if cfg.patience < 0:
         raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
-    if not 0 <= cfg.input_dropout < 1:
-        raise UsageError(f"--input-dropout: must be in [0, 1), got {cfg.input_dropout}")
+    check_input_dropout(cfg.input_dropout)
     if cfg.snapshots < 1:
         raise UsageError(f"--snapshots: must be >= 1, got {cfg.snapshots}")
     if cfg.max_degree < 0:

@@ -46,8 +46,8 @@ from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logg
 from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
-                             load_labelled, normalize_features, resolve_input_dropout, resolve_jump, train_one,
-                             write_json)
+                             check_input_dropout, load_labelled, normalize_features, resolve_input_dropout, resolve_jump,
+                             train_one, write_json)
 
 log = logging.getLogger("gcad_dist.quality")
 
@@ -495,8 +495,7 @@ def _validate(cfg: QualityConfig) -> None:
     for name in ("hidden", "layers", "epochs", "eval_every", "candidate_workers"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
-    if cfg.input_dropout is not None and not 0 <= cfg.input_dropout < 1:
-        raise UsageError(f"--input-dropout: must be in [0, 1), got {cfg.input_dropout}")
+    check_input_dropout(cfg.input_dropout)
     if cfg.paired_with is not None and cfg.paired_with not in cfg.models:
         raise UsageError(f"--paired-with {cfg.paired_with}: not among --models ({' '.join(cfg.models)})")
 

@@ -148,6 +148,12 @@ def resolve_input_dropout(model: str, value: float | None = None) -> float:
     return GCCAD_INPUT_DROPOUT if model.startswith("gccad") else 0.0
 
 
+def check_input_dropout(value: float | None) -> None:
+    """The ``--input-dropout`` check of every CLI that has it (None = the model's default)."""
+    if value is not None and not 0 <= value < 1:
+        raise UsageError(f"--input-dropout: must be in [0, 1), got {value}")
+
+
 def build_model(kind: str, in_dim: int, hidden: int = 64, layers: int = 2, dropout: float = 0.1,
                 conv: str = "gin", ablation: str = "none", score_space: str = "projection",
                 link_eval: str = "expected", contrast: str = "graph",
@@ -254,8 +260,7 @@ def _validate(cfg: TrainConfig) -> None:
         raise UsageError(f"--lr: must be > 0, got {cfg.lr}")
     if not 0 <= cfg.dropout < 1:
         raise UsageError(f"--dropout: must be in [0, 1), got {cfg.dropout}")
-    if cfg.input_dropout is not None and not 0 <= cfg.input_dropout < 1:
-        raise UsageError(f"--input-dropout: must be in [0, 1), got {cfg.input_dropout}")
+    check_input_dropout(cfg.input_dropout)
     if not (0 < cfg.train_frac < 1 and 0 < cfg.val_frac < 1 and cfg.train_frac + cfg.val_frac < 1):
         raise UsageError(f"--train-frac/--val-frac: need 0 < train, val and train + val < 1, got {cfg.train_frac}/{cfg.val_frac}")
     if not 0 < cfg.label_fraction <= 1:
