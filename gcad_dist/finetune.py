@@ -61,7 +61,7 @@ from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here
 from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
-from gcad_dist.train import (GCCAD_INPUT_DROPOUT, LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options,
+from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options,
                              add_resume_options, check_input_dropout, prepare_run_state)
 from partitioning.errors import GraphInputError
 
@@ -95,7 +95,7 @@ class FinetuneConfig:
     patience: int = TrainConfig.patience
     snapshots: int = TrainConfig.snapshots
     max_degree: int = TrainConfig.max_degree
-    input_dropout: float = GCCAD_INPUT_DROPOUT  # the GCCAD fits' (the fine-tuned checkpoint model has none)
+    input_dropout: float | None = None  # the GCCAD fits' (None: gcad_dist.train's rule); the checkpoint model has none
     link_eval: str = TrainConfig.link_eval
     score_space: str = TrainConfig.score_space
     seed: int = 0
@@ -182,7 +182,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
     from gcad_dist.supervised import fit_supervised, predict
     from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates,
-                                 supervised_config, warn_split_classes, write_json)
+                                 supervised_config, warn_split_classes, with_input_dropout, write_json)
     from partitioning.graph import describe_labels
 
     _validate(cfg)
@@ -263,6 +263,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                            device=cfg.device, threads=cfg.threads,
                            candidate_workers=cfg.candidate_workers, address=cfg.address, progress=cfg.progress,
                            verbose=cfg.verbose, checkpoint_interval=cfg.checkpoint_interval)
+        tcfg = with_input_dropout(tcfg, y, sub.train, data.num_features)  # resolved for the labels it fits on
         scfg = supervised_config(tcfg, state_dir)
         source = base_model(zs_model)
         names, fits, graph_selection = [], [], {}
@@ -351,8 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="message-passing fits on dense graphs: train each epoch on at most about D in-edges a node, "
                    "sampled afresh (as gcad_dist.train; 0 = every edge). Default: %(default)s")
     p.add_argument("--input-dropout", type=float, default=d.input_dropout,
-                   help="dropout on the input features in the GCCAD fits (as gcad_dist.train; the fine-tuned "
-                   "checkpoint model has none). Default: %(default)s")
+                   help="dropout on the input features in the GCCAD fits (default: gcad_dist.train's, 0.2 below 20 "
+                   "labelled training anomalies per input feature after --label-fraction, else 0; the fine-tuned "
+                   "checkpoint model has none)")
     p.add_argument("--link-eval", default=d.link_eval, choices=LINK_EVALS,
                    help="GCCAD link remover at evaluation (fine-tuned model; zero-shot keeps the checkpoint's): "
                         "'expected' weights each edge by its keep probability p, 'threshold' keeps iff p > 0.5 "

@@ -46,7 +46,7 @@ from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logg
 from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
-                             check_input_dropout, load_labelled, normalize_features, resolve_input_dropout, resolve_jump,
+                             check_input_dropout, input_dropout_rule, load_labelled, normalize_features, resolve_jump,
                              train_one, write_json)
 
 log = logging.getLogger("gcad_dist.quality")
@@ -184,8 +184,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
             s["train"]["norm"] = tc["norm"]
         if model in ("gccad", "gccad-ce") and tc["max_degree"]:  # absent = 0, every edge in every epoch
             s["train"]["max_degree"] = tc["max_degree"]
-        p_in = resolve_input_dropout(model, tc["input_dropout"])
-        if p_in:  # absent = 0, no input dropout (runs before session 28 stay valid)
+        p_in = input_dropout_rule(model, tc["input_dropout"])
+        if p_in:  # absent = 0, no input dropout (runs before session 28 stay valid); session 28's 0.2 for any labels
             s["train"]["input_dropout"] = p_in
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
@@ -438,7 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=d.layers, help="message-passing layers (GNNs)")
     p.add_argument("--input-dropout", type=float, default=d.input_dropout, metavar="P",
                    help="dropout on the input features during training, every GNN (default: each model's, "
-                        "gcad_dist.train --input-dropout: 0.2 for GCCAD, 0 for the baselines)")
+                        "gcad_dist.train --input-dropout: for GCCAD 0.2 below 20 labelled training anomalies per "
+                        "input feature, else 0; 0 for the baselines)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum epochs per GNN run")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (GNNs)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="validation every n epochs (GNNs)")

@@ -26,7 +26,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -138,14 +138,35 @@ def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
 # anomalies by heart within 20-30 epochs. GraphSAGE gained less and lost on books, so the baselines keep none
 # (BENCHMARKS.md, session 28)
 GCCAD_INPUT_DROPOUT = 0.2
+# ... while the labels are few for the input's width (session 29): its validation gain fell as the labelled training
+# anomalies per input feature grew, on real and generated graphs alike (+0.18 AUPRC at 1.4 a feature, -0.02 at 30
+# and 60); from this ratio on, GCCAD trains without it. Of the shared graphs it switches off for tolokers only
+# (1,283 anomalies, 10 features)
+INPUT_DROPOUT_MAX_LABELS_PER_FEATURE = 20.0
 
 
-def resolve_input_dropout(model: str, value: float | None = None) -> float:
-    """``value``, or when None the default of ``model``: :data:`GCCAD_INPUT_DROPOUT` for GCCAD and its ablations, 0 for
-    the baselines."""
+def resolve_input_dropout(model: str, value: float | None = None, train_anomalies: int | None = None,
+                          num_features: int | None = None) -> float:
+    """``value``, or when None the default of ``model``: 0 for the baselines; for GCCAD and its ablations
+    :data:`GCCAD_INPUT_DROPOUT`, unless the fit's training split holds at least
+    :data:`INPUT_DROPOUT_MAX_LABELS_PER_FEATURE` labelled anomalies per input feature (then 0; when the counts are not
+    known, the few-label default)."""
     if value is not None:
         return float(value)
-    return GCCAD_INPUT_DROPOUT if model.startswith("gccad") else 0.0
+    if not model.startswith("gccad"):
+        return 0.0
+    if train_anomalies is not None and num_features and train_anomalies / num_features >= INPUT_DROPOUT_MAX_LABELS_PER_FEATURE:
+        return 0.0
+    return GCCAD_INPUT_DROPOUT
+
+
+def input_dropout_rule(model: str, value: float | None = None) -> float | str:
+    """What decides a run's input dropout, for settings records: the value when it is fixed (given, or a baseline's
+    0), else the rule of :func:`resolve_input_dropout` in words."""
+    if value is not None or not model.startswith("gccad"):
+        return resolve_input_dropout(model, value)
+    return (f"{GCCAD_INPUT_DROPOUT:g} below {INPUT_DROPOUT_MAX_LABELS_PER_FEATURE:g} labelled training anomalies per "
+            "input feature, else 0")
 
 
 def check_input_dropout(value: float | None) -> None:
@@ -317,6 +338,7 @@ def fit_candidates(cfg: TrainConfig, data=None, state_dir: Path | None = None) -
     warn_split_classes(split, data.y)
     # --label-fraction: the same seeded stratified subsample of the training labels as gcad_dist.finetune
     fit_split, budget = subsample_split(split, data.y, cfg.label_fraction, seed=cfg.seed)
+    cfg = with_input_dropout(cfg, data.y, fit_split.train, data.num_features)
     scfg = supervised_config(cfg, state_dir)
     log.info("%s: %d nodes, %d directed edges, %d features; %s; split %s %s; model %s%s",
              cfg.graph, data.num_nodes, data.edge_index.shape[1], data.num_features, describe_labels(data.y),
@@ -324,6 +346,17 @@ def fit_candidates(cfg: TrainConfig, data=None, state_dir: Path | None = None) -
              f" (conv {cfg.conv}, ablation {cfg.ablation})" if cfg.model == "gccad" else "")
     fits = fit_models(cfg, data, fit_split, scfg)
     return Candidates(fits, data, split, counts, budget)
+
+
+def with_input_dropout(cfg: TrainConfig, y: Any, train_mask: Any, num_features: int) -> TrainConfig:
+    """``cfg`` with its input dropout resolved (:func:`resolve_input_dropout`) for the labels of ``train_mask`` and
+    ``num_features`` input features."""
+    n_anomalies = int(torch.as_tensor(y)[torch.as_tensor(train_mask, dtype=torch.bool)].sum())
+    p = resolve_input_dropout(cfg.model, cfg.input_dropout, n_anomalies, num_features)
+    if cfg.input_dropout is None and cfg.model.startswith("gccad"):
+        log.info("input dropout %g (%d labelled training anomalies, %d features; %s)", p, n_anomalies, num_features,
+                 input_dropout_rule(cfg.model))
+    return replace(cfg, input_dropout=p)
 
 
 def supervised_config(cfg: TrainConfig, state_dir: str | Path | None = None) -> SupervisedConfig:
@@ -626,10 +659,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=d.layers, help="number of message-passing layers (all models)")
     p.add_argument("--dropout", type=float, default=d.dropout, help="dropout probability")
     p.add_argument("--input-dropout", type=float, default=d.input_dropout, metavar="P",
-                   help="dropout on the input features during training (0 = none, the paper's). Default: 0.2 for "
-                        "GCCAD, whose fits learn the few labelled anomalies by heart within 20-30 epochs (it raised "
-                        "the validation AUPRC on three of four real graphs and cost the fourth, with 10 features, "
-                        "0.007); 0 for the baselines")
+                   help="dropout on the input features during training (0 = none, the paper's). Default: for "
+                        "GCCAD 0.2 while the training split holds fewer than 20 labelled anomalies per input "
+                        "feature (after --label-fraction), else 0: with few labels its fits learn the anomalies by "
+                        "heart within 20-30 epochs, and the dropout's gain on validation fell as that ratio grew, "
+                        "to a loss from 30 on (BENCHMARKS.md, sessions 28-29); 0 for the baselines")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch epochs (one optimiser step each)")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="Adam weight decay")

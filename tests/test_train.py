@@ -404,6 +404,33 @@ def test_input_dropout_option(tmp_path, capsys):
     assert code == 2 and "--input-dropout: must be in [0, 1)" in err
 
 
+def test_input_dropout_follows_labels_per_feature() -> None:
+    """The default input dropout of GCCAD is 0.2 below INPUT_DROPOUT_MAX_LABELS_PER_FEATURE labelled training
+    anomalies per input feature and 0 from there on, counted on the fit's own training mask (after --label-fraction);
+    a given value and the baselines' 0 do not move."""
+    from gcad_dist.train import INPUT_DROPOUT_MAX_LABELS_PER_FEATURE as R
+    from gcad_dist.train import TrainConfig, input_dropout_rule, resolve_input_dropout, with_input_dropout
+
+    d = 10
+    n = int(R * d)  # exactly R a feature
+    y = torch.zeros(3 * n, dtype=torch.long)
+    y[:n] = 1
+    many = torch.zeros(3 * n, dtype=torch.bool)
+    many[: n + 20] = True  # n anomalies
+    few = many.clone()
+    few[:10] = False  # n - 10 anomalies
+    cfg = TrainConfig(graph="", out="")
+    assert with_input_dropout(cfg, y, many, d).input_dropout == 0.0
+    assert with_input_dropout(cfg, y, few, d).input_dropout == 0.2
+    assert with_input_dropout(cfg, y, many, 2 * d).input_dropout == 0.2  # the same labels over a wider input
+    assert with_input_dropout(TrainConfig(graph="", out="", input_dropout=0.4), y, many, d).input_dropout == 0.4
+    assert with_input_dropout(TrainConfig(graph="", out="", model="gcn"), y, few, d).input_dropout == 0.0
+    assert resolve_input_dropout("gccad", None, n - 1, d) == 0.2 and resolve_input_dropout("gccad", None, n, d) == 0.0
+    assert resolve_input_dropout("gccad-ce", None, None, None) == 0.2  # counts unknown: the few-label default
+    assert input_dropout_rule("sage") == 0.0 and input_dropout_rule("gccad", 0.1) == 0.1
+    assert "per input feature" in input_dropout_rule("gccad")
+
+
 def test_flat_ensemble_scores_as_the_nested_average() -> None:
     """A kept fit that is itself an average of candidates joins a flat ensemble as its members, with composed
     statistics: the flat ensemble's score equals the mean of the parts' standardised scores (one checkpoint level)."""
