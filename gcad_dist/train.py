@@ -145,16 +145,19 @@ GCCAD_INPUT_DROPOUT = 0.2
 INPUT_DROPOUT_MAX_LABELS_PER_FEATURE = 20.0
 
 
+def _input_dropout_by_rule(model: str, value: float | None) -> bool:
+    """Whether the labels decide the input dropout: no value given, and GCCAD or one of its ablations."""
+    return value is None and model.startswith("gccad")
+
+
 def resolve_input_dropout(model: str, value: float | None = None, train_anomalies: int | None = None,
                           num_features: int | None = None) -> float:
     """``value``, or when None the default of ``model``: 0 for the baselines; for GCCAD and its ablations
     :data:`GCCAD_INPUT_DROPOUT`, unless the fit's training split holds at least
     :data:`INPUT_DROPOUT_MAX_LABELS_PER_FEATURE` labelled anomalies per input feature (then 0; when the counts are not
     known, the few-label default)."""
-    if value is not None:
-        return float(value)
-    if not model.startswith("gccad"):
-        return 0.0
+    if not _input_dropout_by_rule(model, value):
+        return 0.0 if value is None else float(value)
     if train_anomalies is not None and num_features and train_anomalies / num_features >= INPUT_DROPOUT_MAX_LABELS_PER_FEATURE:
         return 0.0
     return GCCAD_INPUT_DROPOUT
@@ -163,7 +166,7 @@ def resolve_input_dropout(model: str, value: float | None = None, train_anomalie
 def input_dropout_rule(model: str, value: float | None = None) -> float | str:
     """What decides a run's input dropout, for settings records: the value when it is fixed (given, or a baseline's
     0), else the rule of :func:`resolve_input_dropout` in words."""
-    if value is not None or not model.startswith("gccad"):
+    if not _input_dropout_by_rule(model, value):
         return resolve_input_dropout(model, value)
     return (f"{GCCAD_INPUT_DROPOUT:g} below {INPUT_DROPOUT_MAX_LABELS_PER_FEATURE:g} labelled training anomalies per "
             "input feature, else 0")
@@ -353,7 +356,7 @@ def with_input_dropout(cfg: TrainConfig, y: Any, train_mask: Any, num_features: 
     ``num_features`` input features."""
     n_anomalies = int(torch.as_tensor(y)[torch.as_tensor(train_mask, dtype=torch.bool)].sum())
     p = resolve_input_dropout(cfg.model, cfg.input_dropout, n_anomalies, num_features)
-    if cfg.input_dropout is None and cfg.model.startswith("gccad"):
+    if _input_dropout_by_rule(cfg.model, cfg.input_dropout):
         log.info("input dropout %g (%d labelled training anomalies, %d features; %s)", p, n_anomalies, num_features,
                  input_dropout_rule(cfg.model))
     return replace(cfg, input_dropout=p)

@@ -81,8 +81,9 @@ class GCCADConfig:
     gumbel_temperature: float = 0.6
     link_eval: str = "threshold"  # evaluation keep rule: "threshold" (p > 0.5, METHOD.md) | "expected" (I = p)
     dropout: float = 0.1
-    # dropout on the input features x during training (0 = none, METHOD.md). gcad_dist.train's default is 0.2: the
-    # models memorise the few training anomalies within 20-30 epochs (BENCHMARKS.md, session 28)
+    # dropout on the input features x during training (0 = none, METHOD.md). gcad_dist.train's default is 0.2 below 20
+    # labelled training anomalies per input feature: the models memorise few training anomalies within 20-30 epochs
+    # (BENCHMARKS.md, sessions 28-29; gcad_dist.train.resolve_input_dropout)
     input_dropout: float = 0.0
     score_space: str = "encoder"  # "encoder" (METHOD section 3) | "projection" (reference code)
     contrast: str = "graph"  # "graph" (METHOD.md) | "neighbors" | "ego" | "local": what each node is contrasted with
