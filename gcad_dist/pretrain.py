@@ -81,12 +81,13 @@ PLACEMENT_STRATEGIES = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 #: a per-node logistic loss, feature swaps redrawn every step (BENCHMARKS.md, "A label-free GCCAD-pre that
 #: detects real anomalies"), five such models trained side by side and averaged (BENCHMARKS.md, session 11).
 #: Planted cliques (``--plant-cliques``) are off in both: on the real graphs' validation splits they gained little or
-#: nothing and cost two (BENCHMARKS.md, session 20).
+#: nothing and cost two (BENCHMARKS.md, session 20). Feature tails (``--push-tails``) are off too: on the real graphs'
+#: training and validation labels they cost inj_cora, reddit and tolokers (BENCHMARKS.md, session 30).
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": {"contrast": "graph", "loss": "contrastive", "tau": 0.1, "swap_features": 0.0,
-              "plant_cliques": 0.0, "ensemble": 1},
+              "plant_cliques": 0.0, "push_tails": 0.0, "ensemble": 1},
     "local": {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15, "plant_cliques": 0.0,
-              "ensemble": 5},
+              "push_tails": 0.0, "ensemble": 5},
 }
 
 
@@ -156,6 +157,8 @@ class PretrainConfig:
     # structural corruption drawn at every step: this fraction of each batch's normal nodes joined into cliques
     plant_cliques: float | None = None
     clique_size: tuple[int, int] = (4, 20)  # (min, max) members of a planted clique, drawn uniformly
+    # global corruption drawn at every step: this fraction of each batch's normal nodes get features from column tails
+    push_tails: float | None = None
     ensemble: int | None = None
     memory_momentum: float = 0.5
     backend: str = "auto"
@@ -230,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="defaults of --contrast, --loss, --tau, --swap-features and --ensemble (an option given explicitly wins): "
       "paper = METHOD.md section 4 (graph, contrastive, 0.1, 0, 1); local = the label-free recipe for a whole-graph "
       "store built with 'partitioning.build --k 1 --corruption-mix none' (local, logistic, 0.2, 0.15, 5); auto = "
-      "local for a store without stored corruption, paper otherwise; --plant-cliques is 0 in both")
+      "local for a store without stored corruption, paper otherwise; --plant-cliques and --push-tails are 0 in both")
     a("--tau", type=float, default=d.tau, help="temperature of the loss (default: the recipe's)")
     a("--swap-features", type=float, default=d.swap_features,
       help="at every step, this fraction of each batch's normal nodes take another node's features (and the "
@@ -245,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
       "cliques it lifted validation AUROC from 0.81 to 0.95 (test 0.886 -> 0.969), but on the shared real graphs "
       "it gained little or nothing and cost books and reddit, so the recipes leave it off (BENCHMARKS.md, session "
       "20) (default: the recipe's, 0)")
+    a("--push-tails", type=float, default=d.push_tails, metavar="FRACTION",
+      help="a global corruption drawn afresh at every step, beside --swap-features: this fraction of each batch's "
+      "normal nodes keep their links, and a tenth of their features (at least one) take values from the far 1%% "
+      "tail of their columns (a global outlier, what IsolationForest sees); labelled abnormal (default: the "
+      "recipe's, 0)")
     a("--clique-size", type=int, nargs=2, default=list(d.clique_size), metavar=("MIN", "MAX"),
       help="members of a planted clique (--plant-cliques), drawn uniformly from MIN..MAX")
     a("--ensemble", type=int, default=d.ensemble,
@@ -337,6 +345,7 @@ def validate(cfg: PretrainConfig) -> dict:
         (cfg.tau is None or cfg.tau > 0, "--tau", "must be > 0"),
         (cfg.swap_features is None or 0 <= cfg.swap_features < 1, "--swap-features", "must be in [0, 1)"),
         (cfg.plant_cliques is None or 0 <= cfg.plant_cliques < 1, "--plant-cliques", "must be in [0, 1)"),
+        (cfg.push_tails is None or 0 <= cfg.push_tails < 1, "--push-tails", "must be in [0, 1)"),
         (len(cfg.clique_size) == 2 and 2 <= cfg.clique_size[0] <= cfg.clique_size[1], "--clique-size",
          f"must be MIN MAX with 2 <= MIN <= MAX, got {' '.join(map(str, cfg.clique_size))}"),
         (cfg.ensemble is None or cfg.ensemble >= 1, "--ensemble", "must be >= 1"),
@@ -399,7 +408,7 @@ def validate(cfg: PretrainConfig) -> dict:
     if cfg.ensemble > 1 and cfg.contrast != "local":
         raise UsageError(f"--ensemble {cfg.ensemble}: an ensemble is trained for the local contrast only (this run's "
                          f"contrast is {cfg.contrast}); leave --ensemble at its default")
-    if cfg.swap_features == 0 and not cfg.plant_cliques and not corrupted:
+    if cfg.swap_features == 0 and not cfg.plant_cliques and not cfg.push_tails and not corrupted:
         raise UsageError(f"--swap-features: {cfg.store} holds no corrupted node (built with --corruption-mix none), "
                          "so there is nothing to contrast without corruptions drawn at every step: pass "
                          "--swap-features 0.15, or leave it and --recipe at their defaults")

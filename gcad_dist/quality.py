@@ -91,6 +91,7 @@ class QualityConfig:
     pre_epochs: int | None = None  # None: the recipe's (gcad_dist.detectors.gccad_pre: local 3, paper 10)
     pre_ensemble: int | None = None  # None: the local recipe's (gcad_dist.detectors.gccad_pre.LOCAL_ENSEMBLE)
     pre_cliques: float | None = None  # None: the local recipe's pretrain --plant-cliques
+    pre_tails: float | None = None  # None: the local recipe's pretrain --push-tails
     pre_batch_size: int | None = None  # None: the local recipe's pretrain --batch-size
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
@@ -98,7 +99,7 @@ class QualityConfig:
     def detector_options(self) -> dict[str, Any]:
         """The harness options that detectors read (:attr:`gcad_dist.detectors.DetectorSpec.options`)."""
         return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques,
-                "pre_batch_size": self.pre_batch_size}
+                "pre_tails": self.pre_tails, "pre_batch_size": self.pre_batch_size}
     device: str = "auto"
     threads: int = 0
     candidate_workers: int = 1  # gccad's --contrast auto candidates fitted side by side (the same results)
@@ -459,6 +460,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gccad-pre: pretrain --plant-cliques FRACTION, planted cliques redrawn at every step, and "
                    "--swap-features cut by as much (0.15 - FRACTION), so that the corrupted share stays 0.15 "
                    "(default: the recipe's, 0)")
+    p.add_argument("--pre-tails", type=float, default=d.pre_tails, metavar="FRACTION",
+                   help="gccad-pre: pretrain --push-tails FRACTION, global outliers (features from column tails) "
+                   "redrawn at every step, and --swap-features cut by as much, so that the corrupted share stays "
+                   "0.15 with --pre-cliques (default: the recipe's, 0)")
     p.add_argument("--pre-batch-size", type=int, default=d.pre_batch_size, metavar="SEEDS",
                    help="gccad-pre: seed nodes per pre-training minibatch (pretrain --batch-size) (default: the "
                    "recipe's, 1024)")
@@ -486,13 +491,17 @@ def _validate(cfg: QualityConfig) -> None:
         raise UsageError(f"--pre-batch-size: must be >= 1, got {cfg.pre_batch_size}")
     if cfg.pre_ensemble is not None and cfg.pre_ensemble < 1:
         raise UsageError(f"--pre-ensemble: must be >= 1, got {cfg.pre_ensemble}")
-    if cfg.pre_cliques is not None:
+    if cfg.pre_cliques is not None or cfg.pre_tails is not None:
         from gcad_dist.detectors.gccad_pre import LOCAL_PRETRAIN
 
         share = LOCAL_PRETRAIN["swap_features"]
-        if not 0 <= cfg.pre_cliques <= share:
-            raise UsageError(f"--pre-cliques: must be in [0, {share}] (the recipe's share of corrupted nodes), got "
-                             f"{cfg.pre_cliques}")
+        for flag, value in (("--pre-cliques", cfg.pre_cliques), ("--pre-tails", cfg.pre_tails)):
+            if value is not None and not 0 <= value <= share:
+                raise UsageError(f"{flag}: must be in [0, {share}] (the recipe's share of corrupted nodes), got "
+                                 f"{value}")
+        if (cfg.pre_cliques or 0) + (cfg.pre_tails or 0) > share:
+            raise UsageError(f"--pre-cliques and --pre-tails: together at most {share} (the recipe's share of "
+                             f"corrupted nodes), got {cfg.pre_cliques} + {cfg.pre_tails}")
     for name in ("hidden", "layers", "epochs", "eval_every", "candidate_workers"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from bench.labelfree_contexts import edge_suspicion, neighbour_contrast, table
@@ -38,3 +39,21 @@ def test_table_has_one_row_per_run_and_only_the_contexts_present() -> None:
     assert "| inject | 2 | ego swap 0.15 | 50% |" in table(rows).splitlines()[2]
     rows[0].update(hidden=256)
     assert "| inject | 2 | ego swap 0.15 hidden 256 | 50% |" in table(rows).splitlines()[2]
+
+
+def test_labelfree_pretext_variants_and_paired_table():
+    """``bench.labelfree_pretext``: variants parse to harness options (a bad one is a usage error), and the table
+    pairs each variant with the first on the same seeds."""
+    from gcad_dist.cli import UsageError
+    from bench.labelfree_pretext import parse_variant, table
+
+    assert parse_variant("B") == ("B", {})
+    assert parse_variant("T5=pre_tails:0.05,pre_epochs:2") == ("T5", {"pre_tails": 0.05, "pre_epochs": 2})
+    for bad in ("T=pre_tail:0.05", "T=pre_tails", "T=pre_epochs:x", "=pre_tails:0.1"):
+        with pytest.raises(UsageError, match="--variants"):
+            parse_variant(bad)
+    rows = [{"dataset": "g", "variant": v, "seed": s, "auroc": a, "auprc": p}
+            for v, s, a, p in (("B", 0, 0.6, 0.1), ("B", 1, 0.7, 0.2), ("T", 0, 0.65, 0.1), ("T", 1, 0.68, 0.3))]
+    out = table(rows, ["B", "T"])
+    assert "| g | B | 2 | 0.650 / 0.1500 |  |  |" in out
+    assert "| g | T | 2 | 0.665 / 0.2000 | +0.015 / +0.0500 | 1/2 |" in out

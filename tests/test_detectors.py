@@ -128,7 +128,7 @@ def test_gccad_pre_local_recipe_finds_planted_anomalies(graph, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     data, split, _ = graph
     s = fit_score("gccad-pre", data, split, seed=0, pre_epochs=None, pre_ensemble=None, pre_cliques=None,
-                  pre_batch_size=None, threads=1, device="cpu")
+                  pre_tails=None, pre_batch_size=None, threads=1, device="cpu")
     assert s.shape == (data.num_nodes,) and np.isfinite(s).all()
     test = split.test.numpy()
     assert auroc(data.y.numpy()[test], s[test]) > 0.8

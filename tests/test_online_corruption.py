@@ -235,3 +235,165 @@ def test_harness_cliques_take_their_share_out_of_the_swaps(monkeypatch: pytest.M
     assert (seen[1]["plant_cliques"], seen[1]["swap_features"]) == (0.05, 0.1)
     with pytest.raises(ValueError, match="pre_cliques"):
         gccad_pre.fit_score(None, None, 0, pre_cliques=0.2)
+
+
+# -- feature tails (global outliers) ----------------------------------------------------------------------------
+
+
+def test_push_to_tails_moves_a_few_features_of_chosen_normal_nodes_to_their_column_tails():
+    """What a tails corruption changes (a tenth of the columns of chosen normal seeds, to values of the column's far
+    tail, the rare value of a sparse column; their labels) and what it keeps (links are not its business, every
+    other row and column, anomalies, unlabelled and unmasked nodes, its inputs)."""
+    from gcad_dist.data.online_corruption import push_to_tails
+
+    g = torch.Generator().manual_seed(0)
+    n, f = 2000, 30
+    x = torch.randn(n, f, generator=g)
+    x[:, 0] = (torch.rand(n, generator=g) < 0.02).float()  # a sparse column: its rare value is 1
+    y = torch.zeros(n, dtype=torch.long)
+    y[:50], y[50:80] = 1, -1
+    mask = torch.ones(n, dtype=torch.bool)
+    mask[1500:] = False
+    x0, y0 = x.clone(), y.clone()
+    x2, y2 = push_to_tails(x, y, mask, 0.1, generator=g)
+    assert torch.equal(x, x0) and torch.equal(y, y0)
+    changed = (x2 != x).any(1)
+    picked = (y2 != y).nonzero().squeeze(1)
+    assert picked.numel() == round(0.1 * 1420)
+    assert set(changed.nonzero().squeeze(1).tolist()) <= set(picked.tolist())
+    assert (y[picked] == 0).all() and mask[picked].all() and (y2[picked] == 1).all()
+    cols = (x2 != x)[picked].sum(1)
+    assert cols.max() <= 3 and cols.float().mean() > 2  # ceil(0.1 * 30) = 3 columns (a tail value may equal the own)
+    ordered = x.sort(0).values
+    t = 20  # 1% of 2000 rows
+    r, c = (x2 != x).nonzero().unbind(1)
+    in_tail = (x2[r, c].unsqueeze(1) == ordered[:t, c].T).any(1) | (x2[r, c].unsqueeze(1) == ordered[-t:, c].T).any(1)
+    assert in_tail.all()
+    far = (x2[r, c] - x[r, c]).abs()
+    assert far.median() > 2  # a N(0, 1) column's 1% tail is beyond 2.3
+    hit0 = (x2[:, 0] != x[:, 0])
+    assert hit0.any() and (x2[hit0, 0] == 1).all()  # a sparse column: a 0 becomes the rare 1, never the reverse
+    with pytest.raises(ValueError, match="columns"):
+        push_to_tails(x, y, None, 0.1, columns=0)
+
+
+def _outlier_auroc(pretext: str) -> float:
+    """AUROC, on 40 of 800 nodes of a community graph given extreme values once (a fifth of their columns, the
+    0.5% tails: not the pretext's own settings), of the local contrast trained label-free for 80 steps on
+    ``pretext`` redrawn at every step."""
+    from gcad_dist.data.online_corruption import push_to_tails, swap_features
+    from gcad_dist.metrics import auroc
+
+    g = torch.Generator().manual_seed(0)
+    n, f = 800, 20
+    x, ei = _communities(n, 20, f, g, deg=12, mixing=0.3, noise=1.0)
+    x = x * torch.rand(f, generator=g).mul(2).add(0.2)  # columns of unequal spread
+    target = torch.zeros(n, dtype=torch.bool)
+    target[torch.randperm(n, generator=g)[:40]] = True
+    planted, y = push_to_tails(x, torch.zeros(n, dtype=torch.long), target, 1.0, columns=0.2, tail=0.005, generator=g)
+    torch.manual_seed(0)
+    model = GCCAD(GCCADConfig(in_dim=f, hidden=32, contrast="local", loss="logistic", tau=0.2))
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    unlabelled = torch.zeros(n, dtype=torch.long)
+    corrupt = push_to_tails if pretext == "tails" else swap_features
+    for _ in range(80):
+        x2, y2 = corrupt(planted, unlabelled, None, 0.15)
+        loss = model.loss(model(x2, ei), y2)["total"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        return auroc(y.numpy(), model.score(model(planted, ei)).numpy())
+
+
+def test_local_contrast_learns_global_outliers_from_tails():
+    """Trained on tails redrawn at every step (no label), the local contrast finds nodes given extreme values once
+    with other settings (never shown as such), better than when trained on feature swaps alone."""
+    tails, swaps = _outlier_auroc("tails"), _outlier_auroc("swaps")
+    assert tails > 0.8
+    assert tails > swaps + 0.02
+
+
+def test_pretrain_option_for_tails_is_validated():
+    from gcad_dist.cli import UsageError
+    from gcad_dist.pretrain import RECIPES, PretrainConfig, apply_recipe, parse_config, validate
+
+    assert parse_config(["--store", "s.zarr", "--push-tails", "0.05"]).push_tails == 0.05
+    assert apply_recipe(PretrainConfig(store="s"), store_corrupted=False).push_tails == RECIPES["local"]["push_tails"]
+    assert apply_recipe(PretrainConfig(store="s"), store_corrupted=True).push_tails == 0.0
+    with pytest.raises(UsageError, match="--push-tails"):
+        validate(parse_config(["--store", "s.zarr", "--push-tails", "1.5"]))
+
+
+def test_pretraining_loop_pushes_tails_each_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--push-tails`` in the loop Ray Train runs: a fresh draw of seeds each step, shared by the ensemble's
+    members, whose swaps pick among the other seeds."""
+    import gcad_dist.distributed.train_loop as loop
+    from gcad_dist.distributed.train_loop import run_worker
+    from gcad_dist.pretrain import PretrainConfig, apply_recipe
+    from partitioning.build import BuildConfig, build
+    from partitioning.graph import Graph, csr_from_edges
+    from tests.test_pretrain_loop import LocalReporter
+
+    g = torch.Generator().manual_seed(0)
+    x, ei = _communities(400, 4, 6, g)
+    indptr, indices = csr_from_edges(ei[0].numpy(), ei[1].numpy(), 400)
+    store = tmp_path / "w.zarr"
+    build(BuildConfig(graph="test", out=str(store), k=1, corruption_mix="none", plot=False, progress=False),
+          graph=Graph(x=x.numpy().astype(np.float32), indptr=indptr, indices=indices, source="test"))
+    draws: list[tuple[torch.Tensor, torch.Tensor]] = []
+    swapped: list[torch.Tensor] = []
+    real_tails, real_swaps = loop.push_to_tails, loop.draw_member_swaps
+
+    def spy(x, y, mask, fraction, *a, **k):
+        out = real_tails(x, y, mask, fraction, *a, **k)
+        draws.append(((out[1] != y).nonzero().squeeze(1), mask))
+        return out
+
+    def spy_swaps(y, mask, fraction, members, *a, **k):
+        plan = real_swaps(y, mask, fraction, members, *a, **k)
+        swapped.append((y[plan[1]] != 0).sum())  # a swap never picks a node already corrupted
+        return plan
+
+    monkeypatch.setattr(loop, "push_to_tails", spy)
+    monkeypatch.setattr(loop, "draw_member_swaps", spy_swaps)
+    cfg = PretrainConfig(store=str(store), epochs=1, min_steps_per_epoch=4, batch_size=100, sample_threshold=100,
+                         push_tails=0.1, hidden=16, prefetch=0, contrast="local", loss="logistic", tau=0.2,
+                         swap_features=0.05, ensemble=2)
+    apply_recipe(cfg, store_corrupted=False)
+    rep = LocalReporter(tmp_path / "ck")
+    torch.set_num_threads(1)
+    run_worker({"pretrain": asdict(cfg)}, rep)
+    assert len(draws) >= 4 and all(d.numel() >= 8 for d, _ in draws)
+    assert all(m is not None and m[d].all() for d, m in draws)  # seeds only
+    assert len({tuple(d.tolist()) for d, _ in draws}) > 1  # redrawn, not fixed
+    assert swapped and all(int(s) == 0 for s in swapped)
+    assert np.isfinite(rep.state()["history"][0]["loss"])
+
+
+def test_harness_option_for_tails_keeps_earlier_run_keys_and_shares_the_corrupted_nodes(
+        monkeypatch: pytest.MonkeyPatch):
+    """``gcad_dist.quality --pre-tails``: out of gccad-pre's run key at 0, in it otherwise; the tails (and
+    cliques) take their share out of the swaps (0.15 in all); too large a share is a usage error."""
+    from gcad_dist.cli import UsageError
+    from gcad_dist.detectors import gccad_pre, settings_of
+    from gcad_dist.quality import QualityConfig, _validate, build_parser
+
+    base = settings_of("gccad-pre", {"pre_epochs": None, "pre_ensemble": None})
+    assert "pre_tails" not in base
+    assert settings_of("gccad-pre", {"pre_tails": 0.0}) == base
+    assert settings_of("gccad-pre", {"pre_tails": 0.05}) == {**base, "pre_tails": 0.05}
+    assert vars(build_parser().parse_args(["--pre-tails", "0.05"]))["pre_tails"] == 0.05
+    with pytest.raises(UsageError, match="--pre-tails"):
+        _validate(QualityConfig(pre_tails=0.2))
+    with pytest.raises(UsageError, match="together"):
+        _validate(QualityConfig(pre_tails=0.1, pre_cliques=0.1))
+    seen: list[dict] = []
+    monkeypatch.setattr(gccad_pre, "_pipeline", lambda *a: seen.append(a[6]) or np.zeros(1))
+    gccad_pre.fit_score(None, None, 0, pre_tails=0.05)
+    gccad_pre.fit_score(None, None, 0, pre_tails=0.05, pre_cliques=0.05)
+    assert (seen[0]["push_tails"], seen[0]["plant_cliques"], seen[0]["swap_features"]) == (0.05, 0.0, 0.1)
+    assert (seen[1]["push_tails"], seen[1]["plant_cliques"], seen[1]["swap_features"]) == (0.05, 0.05, 0.05)
+    with pytest.raises(ValueError, match="pre_tails"):
+        gccad_pre.fit_score(None, None, 0, pre_tails=0.1, pre_cliques=0.1)

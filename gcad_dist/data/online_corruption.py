@@ -8,9 +8,13 @@ model scores real anomalies at chance. A corruption redrawn at every step cannot
 :func:`swap_features` is the per-step analogue of the store's ``features`` kind (a contextual
 anomaly): a node keeps its links but carries another node's features. :func:`plant_cliques` is a structural one
 (PyGOD's planted cliques, a fraud ring's shape): groups of nodes keep their features and are joined into cliques.
+:func:`push_to_tails` is a global one (what IsolationForest sees): a node keeps its links, and a few of its features
+take values from the far tails of their columns.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -63,6 +67,37 @@ def draw_member_swaps(y: Tensor, mask: Tensor | None, fraction: float, members: 
     y2 = y.unsqueeze(1).repeat(1, members)
     y2[pick, torch.arange(members, device=y.device).unsqueeze(1)] = 1
     return y2, pick, donor
+
+
+def push_to_tails(x: Tensor, y: Tensor, mask: Tensor | None, fraction: float, columns: float = 0.1,
+                  tail: float = 0.01, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """(x', y'): a global-outlier corruption. ``round(fraction * #normal nodes)`` of the nodes with ``y == 0`` (and
+    in ``mask``, default all) keep their links and all but ``ceil(columns * F)`` of their features (at least one
+    column, drawn per node); each of those takes the value of a row drawn from the ``tail`` share (at least one
+    row) of the column's sorted values at the end farther from the node's own value, so a sparse column's node
+    gets its rare value. The quantiles are those of ``x``'s rows (a minibatch's, when ``x`` is one). The picked
+    nodes get the label 1; ``x`` and ``y`` are not modified."""
+    if not 0 < columns <= 1 or not 0 < tail <= 0.5:
+        raise ValueError(f"columns must be in (0, 1] and tail in (0, 0.5], got {columns} and {tail}")
+    idx = _candidates(y, mask, fraction)
+    if idx is None or x.size(1) == 0:
+        return x, y
+    n, f = x.shape
+    m = int(round(fraction * idx.numel()))
+    dev = x.device
+    pick = idx[torch.randperm(idx.numel(), generator=generator, device=idx.device)[:m]].to(dev)
+    c = max(1, math.ceil(columns * f))
+    cols = torch.rand(m, f, generator=generator, device=dev).argsort(1)[:, :c]  # [m, c], distinct per node
+    t = max(1, math.ceil(tail * n))
+    ranks = torch.randint(0, t, (m, c), generator=generator, device=dev)  # depth into the tail
+    high = x.topk(t, 0).values[ranks, cols]  # a value from the top tail of each chosen column (t rows, not a sort)
+    low = x.topk(t, 0, largest=False).values[ranks, cols]  # ... and from the bottom tail
+    own = x[pick.unsqueeze(1), cols]
+    new = torch.where((high - own).abs() >= (own - low).abs(), high, low)
+    x2, y2 = x.clone(), y.clone()
+    x2[pick.unsqueeze(1), cols] = new
+    y2[pick.to(y.device)] = 1
+    return x2, y2
 
 
 def plant_cliques(edge_index: Tensor, y: Tensor, mask: Tensor | None, fraction: float,

@@ -11,7 +11,8 @@ seeded by the run's seed) and scoring; the build and pre-training see only ``x``
   its own swaps); every node is scored on the whole graph, the mean over the five of 1 - cos(h^(0)_i, neighbours'
   mean). Why each part: BENCHMARKS.md ("A label-free GCCAD-pre that detects
   real anomalies"). The harness's ``--pre-cliques F`` adds planted cliques (``--plant-cliques F``) and cuts the
-  swaps to 0.15 - F (BENCHMARKS.md, session 20; off by default).
+  swaps to 0.15 - F (BENCHMARKS.md, session 20; off by default); ``--pre-tails F`` does the same with feature
+  tails (``--push-tails F``, global outliers; BENCHMARKS.md, session 30; off by default).
 * ``paper`` (detector ``gccad-pre-paper``): METHOD.md section 4. K-means parts (``--k auto``), the paper's
   node injection, the graph contrast, and every node scored in its part with the part's 1-hop halo
   (``python -m gcad_dist.score --parts STORE``'s default context). Its settings, and so its run key, are
@@ -53,6 +54,9 @@ LOCAL_PRETRAIN: dict[str, Any] = {"contrast": "local", "loss": "logistic", "tau"
 #: ``pretrain --plant-cliques`` of the local recipe (the harness's ``--pre-cliques``; 0 = none, the run key of
 #: earlier sessions). Cliques take their share out of the swaps: the corrupted share stays ``swap_features``.
 LOCAL_CLIQUES = 0.0
+#: ``pretrain --push-tails`` of the local recipe (the harness's ``--pre-tails``; 0 = none, the run key of earlier
+#: sessions). Like the cliques, the tails take their share out of the swaps.
+LOCAL_TAILS = 0.0
 LOCAL_EPOCHS = 3
 #: seed nodes per minibatch of the local recipe (``pretrain --batch-size``; the harness's ``--pre-batch-size``)
 LOCAL_BATCH_SIZE = 1024
@@ -99,20 +103,25 @@ def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | No
 
 
 def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, pre_ensemble: int | None = None,
-              pre_cliques: float | None = None, pre_batch_size: int | None = None, threads: int = 1, device: str = "cpu", workdir: str | None = None,
-              **_: Any) -> np.ndarray:
+              pre_cliques: float | None = None, pre_tails: float | None = None, pre_batch_size: int | None = None,
+              threads: int = 1, device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
     score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`, ``pre_ensemble`` None = :data:`LOCAL_ENSEMBLE`,
     ``pre_cliques`` (``pretrain --plant-cliques``, with the swaps cut by as much) None = :data:`LOCAL_CLIQUES`,
+    ``pre_tails`` (``pretrain --push-tails``, the swaps cut by as much again) None = :data:`LOCAL_TAILS`,
     ``pre_batch_size`` None = :data:`LOCAL_BATCH_SIZE`."""
     from gcad_dist.score import score_data
 
     cliques = LOCAL_CLIQUES if pre_cliques is None else pre_cliques
-    if not 0 <= cliques <= LOCAL_PRETRAIN["swap_features"]:
-        raise ValueError(f"pre_cliques must be in [0, {LOCAL_PRETRAIN['swap_features']}], got {cliques}")
+    tails = LOCAL_TAILS if pre_tails is None else pre_tails
+    share = LOCAL_PRETRAIN["swap_features"]
+    if not 0 <= cliques <= share:
+        raise ValueError(f"pre_cliques must be in [0, {share}], got {cliques}")
+    if not 0 <= tails <= share - cliques:
+        raise ValueError(f"pre_tails must be in [0, {share} - pre_cliques], got {tails}")
     pretrain = {**LOCAL_PRETRAIN, "epochs": LOCAL_EPOCHS if pre_epochs is None else pre_epochs,
                 "ensemble": LOCAL_ENSEMBLE if pre_ensemble is None else pre_ensemble, "plant_cliques": cliques,
-                "swap_features": round(LOCAL_PRETRAIN["swap_features"] - cliques, 6),
+                "push_tails": tails, "swap_features": round(share - cliques - tails, 6),
                 "batch_size": LOCAL_BATCH_SIZE if pre_batch_size is None else pre_batch_size}
     return _pipeline(data, seed, threads, device, workdir, {"k": 1, "corruption_mix": "none"}, pretrain,
                      lambda loaded, prepared, _store, dev: score_data(loaded.model, prepared, device=dev))

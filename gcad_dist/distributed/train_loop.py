@@ -59,7 +59,7 @@ import torch.distributed as dist
 
 from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.checkpoint import load_model_file, load_train_state, rng_state, save_model, save_train_state, set_rng_state
-from gcad_dist.data.online_corruption import draw_member_swaps, plant_cliques, swap_features
+from gcad_dist.data.online_corruption import draw_member_swaps, plant_cliques, push_to_tails, swap_features
 from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
 from gcad_dist.distributed.context import AllReduceContextSync
@@ -355,12 +355,15 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                 ei, y, hop1 = plant_cliques(ei, y, tb.loss_mask, cfg.plant_cliques, tuple(cfg.clique_size),
                                             hop_edges[0] if hop_edges else None)
                 hop_edges = [hop1, *hop_edges[1:]] if hop_edges else None
+            x = tb.x
+            if cfg.push_tails:  # one draw for every member, like the cliques
+                x, y = push_to_tails(x, y, tb.loss_mask, cfg.push_tails)
             # an ensemble's members each get their own draw of swaps, applied inside the model
             plan = draw_member_swaps(y, tb.loss_mask, cfg.swap_features, members) if members > 1 else None
             if plan is None:
-                (x, y), swaps = swap_features(tb.x, y, tb.loss_mask, cfg.swap_features), {}
+                (x, y), swaps = swap_features(x, y, tb.loss_mask, cfg.swap_features), {}
             else:
-                x, y, swaps = tb.x, plan[0], {"member_swaps": plan[1:]}
+                y, swaps = plan[0], {"member_swaps": plan[1:]}
             sync.set_subgraph(tb.key, shared=tb.shared)
             with autocast(precision, device):
                 out = net(x, ei, batch=tb.batch, num_graphs=tb.num_graphs,
