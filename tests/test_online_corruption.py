@@ -115,31 +115,48 @@ def _communities(n: int, k: int, f: int, g: torch.Generator, deg: int = 6, mixin
 def _clique_auroc(pretext: str) -> float:
     """AUROC, on the members of cliques planted once in a noisy community graph (45 of 800 nodes, cliques of 15),
     of the local contrast trained label-free for 80 steps on ``pretext`` redrawn at every step."""
-    from gcad_dist.data.online_corruption import swap_features
-    from gcad_dist.metrics import auroc
-
     g = torch.Generator().manual_seed(0)
     n, f = 800, 16
     x, ei = _communities(n, 20, f, g, deg=12, mixing=0.3, noise=1.0)
     y = torch.zeros(n, dtype=torch.long)
     y[torch.randperm(n, generator=g)[:45]] = 1
     planted, _, _ = plant_cliques(ei, torch.zeros(n, dtype=torch.long), y.bool(), 1.0, size=(15, 15), generator=g)
-    torch.manual_seed(0)
-    model = GCCAD(GCCADConfig(in_dim=f, hidden=32, contrast="local", loss="logistic", tau=0.2))
-    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
     unlabelled = torch.zeros(n, dtype=torch.long)
-    for _ in range(80):
+
+    def draw() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if pretext == "cliques":
-            (e2, y2, _), x2 = plant_cliques(planted, unlabelled, None, 0.1, size=(4, 20)), x
-        else:
-            (x2, y2), e2 = swap_features(x, unlabelled, None, 0.15), planted
+            e2, y2, _ = plant_cliques(planted, unlabelled, None, 0.1, size=(4, 20))
+            return x, e2, y2
+        return _swapped(x, planted, unlabelled)
+
+    return _pretext_auroc(x, planted, y, draw)
+
+
+def _swapped(x: torch.Tensor, ei: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x', ei, y'): a draw of feature swaps (15%), links unchanged."""
+    from gcad_dist.data.online_corruption import swap_features
+
+    x2, y2 = swap_features(x, y, None, 0.15)
+    return x2, ei, y2
+
+
+def _pretext_auroc(x: torch.Tensor, ei: torch.Tensor, y: torch.Tensor, draw, steps: int = 80) -> float:
+    """AUROC on ``y`` of the local contrast trained label-free for ``steps`` steps on ``draw()`` = (x', edges',
+    labels') redrawn at every step, scored on (x, ei)."""
+    from gcad_dist.metrics import auroc
+
+    torch.manual_seed(0)
+    model = GCCAD(GCCADConfig(in_dim=x.size(1), hidden=32, contrast="local", loss="logistic", tau=0.2))
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    for _ in range(steps):
+        x2, e2, y2 = draw()
         loss = model.loss(model(x2, e2), y2)["total"]
         opt.zero_grad()
         loss.backward()
         opt.step()
     model.eval()
     with torch.no_grad():
-        return auroc(y.numpy(), model.score(model(x, planted)).numpy())
+        return auroc(y.numpy(), model.score(model(x, ei)).numpy())
 
 
 def test_local_contrast_learns_planted_cliques_that_swaps_do_not_teach():
@@ -164,18 +181,10 @@ def test_pretrain_options_for_cliques_are_validated():
             validate(parse_config(["--store", "s.zarr", *argv]))
 
 
-@pytest.mark.parametrize("contrast", ["local", "graph"])
-def test_pretraining_loop_plants_cliques_each_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   contrast: str) -> None:
-    """``--plant-cliques`` in the loop Ray Train runs: a fresh draw each step on a whole-graph store trained by
-    neighbour-sampled minibatches. Local: shared by the ensemble's members (their swaps pick among the other nodes).
-    Graph (the paper's contrast, cliques as its only corruption): through the hop-trimmed GCCAD layers."""
-    import gcad_dist.distributed.train_loop as loop
-    from gcad_dist.distributed.train_loop import run_worker
-    from gcad_dist.pretrain import PretrainConfig, apply_recipe
+def _whole_graph_store(tmp_path: Path) -> Path:
+    """A whole-graph store (``--k 1 --corruption-mix none``) of a 400-node, 4-community graph."""
     from partitioning.build import BuildConfig, build
     from partitioning.graph import Graph, csr_from_edges
-    from tests.test_pretrain_loop import LocalReporter
 
     g = torch.Generator().manual_seed(0)
     x, ei = _communities(400, 4, 6, g)
@@ -183,6 +192,38 @@ def test_pretraining_loop_plants_cliques_each_step(tmp_path: Path, monkeypatch: 
     store = tmp_path / "w.zarr"
     build(BuildConfig(graph="test", out=str(store), k=1, corruption_mix="none", plot=False, progress=False),
           graph=Graph(x=x.numpy().astype(np.float32), indptr=indptr, indices=indices, source="test"))
+    return store
+
+
+def _train_and_check_draws(tmp_path: Path, store: Path, draws: list[tuple[torch.Tensor, torch.Tensor]],
+                           **settings) -> None:
+    """One short epoch of the loop Ray Train runs (``run_worker``) on ``store`` with ``settings``; the per-step
+    corruption ``draws`` (changed rows, mask) a spy recorded must be of seeds only, at least 4, redrawn."""
+    from gcad_dist.distributed.train_loop import run_worker
+    from gcad_dist.pretrain import PretrainConfig, apply_recipe
+    from tests.test_pretrain_loop import LocalReporter
+
+    cfg = PretrainConfig(store=str(store), epochs=1, min_steps_per_epoch=4, batch_size=100, sample_threshold=100,
+                         hidden=16, prefetch=0, **settings)
+    apply_recipe(cfg, store_corrupted=False)
+    rep = LocalReporter(tmp_path / "ck")
+    torch.set_num_threads(1)
+    run_worker({"pretrain": asdict(cfg)}, rep)
+    assert len(draws) >= 4 and all(d.numel() >= 8 for d, _ in draws)
+    assert all(m is not None and m[d].all() for d, m in draws)  # seeds only
+    assert len({tuple(d.tolist()) for d, _ in draws}) > 1  # redrawn, not fixed
+    assert np.isfinite(rep.state()["history"][0]["loss"])
+
+
+@pytest.mark.parametrize("contrast", ["local", "graph"])
+def test_pretraining_loop_plants_cliques_each_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   contrast: str) -> None:
+    """``--plant-cliques`` in the loop Ray Train runs: a fresh draw each step on a whole-graph store trained by
+    neighbour-sampled minibatches. Local: shared by the ensemble's members (their swaps pick among the other nodes).
+    Graph (the paper's contrast, cliques as its only corruption): through the hop-trimmed GCCAD layers."""
+    import gcad_dist.distributed.train_loop as loop
+
+    store = _whole_graph_store(tmp_path)
     draws: list[tuple[torch.Tensor, torch.Tensor]] = []
     real = loop.plant_cliques
 
@@ -194,16 +235,7 @@ def test_pretraining_loop_plants_cliques_each_step(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(loop, "plant_cliques", spy)
     settings = (dict(contrast="local", loss="logistic", tau=0.2, swap_features=0.1, ensemble=2) if contrast == "local"
                 else dict(recipe="paper", swap_features=0.0))
-    cfg = PretrainConfig(store=str(store), epochs=1, min_steps_per_epoch=4, batch_size=100, sample_threshold=100,
-                         plant_cliques=0.1, hidden=16, prefetch=0, **settings)
-    apply_recipe(cfg, store_corrupted=False)
-    rep = LocalReporter(tmp_path / "ck")
-    torch.set_num_threads(1)
-    run_worker({"pretrain": asdict(cfg)}, rep)
-    assert len(draws) >= 4 and all(d.numel() >= 8 for d, _ in draws)
-    assert all(m is not None and m[d].all() for d, m in draws)  # seeds only
-    assert len({tuple(d.tolist()) for d, _ in draws}) > 1  # redrawn, not fixed
-    assert np.isfinite(rep.state()["history"][0]["loss"])
+    _train_and_check_draws(tmp_path, store, draws, plant_cliques=0.1, **settings)
 
 
 def test_harness_option_for_cliques_keeps_earlier_run_keys():
@@ -281,8 +313,7 @@ def _outlier_auroc(pretext: str) -> float:
     """AUROC, on 40 of 800 nodes of a community graph given extreme values once (a fifth of their columns, the
     0.5% tails: not the pretext's own settings), of the local contrast trained label-free for 80 steps on
     ``pretext`` redrawn at every step."""
-    from gcad_dist.data.online_corruption import push_to_tails, swap_features
-    from gcad_dist.metrics import auroc
+    from gcad_dist.data.online_corruption import push_to_tails
 
     g = torch.Generator().manual_seed(0)
     n, f = 800, 20
@@ -291,20 +322,15 @@ def _outlier_auroc(pretext: str) -> float:
     target = torch.zeros(n, dtype=torch.bool)
     target[torch.randperm(n, generator=g)[:40]] = True
     planted, y = push_to_tails(x, torch.zeros(n, dtype=torch.long), target, 1.0, columns=0.2, tail=0.005, generator=g)
-    torch.manual_seed(0)
-    model = GCCAD(GCCADConfig(in_dim=f, hidden=32, contrast="local", loss="logistic", tau=0.2))
-    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
     unlabelled = torch.zeros(n, dtype=torch.long)
-    corrupt = push_to_tails if pretext == "tails" else swap_features
-    for _ in range(80):
-        x2, y2 = corrupt(planted, unlabelled, None, 0.15)
-        loss = model.loss(model(x2, ei), y2)["total"]
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
-    with torch.no_grad():
-        return auroc(y.numpy(), model.score(model(planted, ei)).numpy())
+
+    def draw() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if pretext == "tails":
+            x2, y2 = push_to_tails(planted, unlabelled, None, 0.15)
+            return x2, ei, y2
+        return _swapped(planted, ei, unlabelled)
+
+    return _pretext_auroc(planted, ei, y, draw)
 
 
 def test_local_contrast_learns_global_outliers_from_tails():
@@ -330,18 +356,8 @@ def test_pretraining_loop_pushes_tails_each_step(tmp_path: Path, monkeypatch: py
     """``--push-tails`` in the loop Ray Train runs: a fresh draw of seeds each step, shared by the ensemble's
     members, whose swaps pick among the other seeds."""
     import gcad_dist.distributed.train_loop as loop
-    from gcad_dist.distributed.train_loop import run_worker
-    from gcad_dist.pretrain import PretrainConfig, apply_recipe
-    from partitioning.build import BuildConfig, build
-    from partitioning.graph import Graph, csr_from_edges
-    from tests.test_pretrain_loop import LocalReporter
 
-    g = torch.Generator().manual_seed(0)
-    x, ei = _communities(400, 4, 6, g)
-    indptr, indices = csr_from_edges(ei[0].numpy(), ei[1].numpy(), 400)
-    store = tmp_path / "w.zarr"
-    build(BuildConfig(graph="test", out=str(store), k=1, corruption_mix="none", plot=False, progress=False),
-          graph=Graph(x=x.numpy().astype(np.float32), indptr=indptr, indices=indices, source="test"))
+    store = _whole_graph_store(tmp_path)
     draws: list[tuple[torch.Tensor, torch.Tensor]] = []
     swapped: list[torch.Tensor] = []
     real_tails, real_swaps = loop.push_to_tails, loop.draw_member_swaps
@@ -358,18 +374,9 @@ def test_pretraining_loop_pushes_tails_each_step(tmp_path: Path, monkeypatch: py
 
     monkeypatch.setattr(loop, "push_to_tails", spy)
     monkeypatch.setattr(loop, "draw_member_swaps", spy_swaps)
-    cfg = PretrainConfig(store=str(store), epochs=1, min_steps_per_epoch=4, batch_size=100, sample_threshold=100,
-                         push_tails=0.1, hidden=16, prefetch=0, contrast="local", loss="logistic", tau=0.2,
-                         swap_features=0.05, ensemble=2)
-    apply_recipe(cfg, store_corrupted=False)
-    rep = LocalReporter(tmp_path / "ck")
-    torch.set_num_threads(1)
-    run_worker({"pretrain": asdict(cfg)}, rep)
-    assert len(draws) >= 4 and all(d.numel() >= 8 for d, _ in draws)
-    assert all(m is not None and m[d].all() for d, m in draws)  # seeds only
-    assert len({tuple(d.tolist()) for d, _ in draws}) > 1  # redrawn, not fixed
+    _train_and_check_draws(tmp_path, store, draws, push_tails=0.1, contrast="local", loss="logistic", tau=0.2,
+                           swap_features=0.05, ensemble=2)
     assert swapped and all(int(s) == 0 for s in swapped)
-    assert np.isfinite(rep.state()["history"][0]["loss"])
 
 
 def test_harness_option_for_tails_keeps_earlier_run_keys_and_shares_the_corrupted_nodes(
