@@ -56,8 +56,10 @@ def run_one(path: Path, seed: int, **overrides: Any) -> list[dict[str, Any]]:
     from gcad_dist.train import TrainConfig, fit_models, load_labelled, supervised_config
 
     data = load_labelled(str(path))
+    # no label inputs unless asked: session 16's figures are of the model without them, and this study calls the fit
+    # directly (gcad_dist.train.fit_candidates would add their columns)
     cfg = TrainConfig(graph=str(path), out="", seed=seed, contrast="graph", progress=False, plots=False,
-                      **overrides)
+                      **{"label_inputs": False, **overrides})
     split = make_split(data, seed=seed)
     # the test split is replaced by an empty mask: nothing here can read a test label
     fit, model, _ = fit_models(cfg, data, (split.train, split.val, torch.zeros_like(split.test)),

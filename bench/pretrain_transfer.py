@@ -266,6 +266,7 @@ def _method_runs(cfg: TransferConfig, ckpt: str, seed: int) -> list[tuple[str, f
                      ["gcad_dist.finetune", "--checkpoint", ckpt, "--label-fraction", str(f), *_tune_args(cfg, cfg.ft_epochs)]))
         runs.append(("scratch", f, f"sc{f:g}-s{seed}",
                      ["gcad_dist.train", "--model", "gccad", "--label-fraction", str(f), "--normalize", cfg.sup_normalize,
+                      "--no-label-inputs",  # the fine-tuned models read no label inputs: the same inputs on both sides
                       *_tune_args(cfg, cfg.sup_epochs)]))
     return runs
 

@@ -195,6 +195,9 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     loaded = load_checkpoint_model(cfg.checkpoint)
     if loaded.kind != "gccad":
         raise GraphInputError(cfg.checkpoint, f"holds a {loaded.kind!r} baseline, not a GCCAD model; fine-tuning needs GCCAD")
+    if loaded.label_inputs:  # its label columns would read the validation and test labels of the graph
+        raise GraphInputError(cfg.checkpoint, "was trained with --label-inputs; fine-tune from a checkpoint without "
+                                              "them (a gcad_dist.pretrain or a gcad_dist.train --no-label-inputs one)")
     normalize = _resolve_normalize(cfg.normalize, loaded)
     data = prepare_data(cfg.graph, loaded, normalize)
     counts = check_labels(cfg.graph, getattr(data, "y", None), "fine-tuning and evaluation")
@@ -259,7 +262,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         tcfg = TrainConfig(graph=cfg.graph, out=cfg.out, hidden=loaded.config.hidden, epochs=cfg.epochs, lr=cfg.lr,
                            weight_decay=cfg.weight_decay, eval_every=cfg.eval_every, patience=cfg.patience,
                            snapshots=cfg.snapshots, link_eval=cfg.link_eval, score_space=cfg.score_space,
-                           max_degree=cfg.max_degree, input_dropout=cfg.input_dropout, seed=cfg.seed,
+                           max_degree=cfg.max_degree, input_dropout=cfg.input_dropout, label_inputs=False, seed=cfg.seed,
                            device=cfg.device, threads=cfg.threads,
                            candidate_workers=cfg.candidate_workers, address=cfg.address, progress=cfg.progress,
                            verbose=cfg.verbose, checkpoint_interval=cfg.checkpoint_interval)

@@ -47,6 +47,7 @@ from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
                              check_input_dropout, input_dropout_rule, load_labelled, normalize_features, resolve_jump,
+                             resolve_label_inputs,
                              train_one, write_json)
 
 log = logging.getLogger("gcad_dist.quality")
@@ -82,6 +83,7 @@ class QualityConfig:
     hidden: int = TrainConfig.hidden
     layers: int = TrainConfig.layers
     input_dropout: float | None = TrainConfig.input_dropout  # None: each model's default
+    label_inputs: bool | None = TrainConfig.label_inputs  # neighbour-label inputs; None: each model's default
     epochs: int = TrainConfig.epochs
     lr: float = TrainConfig.lr
     eval_every: int = TrainConfig.eval_every
@@ -99,7 +101,7 @@ class QualityConfig:
     def detector_options(self) -> dict[str, Any]:
         """The harness options that detectors read (:attr:`gcad_dist.detectors.DetectorSpec.options`)."""
         return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques,
-                "pre_tails": self.pre_tails, "pre_batch_size": self.pre_batch_size}
+                "pre_tails": self.pre_tails, "pre_batch_size": self.pre_batch_size, "label_inputs": self.label_inputs}
     device: str = "auto"
     threads: int = 0
     candidate_workers: int = 1  # gccad's --contrast auto candidates fitted side by side (the same results)
@@ -147,7 +149,7 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
     return TrainConfig(
         graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, link_eval=cfg.link_eval,
         contrast=cfg.contrast, jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
-        layers=cfg.layers, input_dropout=cfg.input_dropout, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every,
+        layers=cfg.layers, input_dropout=cfg.input_dropout, label_inputs=cfg.label_inputs, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every,
         patience=cfg.patience,
         snapshots=cfg.snapshots, max_degree=cfg.max_degree, seed=seed,
         device=cfg.device, threads=cfg.threads, candidate_workers=cfg.candidate_workers, progress=False, plots=False,
@@ -188,6 +190,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
         p_in = input_dropout_rule(model, tc["input_dropout"])
         if p_in:  # absent = 0, no input dropout (runs before session 28 stay valid); session 28's 0.2 for any labels
             s["train"]["input_dropout"] = p_in
+        if resolve_label_inputs(model, tc["label_inputs"]):  # absent = off (every run before session 31)
+            s["train"]["label_inputs"] = True
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
         from gcad_dist.detectors import DETECTORS, settings_of
@@ -441,6 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dropout on the input features during training, every GNN (default: each model's, "
                         "gcad_dist.train --input-dropout: for GCCAD 0.2 below 20 labelled training anomalies per "
                         "input feature, else 0; 0 for the baselines)")
+    p.add_argument("--label-inputs", action=argparse.BooleanOptionalAction, default=d.label_inputs,
+                   help="two more input columns, the neighbours labelled anomalous in the train split "
+                        "(gcad_dist.train --label-inputs), for every GNN and the trees (--label-inputs) or none "
+                        "(--no-label-inputs). Default: GCCAD's default (on), the other methods' (off)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum epochs per GNN run")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (GNNs)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="validation every n epochs (GNNs)")

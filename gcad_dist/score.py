@@ -40,6 +40,7 @@ import torch
 
 from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
+from gcad_dist.data.label_inputs import LABEL_COLUMNS
 from partitioning.errors import GraphInputError
 
 log = logging.getLogger("gcad_dist.score")
@@ -82,6 +83,11 @@ class LoadedModel:
     @property
     def in_dim(self) -> int:
         return int(self.config.in_dim)
+
+    @property
+    def label_inputs(self) -> bool:
+        """Trained with ``gcad_dist.train --label-inputs``: its last input columns are neighbour-label features."""
+        return bool(self.extra.get("label_inputs", False))
 
     @property
     def normalize(self) -> str:
@@ -193,13 +199,34 @@ def prepare_data(graph: Any, loaded: LoadedModel, normalize: str = "auto", sourc
     else:
         data = copy.copy(graph)  # shallow: x is replaced below, the caller's Data is not modified
         source = source or "<data>"
-    if data.num_features != loaded.in_dim:
+    label_cols = LABEL_COLUMNS if loaded.label_inputs else 0
+    if data.num_features + label_cols != loaded.in_dim:
         raise GraphInputError(
             source,
-            f"has {data.num_features} node features but the checkpoint {loaded.path} expects {loaded.in_dim} "
-            "(the model must be used on graphs with the features it was trained on)",
+            f"has {data.num_features} node features but the checkpoint {loaded.path} expects "
+            f"{loaded.in_dim - label_cols} (the model must be used on graphs with the features it was trained on)",
         )
     data.x = normalize_features(data.x.float(), _resolve_normalize(normalize, loaded))
+    if label_cols:
+        data = _with_known_labels(data, source)
+    return data
+
+
+def _with_known_labels(data: Any, source: str) -> Any:
+    """A model trained with ``--label-inputs`` reads, for each node, its neighbours known to be anomalous: here every
+    node the graph labels 1 (none when it has no labels)."""
+    from gcad_dist.data.label_inputs import neighbour_label_features
+
+    y = getattr(data, "y", None)
+    if y is None:
+        log.warning("%s: the model was trained with label inputs but the graph has no labels; every node's label "
+                    "columns are 0 (no neighbour known to be anomalous)", source)
+        anomalous = torch.zeros(data.num_nodes, dtype=torch.bool)
+    else:
+        anomalous = torch.as_tensor(y) == 1
+        log.info("%s: label inputs from the %d nodes the graph labels anomalous", source, int(anomalous.sum()))
+    feats = neighbour_label_features(data.edge_index, int(data.num_nodes), anomalous)
+    data.x = torch.cat([data.x, feats.to(data.x.dtype)], dim=1)
     return data
 
 

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from gcad_dist.checkpoint import cpu_state, rng_state, set_rng_state
 from gcad_dist.data.degree_cap import DegreeCap
+from gcad_dist.data.label_inputs import LABEL_COLUMNS, LabelInputSampler
 from gcad_dist.fit_state import FitCheckpointer, FitInterrupted, ResumeMismatch, StopRequest, fingerprint, same_fit
 from gcad_dist.metrics import evaluate
 from gcad_dist.model.baselines import BaselineClassifier
@@ -75,6 +76,9 @@ class SupervisedConfig:
     # folder, with the fit's file named by fit_supervised's ``state_name``; None = not written
     state_dir: str | None = None
     state_interval: float = 60.0  # write the state at an epoch end at most every this many seconds (0 = every epoch)
+    # the last LABEL_COLUMNS columns of x are neighbour-label inputs (gcad_dist.data.label_inputs, built from the
+    # train split): each training epoch redraws them from a random half of the training labels, the loss takes the rest
+    label_inputs: bool = False
 
 
 @dataclass
@@ -190,6 +194,14 @@ def predict(model: torch.nn.Module, data: Any, precision: str = "fp32") -> Tenso
 _RUNTIME_SETTINGS = ("device", "progress", "state_dir", "state_interval")
 
 
+def _with_sampled_labels(data: Any, labels_in: LabelInputSampler) -> tuple[Any, Tensor]:
+    """``data`` (shallow copy) with this epoch's label inputs in its last columns, and the epoch's loss mask."""
+    feats, loss_mask = labels_in.sample()
+    out = copy.copy(data)
+    out.x = torch.cat([data.x[:, :-LABEL_COLUMNS], feats.to(data.x.dtype)], dim=1)
+    return out, loss_mask
+
+
 def _fit_settings(cfg: SupervisedConfig) -> dict[str, Any]:
     return {k: v for k, v in asdict(cfg).items() if k not in _RUNTIME_SETTINGS}
 
@@ -261,6 +273,10 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
             cap = None
     # the cap's own stream: the model's dropout and Gumbel draws stay those of an uncapped run's start
     cap_gen = torch.Generator(device=device).manual_seed(cfg.seed + 104_729) if cap is not None else None
+    labels_in = LabelInputSampler(data.edge_index, int(data.num_nodes), y, train_mask, cfg.seed) if cfg.label_inputs else None
+    if labels_in is not None and getattr(data, "label_input_columns", 0) != LABEL_COLUMNS:
+        raise ValueError(f"label_inputs: x must end with the {LABEL_COLUMNS} columns of "
+                         "gcad_dist.data.label_inputs.with_label_inputs")
 
     opt = adam(model.parameters(), device, cfg.lr, cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.epochs, cfg.warmup_frac, cfg.final_lr_frac))
@@ -292,6 +308,8 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
             set_rng_state(saved["rng"])
             if cap_gen is not None:
                 cap_gen.set_state(saved["cap_rng"])
+            if labels_in is not None:
+                labels_in.generator.set_state(saved["label_rng"])
             history = saved["history"]
             top = [(float(v), int(e), sc.numpy(), {k: t.to(device) for k, t in st.items()})
                    for v, e, sc, st in saved["top"]]
@@ -304,6 +322,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
             "best_epoch": best_epoch, "model": cpu_state(model.state_dict()), "optimizer": opt.state_dict(),
             "scheduler": sched.state_dict(), "rng": rng_state(),
             "cap_rng": cap_gen.get_state() if cap_gen is not None else None, "history": history,
+            "label_rng": labels_in.generator.get_state() if labels_in is not None else None,
             "top": [(v, e, torch.from_numpy(sc), cpu_state(st)) for v, e, sc, st in top],
         })
 
@@ -317,11 +336,14 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
             model.train()
             opt.zero_grad(set_to_none=True)
             with autocast(precision, device):  # forward and loss only; backward follows autocast's casts
-                out = _forward(model, data if cap is None else cap.sample(data, cap_gen), batch, num_graphs)
+                epoch_data, loss_mask = data if cap is None else cap.sample(data, cap_gen), train_mask
+                if labels_in is not None:
+                    epoch_data, loss_mask = _with_sampled_labels(epoch_data, labels_in)
+                out = _forward(model, epoch_data, batch, num_graphs)
                 if is_baseline:
-                    losses = model.loss(out, y, mask=train_mask, weight=weight)
+                    losses = model.loss(out, y, mask=loss_mask, weight=weight)
                 else:
-                    losses = model.loss(out, y, mask=train_mask)
+                    losses = model.loss(out, y, mask=loss_mask)
             loss = losses["total"]
             if not torch.isfinite(loss):
                 log.warning("non-finite loss at epoch %d; stopping", epoch)

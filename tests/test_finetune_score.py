@@ -745,8 +745,9 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
 
 
 def test_scratch_candidate_is_gcad_dist_train(small_graph, local_checkpoint, tmp_path, capsys) -> None:
-    """``--model scratch`` fits exactly what gcad_dist.train fits on the same labels (the pre-trained weights unused),
-    so the fine-tuning choice compares against the real baseline; ``graph`` differs from it in the start only."""
+    """``--model scratch`` fits exactly what gcad_dist.train fits on the same labels and inputs (the pre-trained weights
+    unused; fine-tuning reads no label inputs), so the fine-tuning choice compares against the real baseline; ``graph``
+    differs from it in the start only."""
     from gcad_dist.train import main as train_main
 
     g, path = small_graph
@@ -758,7 +759,8 @@ def test_scratch_candidate_is_gcad_dist_train(small_graph, local_checkpoint, tmp
                                            "--model", choice, *common], capsys)
         assert code == 0, err
         runs[choice] = json.loads((tmp_path / choice / "metrics.json").read_text())
-    code, _, err = _run(train_main, ["--out", str(tmp_path / "train"), "--hidden", "16", *common], capsys)
+    code, _, err = _run(train_main, ["--out", str(tmp_path / "train"), "--hidden", "16", "--no-label-inputs", *common],
+                        capsys)
     assert code == 0, err
     tr = json.loads((tmp_path / "train" / "metrics.json").read_text())
     assert runs["scratch"]["val"] == tr["val"] and runs["scratch"]["test"] == tr["test"]

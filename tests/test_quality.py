@@ -98,6 +98,14 @@ def test_run_key_covers_result_settings(tiny):
     assert key("iforest", epochs=7, hidden=32) == key("iforest")  # GNN settings do not touch detectors
     assert key("gccad-pre", pre_epochs=5) != key("gccad-pre") == key("gccad-pre", pre_epochs=3)  # 3 = the recipe's
     assert key("gccad-pre-paper", pre_epochs=10) == key("gccad-pre-paper") != key("gccad-pre")
+    # label inputs: GCCAD's default (keyed), the others' option (absent when off, as in every earlier run's key)
+    assert run_settings(QualityConfig(), "tiny", tiny, "gccad")["train"]["label_inputs"] is True
+    assert key("gccad", label_inputs=False) != key("gccad") == key("gccad", label_inputs=True)
+    for model in ("sage", "trees"):
+        assert key(model, label_inputs=True) != key(model) == key(model, label_inputs=False), model
+    assert key("iforest", label_inputs=True) == key("iforest")
+    assert "label_inputs" not in run_settings(QualityConfig(), "tiny", tiny, "sage")["train"]
+    assert "label_inputs" not in run_settings(QualityConfig(), "tiny", tiny, "trees")["detector"]
     # the paper's recipe keeps the run key of earlier sessions' gccad-pre (its stored runs stay valid)
     paper = run_settings(QualityConfig(), "tiny", tiny, "gccad-pre-paper")["detector"]
     assert paper["pre_epochs"] == 10 and paper["context"] == "halo" and "recipe" not in paper

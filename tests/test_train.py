@@ -96,7 +96,10 @@ def test_train_cli_end_to_end(tmp_path, capsys):
     assert m["snapshot_epochs"][0] == m["best_epoch"]
     data = load_labelled(str(g))
     split = make_split(data, seed=0)
-    s = predict(loaded.model, data)
+    assert m["config"]["label_inputs"] is True and loaded.label_inputs  # GCCAD's default: the training labels as inputs
+    from gcad_dist.data.label_inputs import with_label_inputs
+
+    s = predict(loaded.model, with_label_inputs(data, split.train))
     assert evaluate(data.y, s, mask=split.val)["auprc"] == pytest.approx(m["val"]["auprc"], abs=1e-6)
 
 
@@ -374,8 +377,7 @@ def test_candidate_workers_fit_side_by_side_as_one_after_another(tmp_path, caplo
         assert side.metrics[key] == pytest.approx(one.metrics[key], abs=1e-6), key
     assert np.allclose(side.fit.scores, one.fit.scores, atol=1e-6)
     # the driver's rebuilt model scores as the fit did
-    data = train_mod.load_labelled(str(g))
-    assert np.allclose(predict(side.model, data), predict(one.model, data), atol=1e-5)
+    assert np.allclose(predict(side.model, side.data), predict(one.model, one.data), atol=1e-5)
 
 
 def test_candidate_workers_bad_value_is_a_usage_error(tmp_path, capsys):

@@ -86,7 +86,8 @@ def _specs() -> dict[str, DetectorSpec]:
                      gccad_pre.SETTINGS, options=("pre_epochs",), requires=(("faiss", "cpu"), ("ray", "base")),
                      entry="fit_score_paper", option_defaults={"pre_epochs": gccad_pre.PAPER_EPOCHS}),
         DetectorSpec("trees", "train", "standard", "tree_ensemble", "random forest on [x, mean nbr x, degree]",
-                     tree_ensemble.SETTINGS),
+                     tree_ensemble.SETTINGS, options=("label_inputs",), option_defaults={"label_inputs": False},
+                     late_options={"label_inputs": False}),
     ]
     return {s.name: s for s in specs}
 
@@ -128,8 +129,8 @@ def fit_score(name: str, data: Any, split: Any, seed: int, **options: Any) -> np
     """Fit detector ``name`` and return the anomaly score of every node (float64 [N]).
 
     Label-free detectors get :func:`strip_labels` of ``data`` and no split; supervised ones get both.
-    ``options``: the harness options the detector reads (``DETECTORS[name].options``), plus ``threads``
-    and ``device`` which every detector accepts.
+    ``options``: the harness options the detector reads (``DETECTORS[name].options``; one left out takes its
+    ``option_defaults`` value), plus ``threads`` and ``device`` which every detector accepts.
     """
     if name not in DETECTORS:
         raise UsageError(f"--models: unknown detector {name!r} (choose from {', '.join(DETECTORS)})")
@@ -137,6 +138,7 @@ def fit_score(name: str, data: Any, split: Any, seed: int, **options: Any) -> np
     if why:
         raise UsageError(f"--models: {why}")
     spec = DETECTORS[name]
+    options = {**{k: spec.option_defaults[k] for k in spec.options if k in spec.option_defaults}, **options}
     missing = [k for k in spec.options if k not in options]
     if missing:
         raise TypeError(f"{name}: missing options {missing}")

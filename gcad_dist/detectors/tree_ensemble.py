@@ -30,12 +30,18 @@ def graph_features(data: Any) -> np.ndarray:
     return np.concatenate([x, mean, deg[:, None]], axis=1).astype(np.float32)
 
 
-def fit_score(data: Any, split: Any, seed: int, threads: int = 1, **_: Any) -> np.ndarray:
+def fit_score(data: Any, split: Any, seed: int, threads: int = 1, label_inputs: bool = False, **_: Any) -> np.ndarray:
+    """``label_inputs``: two more columns, the neighbours labelled anomalous in the train split
+    (:func:`gcad_dist.data.label_inputs.neighbour_label_features`; one hop, so a node's own label never enters)."""
     from sklearn.ensemble import RandomForestClassifier
 
     if split is None or getattr(data, "y", None) is None:
         raise UsageError("--models trees: needs labels and a train split")
     feats = graph_features(data)
+    if label_inputs:
+        from gcad_dist.data.label_inputs import LABEL_COLUMNS, with_label_inputs
+
+        feats = np.concatenate([feats, with_label_inputs(data, split.train).x[:, -LABEL_COLUMNS:].cpu().numpy()], axis=1)
     train = split.train.cpu().numpy()
     y = data.y.cpu().numpy().astype(np.int64)[train]
     n_pos = int((y == 1).sum())
