@@ -694,9 +694,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="two more input columns: how many of a node's neighbours are labelled anomalies of the "
                         "train split, and their share of its neighbours (guilt by association: ring members share "
                         "their links). Trained with the masked label trick (each epoch half of the training labels are "
-                        "inputs, the loss takes the other half), so a node's own label never reaches its score; "
+                        "inputs, the loss takes the other half), so no node is trained on a score its own label fed; "
                         "validation and test labels are never read. gcad_dist.score fills the columns from the labels "
-                        "of the graph it scores. Default: on for GCCAD (validation AUPRC +0.019 over four graphs, "
+                        "of the graph it scores. Default: on for GCCAD (validation AUPRC +0.020 over four graphs, "
                         "BENCHMARKS.md, session 31), off for the baselines")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch epochs (one optimiser step each)")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
