@@ -18,8 +18,10 @@ For each dataset (a name in ``--data-dir`` such as ``tolokers``, or a path to a 
      ``python -m gcad_dist.train --model gccad --label-fraction f`` (supervised GCCAD from scratch).
      Both run with the same supervised settings: ``gcad_dist.train``'s defaults (lr, epochs, patience,
      ``--link-eval expected``, ``--score-space projection``) unless ``--tune-lr`` / ``--ft-epochs`` /
-     ``--sup-epochs`` / ``--patience`` / ``--link-eval`` / ``--score-space`` say otherwise; epoch chosen on
-     validation AUPRC.
+     ``--sup-epochs`` / ``--patience`` / ``--link-eval`` / ``--score-space`` / ``--label-inputs`` say
+     otherwise; epoch chosen on validation AUPRC. Label inputs: each CLI's own default unless ``--label-inputs`` /
+     ``--no-label-inputs`` sets both sides alike (``gcad_dist.train`` reads them, ``gcad_dist.finetune`` does not:
+     the default table compares what a user gets from each).
 4. Test AUROC / AUPRC / Recall@K (K = number of test anomalies) from each ``metrics.json``, mean ± std over the
    seeds, one row per (dataset, method, label fraction), then per (dataset, fraction) fine-tune minus scratch
    (paired by seed: mean ± std of the differences, seeds where fine-tuning wins, AUPRC ratio), as Markdown
@@ -78,6 +80,7 @@ class TransferConfig:
     link_eval: str | None = None
     score_space: str | None = None
     sup_normalize: str = "standard"
+    label_inputs: bool | None = None  # both sides alike; None = each CLI's own default (train: on, finetune: off)
     threads: int = 1
     retries: int = 3
     step_timeout: float = 3600.0
@@ -135,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "--sup-score-space is the old name")
     p.add_argument("--sup-normalize", default=d.sup_normalize, choices=("standard", "none"),
                    help="feature normalisation of supervised training (fine-tuning uses the checkpoint's: none, as the store holds raw features)")
+    p.add_argument("--label-inputs", action=argparse.BooleanOptionalAction, default=d.label_inputs,
+                   help="fine-tuning and scratch alike read (or, with --no-label-inputs, do not read) the neighbours' "
+                        "kept training labels as inputs (default: each CLI's own: gcad_dist.train reads them, "
+                        "gcad_dist.finetune does not)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch / FAISS threads of every step (also OMP_NUM_THREADS)")
     p.add_argument("--retries", type=int, default=d.retries,
                    help="tries of the pre-training step (starting a local Ray instance can time out on a loaded machine)")
@@ -254,6 +261,8 @@ def _tune_args(cfg: TransferConfig, epochs: int | None) -> list[str]:
                         ("--link-eval", cfg.link_eval), ("--score-space", cfg.score_space)):
         if value is not None:
             args += [flag, str(value)]
+    if cfg.label_inputs is not None:
+        args.append("--label-inputs" if cfg.label_inputs else "--no-label-inputs")
     return args
 
 
@@ -266,7 +275,6 @@ def _method_runs(cfg: TransferConfig, ckpt: str, seed: int) -> list[tuple[str, f
                      ["gcad_dist.finetune", "--checkpoint", ckpt, "--label-fraction", str(f), *_tune_args(cfg, cfg.ft_epochs)]))
         runs.append(("scratch", f, f"sc{f:g}-s{seed}",
                      ["gcad_dist.train", "--model", "gccad", "--label-fraction", str(f), "--normalize", cfg.sup_normalize,
-                      "--no-label-inputs",  # the fine-tuned models read no label inputs: the same inputs on both sides
                       *_tune_args(cfg, cfg.sup_epochs)]))
     return runs
 

@@ -28,6 +28,15 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    the pre-trained start is better on tolokers, worse on inj_cora with all its labels). A checkpoint that passes
    messages is fine-tuned as it is. ``metrics.json`` records the choice (``finetuned_model``,
    ``model_selection``, and each graph model's own candidates kept in ``contrast_selection``).
+6. Label inputs (``--label-inputs``, off by default, unlike ``gcad_dist.train``): every fitted model reads two
+   more input columns, its neighbours labelled anomalous among the *kept* training labels
+   (:mod:`gcad_dist.data.label_inputs`, the masked label trick during training). The checkpoint's input
+   projection is widened by two zero columns (:func:`widen_input_projection`: the fine-tuning starts from the
+   pre-trained model exactly), the graph start copies the checkpoint's projection into its first columns. The
+   written model records it, and ``gcad_dist.score`` fills the columns from the labels of the graph it scores.
+   Off by default because at 10% of the labels they cost fine-tuning validation AUPRC (inj_cora -0.023, reddit
+   +0.005; BENCHMARKS.md, session 32): each epoch the trick takes half of the few labelled anomalies out of the
+   loss.
 
 Fine-tuning uses the supervised defaults of ``python -m gcad_dist.train`` (taken from its
 :class:`~gcad_dist.train.TrainConfig`, not copied): the optimiser, epoch and patience settings and the
@@ -67,7 +76,8 @@ from partitioning.errors import GraphInputError
 
 log = logging.getLogger("gcad_dist.finetune")
 
-__all__ = ["FINETUNE_MODELS", "FinetuneConfig", "subsample_labels", "warm_start_input_projection", "finetune", "main"]
+__all__ = ["FINETUNE_MODELS", "FinetuneConfig", "subsample_labels", "warm_start_input_projection",
+           "widen_input_projection", "finetune", "main"]
 
 #: ``--model``: ``checkpoint`` fine-tunes the checkpoint's own model; ``graph`` fine-tunes gcad_dist.train's model
 #: (message passing, its ``--contrast auto`` candidates) started from the checkpoint's input projection; ``scratch``
@@ -96,6 +106,8 @@ class FinetuneConfig:
     snapshots: int = TrainConfig.snapshots
     max_degree: int = TrainConfig.max_degree
     input_dropout: float | None = None  # the GCCAD fits' (None: gcad_dist.train's rule); the checkpoint model has none
+    # neighbours' kept training labels as two input columns of every fit (off: validation, BENCHMARKS.md session 32)
+    label_inputs: bool = False
     link_eval: str = TrainConfig.link_eval
     score_space: str = TrainConfig.score_space
     seed: int = 0
@@ -153,16 +165,30 @@ def warm_start_input_projection(model: torch.nn.Module, source: torch.nn.Module)
 
     An ensemble's projection holds K members' blocks of ``hidden`` rows side by side; the first member's is taken
     (the members are trained alike from different starts, so any one is as good a start, and their mean is not a
-    trained projection). Raises ValueError when the widths differ.
+    trained projection). A ``model`` with more input columns than ``source`` (label inputs appended) gets the
+    source's weights in its first F columns and keeps its own initialisation in the others. Raises ValueError when
+    ``model`` has fewer input columns or the rows do not match.
     """
     dst, src = model.encoder.input_proj, source.encoder.input_proj
-    rows = dst.weight.size(0)
-    if src.weight.size(1) != dst.weight.size(1) or src.weight.size(0) % rows:
+    rows, cols = dst.weight.size(0), src.weight.size(1)
+    if cols > dst.weight.size(1) or src.weight.size(0) % rows:
         raise ValueError(f"input projections differ in shape: {tuple(src.weight.shape)} cannot start "
                          f"{tuple(dst.weight.shape)}")
     with torch.no_grad():
-        dst.weight.copy_(src.weight[:rows])
+        dst.weight[:, :cols].copy_(src.weight[:rows])
         dst.bias.copy_(src.bias[:rows])
+
+
+def widen_input_projection(model: torch.nn.Module, extra: int) -> None:
+    """Give ``model``'s input projection (``encoder.input_proj``) ``extra`` more input columns, in place, with zero
+    weights: the model computes exactly what it did on the old columns until training moves the new weights."""
+    old = model.encoder.input_proj
+    new = torch.nn.Linear(old.in_features + extra, old.out_features, device=old.weight.device, dtype=old.weight.dtype)
+    with torch.no_grad():
+        new.weight.zero_()
+        new.weight[:, :old.in_features].copy_(old.weight)
+        new.bias.copy_(old.bias)
+    model.encoder.input_proj = new
 
 
 def _models_to_fit(choice: str, config: Any) -> list[str]:
@@ -181,8 +207,9 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
     from gcad_dist.supervised import fit_supervised, predict
-    from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates,
-                                 supervised_config, warn_split_classes, with_input_dropout, write_json)
+    from gcad_dist.data.label_inputs import LABEL_COLUMNS, with_label_inputs
+    from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates, supervised_config,
+                                 warn_split_classes, with_input_dropout, write_json)
     from partitioning.graph import describe_labels
 
     _validate(cfg)
@@ -243,12 +270,15 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         "zero_shot_settings": zs_settings,
         "zero_shot": zero_shot,
     }
+    label_inputs = cfg.epochs > 0 and cfg.label_inputs
+    metrics["label_inputs"] = label_inputs
     out = Path(cfg.out)
     extra = {
         "model": "gccad",
         "normalize": normalize,
         "finetuned_from": str(cfg.checkpoint),
         "label_fraction": cfg.label_fraction,
+        "label_inputs": label_inputs,
         "pretrain_extra": {k: v for k, v in loaded.extra.items() if isinstance(v, (int, float, str, bool))},
     }
     saved_model, saved_config, snapshots = model, ft_config, None
@@ -262,12 +292,20 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         tcfg = TrainConfig(graph=cfg.graph, out=cfg.out, hidden=loaded.config.hidden, epochs=cfg.epochs, lr=cfg.lr,
                            weight_decay=cfg.weight_decay, eval_every=cfg.eval_every, patience=cfg.patience,
                            snapshots=cfg.snapshots, link_eval=cfg.link_eval, score_space=cfg.score_space,
-                           max_degree=cfg.max_degree, input_dropout=cfg.input_dropout, label_inputs=False, seed=cfg.seed,
+                           max_degree=cfg.max_degree, input_dropout=cfg.input_dropout, label_inputs=label_inputs,
+                           seed=cfg.seed,
                            device=cfg.device, threads=cfg.threads,
                            candidate_workers=cfg.candidate_workers, address=cfg.address, progress=cfg.progress,
                            verbose=cfg.verbose, checkpoint_interval=cfg.checkpoint_interval)
         tcfg = with_input_dropout(tcfg, y, sub.train, data.num_features)  # resolved for the labels it fits on
         scfg = supervised_config(tcfg, state_dir)
+        if label_inputs:  # every fit reads the neighbours among the kept training labels (never val / test labels)
+            data = with_label_inputs(data, sub.train)
+            widen_input_projection(model, LABEL_COLUMNS)
+            ft_config = dataclasses.replace(ft_config, in_dim=data.num_features)
+            model.config = ft_config
+            log.info("label inputs: %d more input columns from the %d kept training anomalies", LABEL_COLUMNS,
+                     label_counts["train_labelled_anomalies"])
         source = base_model(zs_model)
         names, fits, graph_selection = [], [], {}
         for which in _models_to_fit(cfg.model, loaded.config):
@@ -358,6 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dropout on the input features in the GCCAD fits (default: gcad_dist.train's, 0.2 below 20 "
                    "labelled training anomalies per input feature after --label-fraction, else 0; the fine-tuned "
                    "checkpoint model has none)")
+    p.add_argument("--label-inputs", action=argparse.BooleanOptionalAction, default=d.label_inputs,
+                   help="every fit also reads its neighbours labelled anomalous among the kept training labels, two "
+                        "input columns (the masked label trick, as gcad_dist.train --label-inputs; the checkpoint's "
+                        "model starts with zero weights on them). The written model then reads the labels of the graph "
+                        "it scores (gcad_dist.score). Off by default, unlike gcad_dist.train: at 10%% of the labels "
+                        "they cost fine-tuning validation AUPRC (inj_cora -0.023, reddit +0.005; BENCHMARKS.md, "
+                        "session 32)")
     p.add_argument("--link-eval", default=d.link_eval, choices=LINK_EVALS,
                    help="GCCAD link remover at evaluation (fine-tuned model; zero-shot keeps the checkpoint's): "
                         "'expected' weights each edge by its keep probability p, 'threshold' keeps iff p > 0.5 "

@@ -114,6 +114,7 @@ def test_finetune_honours_label_fraction_and_writes_checkpoint(small_graph, pre_
     ck = load_model_file(out / "final")
     assert ck["config"] == {**load_model_file(pre_checkpoint)["config"], "link_eval": "expected", "score_space": "projection"}
     assert ck["extra"]["finetuned_from"] == str(pre_checkpoint) and ck["extra"]["label_fraction"] == 0.25
+    assert ck["extra"]["label_inputs"] is False
     loaded = load_checkpoint_model(out / "final")
     from gcad_dist.model.snapshots import SnapshotEnsemble, base_model
 
@@ -482,6 +483,11 @@ def test_finetune_defaults_are_train_defaults() -> None:
         assert getattr(ft, name) == getattr(tr, name) == ft_args[name] == tr_args[name], name
     assert (ft.link_eval, ft.score_space) == ("expected", "projection")
     assert ft_args["label_fraction"] == tr_args["label_fraction"] == 1.0
+    from gcad_dist.train import resolve_label_inputs
+
+    # label inputs: gcad_dist.train's GCCAD reads them by default, fine-tuning does not (chosen on validation)
+    assert tr.label_inputs is tr_args["label_inputs"] is None and resolve_label_inputs("gccad", tr.label_inputs)
+    assert ft.label_inputs is ft_args["label_inputs"] is False
 
 
 def test_finetune_overrides_checkpoint_eval_settings_unless_flags_given(small_graph, pre_checkpoint, tmp_path,
@@ -648,6 +654,9 @@ def test_transfer_runs_share_fraction_seed_and_settings() -> None:
     for _, f, tag, args in runs[1:]:
         assert args[args.index("--label-fraction") + 1] == str(f)
         assert "--lr" not in args and "--epochs" not in args  # both use gcad_dist.train's defaults
+        assert "--no-label-inputs" not in args and "--label-inputs" not in args  # each CLI's own default
+    cfg = TransferConfig(**vars(build_parser().parse_args(["--datasets", "inj_cora", "--no-label-inputs"])))
+    assert all("--no-label-inputs" in args for _, _, _, args in _method_runs(cfg, "ck", 0)[1:])
     assert len({tag for _, _, tag, _ in runs}) == len(runs)
     # The old options still parse; the shared settings go to both kinds of run.
     cfg = TransferConfig(**vars(build_parser().parse_args(
@@ -690,8 +699,69 @@ def test_warm_start_copies_the_first_members_input_projection() -> None:
             assert torch.equal(v, before[k]), k
     with pytest.raises(ValueError, match="differ in shape"):
         warm_start_input_projection(GCCAD(GCCADConfig(in_dim=5, hidden=16)), src)
+    # a wider model (label inputs appended): the source fills the first columns, the others keep their start
+    wide = GCCAD(GCCADConfig(in_dim=10, hidden=16, jump="cat"))
+    own = wide.encoder.input_proj.weight[:, 8:].clone()
+    warm_start_input_projection(wide, src)
+    assert torch.equal(wide.encoder.input_proj.weight[:, :8], src.encoder.input_proj.weight[:16])
+    assert torch.equal(wide.encoder.input_proj.weight[:, 8:], own)
     assert not src.config.passes_messages and dst.config.passes_messages
     assert GCCADConfig(in_dim=8, contrast="local", loss="ce").passes_messages
+
+
+def test_widened_input_projection_computes_what_the_model_did() -> None:
+    """Label inputs appended to a pre-trained model: two zero columns, so fine-tuning starts from its exact scores,
+    whatever the new columns hold, and the new weights are trainable."""
+    from gcad_dist.finetune import widen_input_projection
+    from gcad_dist.supervised import predict
+    from torch_geometric.data import Data
+
+    torch.manual_seed(0)
+    model = GCCAD(GCCADConfig(in_dim=8, hidden=16, contrast="local", loss="logistic", ensemble=3)).eval()
+    x = torch.randn(30, 8)
+    ei = torch.randint(0, 30, (2, 90))
+    before = predict(model, Data(x=x, edge_index=ei, num_nodes=30))
+    widen_input_projection(model, 2)
+    assert model.encoder.input_proj.weight.shape == (48, 10)
+    after = predict(model, Data(x=torch.cat([x, 5 * torch.randn(30, 2)], 1), edge_index=ei, num_nodes=30))
+    assert torch.allclose(torch.as_tensor(before), torch.as_tensor(after), atol=1e-6)
+    assert model.encoder.input_proj.weight.requires_grad and any(
+        p is model.encoder.input_proj.weight for p in model.parameters())
+
+
+def test_finetune_label_inputs_read_only_the_kept_training_labels(small_graph, pre_checkpoint, tmp_path, capsys,
+                                                                    monkeypatch) -> None:
+    """With ``--label-inputs`` every fit sees ``x`` plus the columns of the *kept* training anomalies (after
+    --label-fraction), never a validation or test label; by default it fits on the features alone."""
+    import gcad_dist.supervised as supervised
+    from gcad_dist.data.label_inputs import with_label_inputs
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.train import load_labelled
+
+    g, path = small_graph
+    seen: list[torch.Tensor] = []
+    real_fit = supervised.fit_supervised
+
+    def spy(model, data, split, cfg, state_name=None):
+        seen.append(data.x.clone())
+        return real_fit(model, data, split, cfg, state_name)
+
+    monkeypatch.setattr(supervised, "fit_supervised", spy)
+    common = ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--label-fraction", "0.3", "--seed", "4",
+              "--epochs", "2", "--no-progress", "--no-plots", "--threads", "1"]
+    code, _, err = _run(finetune_main, [*common, "--out", str(tmp_path / "li"), "--label-inputs"], capsys)
+    assert code == 0, err
+    data = load_labelled(str(path), "none")
+    keep = subsample_labels(make_split(data, seed=4).train, data.y, 0.3, seed=4)
+    assert int(keep.sum()) < int(make_split(data, seed=4).train.sum())
+    want = with_label_inputs(data, keep).x
+    assert len(seen) == 1 and torch.allclose(seen[0][:, -2:], want[:, -2:])
+    assert load_model_file(tmp_path / "li" / "final")["config"]["in_dim"] == g.x.shape[1] + 2
+    seen.clear()
+    code, _, err = _run(finetune_main, [*common, "--out", str(tmp_path / "plain")], capsys)
+    assert code == 0, err
+    assert seen[0].shape[1] == g.x.shape[1]
+    assert load_model_file(tmp_path / "plain" / "final")["config"]["in_dim"] == g.x.shape[1]
 
 
 def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validation(
@@ -715,7 +785,7 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
     out = tmp_path / "ft"
     code, stdout, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out",
                                             str(out), "--epochs", "4", "--eval-every", "2", "--seed", "0",
-                                            "--no-progress", "--no-plots", "--threads", "1"], capsys)
+                                            "--label-inputs", "--no-progress", "--no-plots", "--threads", "1"], capsys)
     assert code == 0, err
     m = json.loads((out / "metrics.json").read_text())
     assert seen["names"] == ["checkpoint", "graph", "scratch"]
@@ -739,15 +809,22 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
     from gcad_dist.supervised import predict
     from gcad_dist.train import load_labelled
 
+    from gcad_dist.score import prepare_data
+
+    # it reads label inputs (--label-inputs): scored with only the training labels known, it gives the run's columns
     data = load_labelled(str(path))
-    s = predict(load_checkpoint_model(out / "final").model, data)
+    loaded = load_checkpoint_model(out / "final")
+    assert m["label_inputs"] and loaded.label_inputs and loaded.in_dim == g.x.shape[1] + 2
+    only_train = data.clone()
+    only_train.y = torch.where(split.train, data.y, torch.full_like(data.y, -1))
+    s = predict(loaded.model, prepare_data(only_train, loaded, normalize="none"))
     assert evaluate(data.y, s, mask=split.val)["auprc"] == pytest.approx(m["val"]["auprc"], abs=1e-5)
 
 
 def test_scratch_candidate_is_gcad_dist_train(small_graph, local_checkpoint, tmp_path, capsys) -> None:
     """``--model scratch`` fits exactly what gcad_dist.train fits on the same labels and inputs (the pre-trained weights
-    unused; fine-tuning reads no label inputs), so the fine-tuning choice compares against the real baseline; ``graph``
-    differs from it in the start only."""
+    unused; fine-tuning reads no label inputs by default), so the fine-tuning choice compares against the real
+    baseline; ``graph`` differs from it in the start only."""
     from gcad_dist.train import main as train_main
 
     g, path = small_graph
