@@ -20,8 +20,8 @@ For each dataset (a name in ``--data-dir`` such as ``tolokers``, or a path to a 
      ``--link-eval expected``, ``--score-space projection``) unless ``--tune-lr`` / ``--ft-epochs`` /
      ``--sup-epochs`` / ``--patience`` / ``--link-eval`` / ``--score-space`` / ``--label-inputs`` say
      otherwise; epoch chosen on validation AUPRC. Label inputs: each CLI's own default unless ``--label-inputs`` /
-     ``--no-label-inputs`` sets both sides alike (``gcad_dist.train`` reads them, ``gcad_dist.finetune`` does not:
-     the default table compares what a user gets from each).
+     ``--no-label-inputs`` sets both sides alike (both CLIs' default is the same rule: on from 10 kept training
+     anomalies).
 4. Test AUROC / AUPRC / Recall@K (K = number of test anomalies) from each ``metrics.json``, mean ± std over the
    seeds, one row per (dataset, method, label fraction), then per (dataset, fraction) fine-tune minus scratch
    (paired by seed: mean ± std of the differences, seeds where fine-tuning wins, AUPRC ratio), as Markdown
@@ -80,7 +80,7 @@ class TransferConfig:
     link_eval: str | None = None
     score_space: str | None = None
     sup_normalize: str = "standard"
-    label_inputs: bool | None = None  # both sides alike; None = each CLI's own default (train: on, finetune: off)
+    label_inputs: bool | None = None  # both sides alike; None = the CLIs' default (the same rule on both sides)
     threads: int = 1
     retries: int = 3
     step_timeout: float = 3600.0
@@ -140,8 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="feature normalisation of supervised training (fine-tuning uses the checkpoint's: none, as the store holds raw features)")
     p.add_argument("--label-inputs", action=argparse.BooleanOptionalAction, default=d.label_inputs,
                    help="fine-tuning and scratch alike read (or, with --no-label-inputs, do not read) the neighbours' "
-                        "kept training labels as inputs (default: each CLI's own: gcad_dist.train reads them, "
-                        "gcad_dist.finetune does not)")
+                        "kept training labels as inputs (default: the CLIs' own, the same rule on both sides: on "
+                        "from 10 kept training anomalies)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch / FAISS threads of every step (also OMP_NUM_THREADS)")
     p.add_argument("--retries", type=int, default=d.retries,
                    help="tries of the pre-training step (starting a local Ray instance can time out on a loaded machine)")

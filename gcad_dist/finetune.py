@@ -28,15 +28,14 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    the pre-trained start is better on tolokers, worse on inj_cora with all its labels). A checkpoint that passes
    messages is fine-tuned as it is. ``metrics.json`` records the choice (``finetuned_model``,
    ``model_selection``, and each graph model's own candidates kept in ``contrast_selection``).
-6. Label inputs (``--label-inputs``, off by default, unlike ``gcad_dist.train``): every fitted model reads two
-   more input columns, its neighbours labelled anomalous among the *kept* training labels
-   (:mod:`gcad_dist.data.label_inputs`, the masked label trick during training). The checkpoint's input
-   projection is widened by two zero columns (:func:`widen_input_projection`: the fine-tuning starts from the
-   pre-trained model exactly), the graph start copies the checkpoint's projection into its first columns. The
-   written model records it, and ``gcad_dist.score`` fills the columns from the labels of the graph it scores.
-   Off by default because at 10% of the labels they cost fine-tuning validation AUPRC (inj_cora -0.023, reddit
-   +0.005; BENCHMARKS.md, session 32): each epoch the trick takes half of the few labelled anomalies out of the
-   loss.
+6. Label inputs (``--label-inputs``; by default as ``gcad_dist.train``: on when the kept training labels hold at
+   least :data:`~gcad_dist.train.LABEL_INPUTS_MIN_ANOMALIES` anomalies): every fitted model reads two more input
+   columns, its neighbours labelled anomalous among the *kept* training labels (:mod:`gcad_dist.data.label_inputs`,
+   the masked label trick during training). The checkpoint's input projection is widened by two zero columns
+   (:func:`widen_input_projection`: the fine-tuning starts from the pre-trained model exactly), the graph start
+   copies the checkpoint's projection into its first columns. The written model records it, and
+   ``gcad_dist.score`` fills the columns from the labels of the graph it scores. Below the count they cost
+   validation AUPRC (6 anomalies, inj_cora at 10%: -0.023), above it they gained (BENCHMARKS.md, session 32).
 
 Fine-tuning uses the supervised defaults of ``python -m gcad_dist.train`` (taken from its
 :class:`~gcad_dist.train.TrainConfig`, not copied): the optimiser, epoch and patience settings and the
@@ -106,8 +105,9 @@ class FinetuneConfig:
     snapshots: int = TrainConfig.snapshots
     max_degree: int = TrainConfig.max_degree
     input_dropout: float | None = None  # the GCCAD fits' (None: gcad_dist.train's rule); the checkpoint model has none
-    # neighbours' kept training labels as two input columns of every fit (off: validation, BENCHMARKS.md session 32)
-    label_inputs: bool = False
+    # neighbours' kept training labels as two input columns of every fit; None: gcad_dist.train's rule (by the count
+    # of kept training anomalies, resolve_label_inputs)
+    label_inputs: bool | None = None
     link_eval: str = TrainConfig.link_eval
     score_space: str = TrainConfig.score_space
     seed: int = 0
@@ -208,8 +208,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
     from gcad_dist.supervised import fit_supervised, predict
     from gcad_dist.data.label_inputs import LABEL_COLUMNS, with_label_inputs
-    from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates, supervised_config,
-                                 warn_split_classes, with_input_dropout, write_json)
+    from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates, resolve_label_inputs,
+                                 supervised_config, warn_split_classes, with_input_dropout, write_json)
     from partitioning.graph import describe_labels
 
     _validate(cfg)
@@ -270,7 +270,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         "zero_shot_settings": zs_settings,
         "zero_shot": zero_shot,
     }
-    label_inputs = cfg.epochs > 0 and cfg.label_inputs
+    label_inputs = cfg.epochs > 0 and resolve_label_inputs("gccad", cfg.label_inputs,
+                                                         label_counts["train_labelled_anomalies"])
     metrics["label_inputs"] = label_inputs
     out = Path(cfg.out)
     extra = {
@@ -400,9 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every fit also reads its neighbours labelled anomalous among the kept training labels, two "
                         "input columns (the masked label trick, as gcad_dist.train --label-inputs; the checkpoint's "
                         "model starts with zero weights on them). The written model then reads the labels of the graph "
-                        "it scores (gcad_dist.score). Off by default, unlike gcad_dist.train: at 10%% of the labels "
-                        "they cost fine-tuning validation AUPRC (inj_cora -0.023, reddit +0.005; BENCHMARKS.md, "
-                        "session 32)")
+                        "it scores (gcad_dist.score). Default: gcad_dist.train's rule, on when the kept training "
+                        "labels hold at least 10 anomalies (with 6, inj_cora at 10%% of its labels, they cost "
+                        "fine-tuning validation AUPRC 0.023; from 11 on they gained; BENCHMARKS.md, session 32)")
     p.add_argument("--link-eval", default=d.link_eval, choices=LINK_EVALS,
                    help="GCCAD link remover at evaluation (fine-tuned model; zero-shot keeps the checkpoint's): "
                         "'expected' weights each edge by its keep probability p, 'threshold' keeps iff p > 0.5 "

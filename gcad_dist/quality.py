@@ -47,7 +47,7 @@ from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
                              check_input_dropout, input_dropout_rule, load_labelled, normalize_features, resolve_jump,
-                             resolve_label_inputs,
+                             label_inputs_rule,
                              train_one, write_json)
 
 log = logging.getLogger("gcad_dist.quality")
@@ -190,8 +190,9 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
         p_in = input_dropout_rule(model, tc["input_dropout"])
         if p_in:  # absent = 0, no input dropout (runs before session 28 stay valid); session 28's 0.2 for any labels
             s["train"]["input_dropout"] = p_in
-        if resolve_label_inputs(model, tc["label_inputs"]):  # absent = off (every run before session 31)
-            s["train"]["label_inputs"] = True
+        li = label_inputs_rule(model, tc["label_inputs"])
+        if li:  # absent = off (every run before session 31); True = on for any labels (session 31), else the rule
+            s["train"]["label_inputs"] = li
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
         from gcad_dist.detectors import DETECTORS, settings_of
@@ -448,7 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-inputs", action=argparse.BooleanOptionalAction, default=d.label_inputs,
                    help="two more input columns, the neighbours labelled anomalous in the train split "
                         "(gcad_dist.train --label-inputs), for every GNN and the trees (--label-inputs) or none "
-                        "(--no-label-inputs). Default: GCCAD's default (on), the other methods' (off)")
+                        "(--no-label-inputs). Default: GCCAD's default (on from 10 labelled training anomalies), the other "
+                        "methods' (off)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum epochs per GNN run")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (GNNs)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="validation every n epochs (GNNs)")

@@ -179,14 +179,44 @@ def input_dropout_rule(model: str, value: float | None = None) -> float | str:
 # reddit, inj_cora and books by a rule written before the runs (BENCHMARKS.md, session 31); the baselines keep the
 # inputs they are known by (GADBench's), so the quality table compares GCCAD with what a user would try first
 GCCAD_LABEL_INPUTS = True
+# ... when the fit's training labels hold at least this many anomalies: the masked trick takes half of them out of each
+# epoch's loss, and with 6 (inj_cora at 10% of its labels) the inputs cost validation AUPRC in both gcad_dist.train
+# and gcad_dist.finetune; from 11 on they gained (BENCHMARKS.md, session 32)
+LABEL_INPUTS_MIN_ANOMALIES = 10
 
 
-def resolve_label_inputs(model: str, value: bool | None = None) -> bool:
-    """``value``, or when None the default of ``model``: :data:`GCCAD_LABEL_INPUTS` for GCCAD and its ablations, off
-    for the baselines."""
+def resolve_label_inputs(model: str, value: bool | None = None, train_anomalies: int | None = None) -> bool:
+    """``value``, or when None the default of ``model``: off for the baselines; for GCCAD and its ablations
+    :data:`GCCAD_LABEL_INPUTS`, unless the fit's training labels hold fewer than :data:`LABEL_INPUTS_MIN_ANOMALIES`
+    anomalies (when the count is not known, on)."""
     if value is not None:
         return bool(value)
-    return GCCAD_LABEL_INPUTS and model.startswith("gccad")
+    if not (GCCAD_LABEL_INPUTS and model.startswith("gccad")):
+        return False
+    return train_anomalies is None or train_anomalies >= LABEL_INPUTS_MIN_ANOMALIES
+
+
+def label_inputs_rule(model: str, value: bool | None = None) -> bool | str:
+    """What decides a run's label inputs, for settings records: the value when it is fixed (given, or a baseline's
+    off), else the rule of :func:`resolve_label_inputs` in words."""
+    if value is not None or not (GCCAD_LABEL_INPUTS and model.startswith("gccad")):
+        return resolve_label_inputs(model, value)
+    return f"from {LABEL_INPUTS_MIN_ANOMALIES} labelled training anomalies"
+
+
+def with_label_inputs_resolved(cfg: "TrainConfig", y: Any, train_mask: Any) -> "TrainConfig":
+    """``cfg`` with its label inputs resolved (:func:`resolve_label_inputs`) for the labels of ``train_mask``."""
+    n_anomalies = int((torch.as_tensor(y)[torch.as_tensor(train_mask, dtype=torch.bool)] == 1).sum())
+    on = resolve_label_inputs(cfg.model, cfg.label_inputs, n_anomalies)
+    if cfg.label_inputs is None and cfg.model.startswith("gccad"):
+        log.info("label inputs %s (%d labelled training anomalies; %s)", "on" if on else "off", n_anomalies,
+                 label_inputs_rule(cfg.model))
+    return replace(cfg, label_inputs=on)
+
+
+def reads_label_inputs(data: Any) -> bool:
+    """Whether a fit's ``data`` carries the label-input columns (:func:`gcad_dist.data.label_inputs.with_label_inputs`)."""
+    return bool(getattr(data, "label_input_columns", 0))
 
 
 def check_input_dropout(value: float | None) -> None:
@@ -359,7 +389,7 @@ def fit_candidates(cfg: TrainConfig, data=None, state_dir: Path | None = None) -
     # --label-fraction: the same seeded stratified subsample of the training labels as gcad_dist.finetune
     fit_split, budget = subsample_split(split, data.y, cfg.label_fraction, seed=cfg.seed)
     cfg = with_input_dropout(cfg, data.y, fit_split.train, data.num_features)
-    cfg = replace(cfg, label_inputs=resolve_label_inputs(cfg.model, cfg.label_inputs))
+    cfg = with_label_inputs_resolved(cfg, data.y, fit_split.train)
     if cfg.label_inputs:  # two more input columns: the neighbours labelled anomalous in the (fit) train split
         from gcad_dist.data.label_inputs import with_label_inputs
 
@@ -471,7 +501,7 @@ def train_one(cfg: TrainConfig, data=None, state_dir: Path | None = None) -> Tra
     else:
         res, model, model_cfg = fits[0]
     metrics = {
-        "config": asdict(replace(cfg, label_inputs=resolve_label_inputs(cfg.model, cfg.label_inputs))),
+        "config": asdict(replace(cfg, label_inputs=reads_label_inputs(data))),
         "model_config": asdict(model_cfg),
         "labels": counts,
         "split": {"source": split.source, **split.sizes()},
@@ -696,8 +726,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "their links). Trained with the masked label trick (each epoch half of the training labels are "
                         "inputs, the loss takes the other half), so no node is trained on a score its own label fed; "
                         "validation and test labels are never read. gcad_dist.score fills the columns from the labels "
-                        "of the graph it scores. Default: on for GCCAD (validation AUPRC +0.020 over four graphs, "
-                        "BENCHMARKS.md, session 31), off for the baselines")
+                        "of the graph it scores. Default: on for GCCAD when the fit's training labels (after "
+                        "--label-fraction) hold at least 10 anomalies (validation AUPRC +0.020 over four graphs, "
+                        "BENCHMARKS.md, session 31; with 6 anomalies they cost 0.038, session 32), off for the "
+                        "baselines")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch epochs (one optimiser step each)")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="Adam weight decay")
@@ -782,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
     save_model(out, o.model, o.model_config, extra={
         "model": kind, "ablation": "ce" if cfg.model == "gccad-ce" else cfg.ablation,
         "normalize": cfg.normalize, "best_epoch": res.best_epoch, "val": res.val, "test": res.test,
-        "label_inputs": resolve_label_inputs(cfg.model, cfg.label_inputs),
+        "label_inputs": reads_label_inputs(o.data),
     }, snapshots=res.snapshot_states)
     metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
     write_json(metrics, out / "metrics.json")

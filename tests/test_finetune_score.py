@@ -485,9 +485,9 @@ def test_finetune_defaults_are_train_defaults() -> None:
     assert ft_args["label_fraction"] == tr_args["label_fraction"] == 1.0
     from gcad_dist.train import resolve_label_inputs
 
-    # label inputs: gcad_dist.train's GCCAD reads them by default, fine-tuning does not (chosen on validation)
-    assert tr.label_inputs is tr_args["label_inputs"] is None and resolve_label_inputs("gccad", tr.label_inputs)
-    assert ft.label_inputs is ft_args["label_inputs"] is False
+    # label inputs: the same rule on both sides (on from 10 kept training anomalies)
+    assert ft.label_inputs is tr.label_inputs is ft_args["label_inputs"] is tr_args["label_inputs"] is None
+    assert resolve_label_inputs("gccad", ft.label_inputs, 10) and not resolve_label_inputs("gccad", ft.label_inputs, 9)
 
 
 def test_finetune_overrides_checkpoint_eval_settings_unless_flags_given(small_graph, pre_checkpoint, tmp_path,
@@ -732,7 +732,8 @@ def test_widened_input_projection_computes_what_the_model_did() -> None:
 def test_finetune_label_inputs_read_only_the_kept_training_labels(small_graph, pre_checkpoint, tmp_path, capsys,
                                                                     monkeypatch) -> None:
     """With ``--label-inputs`` every fit sees ``x`` plus the columns of the *kept* training anomalies (after
-    --label-fraction), never a validation or test label; by default it fits on the features alone."""
+    --label-fraction), never a validation or test label; by default, with fewer than 10 kept training anomalies (3
+    here), it fits on the features alone."""
     import gcad_dist.supervised as supervised
     from gcad_dist.data.label_inputs import with_label_inputs
     from gcad_dist.data.splits import make_split
@@ -823,7 +824,7 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
 
 def test_scratch_candidate_is_gcad_dist_train(small_graph, local_checkpoint, tmp_path, capsys) -> None:
     """``--model scratch`` fits exactly what gcad_dist.train fits on the same labels and inputs (the pre-trained weights
-    unused; fine-tuning reads no label inputs by default), so the fine-tuning choice compares against the real
+    unused; both sides decide the label inputs by the same rule), so the fine-tuning choice compares against the real
     baseline; ``graph`` differs from it in the start only."""
     from gcad_dist.train import main as train_main
 
@@ -836,8 +837,7 @@ def test_scratch_candidate_is_gcad_dist_train(small_graph, local_checkpoint, tmp
                                            "--model", choice, *common], capsys)
         assert code == 0, err
         runs[choice] = json.loads((tmp_path / choice / "metrics.json").read_text())
-    code, _, err = _run(train_main, ["--out", str(tmp_path / "train"), "--hidden", "16", "--no-label-inputs", *common],
-                        capsys)
+    code, _, err = _run(train_main, ["--out", str(tmp_path / "train"), "--hidden", "16", *common], capsys)
     assert code == 0, err
     tr = json.loads((tmp_path / "train" / "metrics.json").read_text())
     assert runs["scratch"]["val"] == tr["val"] and runs["scratch"]["test"] == tr["test"]

@@ -196,3 +196,40 @@ def test_label_inputs_default_on_for_gccad_only():
     assert supervised_config(TrainConfig(graph="", out="")).label_inputs is True
     assert supervised_config(TrainConfig(graph="", out="", model="sage")).label_inputs is False
     assert SupervisedConfig().label_inputs is False  # the loop itself only reads columns it is told about
+
+
+
+def test_label_inputs_need_ten_labelled_training_anomalies():
+    """GCCAD's default reads the label inputs only when the fit's training labels hold at least 10 anomalies (the
+    masked trick leaves half of them in each epoch's loss); a given value always wins; the settings record says
+    which rule decided."""
+    from gcad_dist.train import LABEL_INPUTS_MIN_ANOMALIES, label_inputs_rule, resolve_label_inputs
+
+    assert LABEL_INPUTS_MIN_ANOMALIES == 10
+    assert not resolve_label_inputs("gccad", None, 9) and resolve_label_inputs("gccad", None, 10)
+    assert resolve_label_inputs("gccad", True, 1) and not resolve_label_inputs("gccad", False, 500)
+    assert not resolve_label_inputs("sage", None, 500) and resolve_label_inputs("gccad", None, None)
+    assert label_inputs_rule("gccad") == "from 10 labelled training anomalies"
+    assert label_inputs_rule("gccad", True) is True and label_inputs_rule("sage") is False
+
+
+@pytest.mark.parametrize("fraction,want", [(1.0, True), (0.1, False)])
+def test_train_cli_resolves_label_inputs_from_the_kept_labels(tmp_path, capsys, fraction, want):
+    """``gcad_dist.train`` counts the anomalies among the training labels it fits on (after --label-fraction): the
+    run records what it did, the model's width follows, and the checkpoint says so."""
+    import json
+
+    from gcad_dist.score import load_checkpoint_model
+    from tests.test_train import _cli, _generate
+
+    g = _generate(tmp_path / "g.npz", nodes=600)
+    out = tmp_path / "run"
+    code, err = _cli(["gcad_dist.train", "--graph", str(g), "--out", str(out), "--epochs", "2", "--eval-every", "1",
+                      "--hidden", "8", "--threads", "1", "--no-progress", "--no-plots", "--contrast", "graph",
+                      "--label-fraction", str(fraction)], capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    n = m["label_budget"]["train_labelled_anomalies"]
+    assert (n >= 10) is want
+    assert m["config"]["label_inputs"] is want and m["model_config"]["in_dim"] == 8 + (LABEL_COLUMNS if want else 0)
+    assert load_checkpoint_model(out).label_inputs is want

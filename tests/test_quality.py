@@ -99,8 +99,9 @@ def test_run_key_covers_result_settings(tiny):
     assert key("gccad-pre", pre_epochs=5) != key("gccad-pre") == key("gccad-pre", pre_epochs=3)  # 3 = the recipe's
     assert key("gccad-pre-paper", pre_epochs=10) == key("gccad-pre-paper") != key("gccad-pre")
     # label inputs: GCCAD's default (keyed), the others' option (absent when off, as in every earlier run's key)
-    assert run_settings(QualityConfig(), "tiny", tiny, "gccad")["train"]["label_inputs"] is True
-    assert key("gccad", label_inputs=False) != key("gccad") == key("gccad", label_inputs=True)
+    assert run_settings(QualityConfig(), "tiny", tiny, "gccad")["train"]["label_inputs"] == \
+        "from 10 labelled training anomalies"  # the count rule (session 32): not session 31's "on for any labels"
+    assert len({key("gccad", label_inputs=False), key("gccad"), key("gccad", label_inputs=True)}) == 3
     for model in ("sage", "trees"):
         assert key(model, label_inputs=True) != key(model) == key(model, label_inputs=False), model
     assert key("iforest", label_inputs=True) == key("iforest")
