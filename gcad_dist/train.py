@@ -185,30 +185,38 @@ GCCAD_LABEL_INPUTS = True
 LABEL_INPUTS_MIN_ANOMALIES = 10
 
 
+def _label_inputs_by_rule(model: str, value: bool | None) -> bool:
+    """Whether the labels decide the label inputs: no value given, and GCCAD or one of its ablations."""
+    return value is None and GCCAD_LABEL_INPUTS and model.startswith("gccad")
+
+
 def resolve_label_inputs(model: str, value: bool | None = None, train_anomalies: int | None = None) -> bool:
     """``value``, or when None the default of ``model``: off for the baselines; for GCCAD and its ablations
     :data:`GCCAD_LABEL_INPUTS`, unless the fit's training labels hold fewer than :data:`LABEL_INPUTS_MIN_ANOMALIES`
     anomalies (when the count is not known, on)."""
-    if value is not None:
+    if not _label_inputs_by_rule(model, value):
         return bool(value)
-    if not (GCCAD_LABEL_INPUTS and model.startswith("gccad")):
-        return False
     return train_anomalies is None or train_anomalies >= LABEL_INPUTS_MIN_ANOMALIES
 
 
 def label_inputs_rule(model: str, value: bool | None = None) -> bool | str:
     """What decides a run's label inputs, for settings records: the value when it is fixed (given, or a baseline's
     off), else the rule of :func:`resolve_label_inputs` in words."""
-    if value is not None or not (GCCAD_LABEL_INPUTS and model.startswith("gccad")):
-        return resolve_label_inputs(model, value)
+    if not _label_inputs_by_rule(model, value):
+        return bool(value)
     return f"from {LABEL_INPUTS_MIN_ANOMALIES} labelled training anomalies"
+
+
+def train_anomaly_count(y: Any, train_mask: Any) -> int:
+    """How many nodes of ``train_mask`` are labelled anomalous (what the label-dependent defaults count)."""
+    return int((torch.as_tensor(y)[torch.as_tensor(train_mask, dtype=torch.bool)] == 1).sum())
 
 
 def with_label_inputs_resolved(cfg: "TrainConfig", y: Any, train_mask: Any) -> "TrainConfig":
     """``cfg`` with its label inputs resolved (:func:`resolve_label_inputs`) for the labels of ``train_mask``."""
-    n_anomalies = int((torch.as_tensor(y)[torch.as_tensor(train_mask, dtype=torch.bool)] == 1).sum())
+    n_anomalies = train_anomaly_count(y, train_mask)
     on = resolve_label_inputs(cfg.model, cfg.label_inputs, n_anomalies)
-    if cfg.label_inputs is None and cfg.model.startswith("gccad"):
+    if _label_inputs_by_rule(cfg.model, cfg.label_inputs):
         log.info("label inputs %s (%d labelled training anomalies; %s)", "on" if on else "off", n_anomalies,
                  label_inputs_rule(cfg.model))
     return replace(cfg, label_inputs=on)
@@ -406,7 +414,7 @@ def fit_candidates(cfg: TrainConfig, data=None, state_dir: Path | None = None) -
 def with_input_dropout(cfg: TrainConfig, y: Any, train_mask: Any, num_features: int) -> TrainConfig:
     """``cfg`` with its input dropout resolved (:func:`resolve_input_dropout`) for the labels of ``train_mask`` and
     ``num_features`` input features."""
-    n_anomalies = int(torch.as_tensor(y)[torch.as_tensor(train_mask, dtype=torch.bool)].sum())
+    n_anomalies = train_anomaly_count(y, train_mask)
     p = resolve_input_dropout(cfg.model, cfg.input_dropout, n_anomalies, num_features)
     if _input_dropout_by_rule(cfg.model, cfg.input_dropout):
         log.info("input dropout %g (%d labelled training anomalies, %d features; %s)", p, n_anomalies, num_features,
