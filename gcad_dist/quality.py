@@ -42,6 +42,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gcad_dist.allocator import retain_freed_memory
+from gcad_dist.data.label_inputs import LENDS
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
@@ -193,6 +194,7 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
         li = label_inputs_rule(model, tc["label_inputs"])
         if li:  # absent = off (every run before session 31); True = on for any labels (session 31), else the rule
             s["train"]["label_inputs"] = li
+            s["train"]["label_lends"] = LENDS  # absent = half of each class lent per epoch (sessions 31-32)
         s["libs"] = {"torch": _version("torch"), "torch_geometric": _version("torch_geometric")}
     else:
         from gcad_dist.detectors import DETECTORS, settings_of

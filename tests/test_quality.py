@@ -106,6 +106,10 @@ def test_run_key_covers_result_settings(tiny):
         assert key(model, label_inputs=True) != key(model) == key(model, label_inputs=False), model
     assert key("iforest", label_inputs=True) == key("iforest")
     assert "label_inputs" not in run_settings(QualityConfig(), "tiny", tiny, "sage")["train"]
+    # session 33 lends training anomalies only: a key of its own, so sessions 31-32's runs (each class lent) are not reused
+    assert run_settings(QualityConfig(), "tiny", tiny, "gccad")["train"]["label_lends"] == "anomalies"
+    assert run_settings(QualityConfig(label_inputs=True), "tiny", tiny, "sage")["train"]["label_lends"] == "anomalies"
+    assert "label_lends" not in run_settings(QualityConfig(label_inputs=False), "tiny", tiny, "gccad")["train"]
     assert "label_inputs" not in run_settings(QualityConfig(), "tiny", tiny, "trees")["detector"]
     # the paper's recipe keeps the run key of earlier sessions' gccad-pre (its stored runs stay valid)
     paper = run_settings(QualityConfig(), "tiny", tiny, "gccad-pre-paper")["detector"]

@@ -5,9 +5,11 @@ a ring share their neighbours. A supervised fit can use the training labels that
 ``[log(1 + k), k / in-degree]`` where ``k`` counts the node's in-neighbours labelled anomalous in the training split.
 A node's own label never enters its own columns; but message passing would bring it back after two hops (``i -> j ->
 i``), so training uses the masked trick of Wang et al. ("Bag of Tricks for Node Classification with Graph Neural
-Networks", 2021): at every epoch a random half of the training nodes lends its labels to the inputs and the loss is
-taken on the other half only. Evaluation and scoring use every training label. Validation and test labels never
-enter the inputs.
+Networks", 2021): at every epoch a random half of the training anomalies lends its labels to the inputs and the loss
+is taken on every other training node. The columns count anomalies only, so a normal node's label never enters them
+and nothing is gained by taking normal nodes out of the loss (sessions 31-32 lent half of each class; session 33 keeps
+every normal node in the loss, :data:`LENDS`). Evaluation and scoring use every training label. Validation and test
+labels never enter the inputs.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ __all__ = ["LABEL_COLUMNS", "neighbour_label_features", "with_label_inputs", "La
 
 #: input columns appended by :func:`with_label_inputs` (the last columns of ``x``)
 LABEL_COLUMNS = 2
-#: share of the training nodes whose labels are inputs in a training epoch (the loss takes the others)
+#: share of the training anomalies whose labels are inputs in a training epoch (the loss takes the others)
 INPUT_RATE = 0.5
+#: which training nodes a training epoch lends (settings records: sessions 31-32 lent each class, a record without it)
+LENDS = "anomalies"
 
 
 def neighbour_label_features(edge_index: Tensor, num_nodes: int, anomalous: Tensor) -> Tensor:
@@ -51,9 +55,10 @@ def with_label_inputs(data: Any, train_mask: Tensor) -> Any:
 
 
 class LabelInputSampler:
-    """The training side of the trick: :meth:`sample` draws which training nodes lend their labels this epoch (a
-    ``rate`` of each class, rounded down: a single training anomaly always stays in the loss) and returns the epoch's
-    features and the loss mask (the other training nodes). ``generator`` is its own stream (seeded ``seed + 7919``)."""
+    """The training side of the trick: :meth:`sample` draws which training anomalies lend their labels this epoch (a
+    ``rate`` of them, rounded down: a single training anomaly always stays in the loss) and returns the epoch's features
+    and the loss mask (every other training node, all the normal ones included). ``generator`` is its own stream
+    (seeded ``seed + 7919``)."""
 
     def __init__(self, edge_index: Tensor, num_nodes: int, y: Tensor, train_mask: Tensor, seed: int,
                  rate: float = INPUT_RATE) -> None:
@@ -63,16 +68,15 @@ class LabelInputSampler:
         self.train_mask = torch.as_tensor(train_mask, dtype=torch.bool, device=y.device)
         self.anomalous = _known_anomalies(y, self.train_mask)
         self.train_anomalies = torch.nonzero(self.anomalous.cpu()).flatten()
-        self.train_normals = torch.nonzero((self.train_mask & ~self.anomalous).cpu()).flatten()
         self.generator = torch.Generator(device="cpu").manual_seed(seed + 7_919)
 
     def sample(self) -> tuple[Tensor, Tensor]:
-        """(features [N, 2] from a random ``rate`` of the training labels, loss mask [N] = the other training
+        """(features [N, 2] from a random ``rate`` of the training anomalies, loss mask [N] = the other training
         nodes)."""
         lend = torch.zeros(self.num_nodes, dtype=torch.bool)
-        for members in (self.train_anomalies, self.train_normals):  # stratified: each class lends floor(rate * n)
-            k = int(self.rate * members.numel())
-            lend[members[torch.randperm(members.numel(), generator=self.generator)[:k]]] = True
+        members = self.train_anomalies
+        k = int(self.rate * members.numel())  # floor: a single training anomaly stays in the loss
+        lend[members[torch.randperm(members.numel(), generator=self.generator)[:k]]] = True
         lend = lend.to(self.train_mask.device)
         feats = neighbour_label_features(self.edge_index, self.num_nodes, self.anomalous & lend)
         return feats, self.train_mask & ~lend
