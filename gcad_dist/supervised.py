@@ -77,7 +77,8 @@ class SupervisedConfig:
     state_dir: str | None = None
     state_interval: float = 60.0  # write the state at an epoch end at most every this many seconds (0 = every epoch)
     # the last LABEL_COLUMNS columns of x are neighbour-label inputs (gcad_dist.data.label_inputs, built from the
-    # train split): each training epoch redraws them from a random half of the training labels, the loss takes the rest
+    # train split): each training epoch redraws them from a random half of the training anomalies, the loss takes
+    # every other training node
     label_inputs: bool = False
 
 
