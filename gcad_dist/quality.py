@@ -42,14 +42,13 @@ import torch
 from tqdm.auto import tqdm
 
 from gcad_dist.allocator import retain_freed_memory
-from gcad_dist.data.label_inputs import LENDS
 from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
+from gcad_dist.data.label_inputs import LENDS
 from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
-                             check_input_dropout, input_dropout_rule, load_labelled, normalize_features, resolve_jump,
-                             label_inputs_rule,
-                             train_one, write_json)
+                             check_input_dropout, input_dropout_rule, label_inputs_rule, load_labelled,
+                             normalize_features, resolve_jump, train_one, write_json)
 
 log = logging.getLogger("gcad_dist.quality")
 
@@ -451,8 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-inputs", action=argparse.BooleanOptionalAction, default=d.label_inputs,
                    help="two more input columns, the neighbours labelled anomalous in the train split "
                         "(gcad_dist.train --label-inputs), for every GNN and the trees (--label-inputs) or none "
-                        "(--no-label-inputs). Default: GCCAD's default (on from 10 labelled training anomalies), the other "
-                        "methods' (off)")
+                        "(--no-label-inputs). Default: GCCAD's default (on from 10 labelled training anomalies), "
+                        "the other methods' (off)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum epochs per GNN run")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (GNNs)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="validation every n epochs (GNNs)")

@@ -30,14 +30,20 @@ INPUT_RATE = 0.5
 LENDS = "anomalies"
 
 
-def neighbour_label_features(edge_index: Tensor, num_nodes: int, anomalous: Tensor) -> Tensor:
+def neighbour_label_features(edge_index: Tensor, num_nodes: int, anomalous: Tensor,
+                             in_degree: Tensor | None = None) -> Tensor:
     """``[log(1 + k), k / in-degree]`` [N, 2] with ``k`` a node's in-neighbours (sources of its in-edges) for which
-    ``anomalous`` is true; a node without in-edges gets zeros."""
+    ``anomalous`` is true; a node without in-edges gets zeros. ``in_degree`` (float [N]) spares recounting it when
+    the same graph is read again (:class:`LabelInputSampler`, every epoch)."""
     src, dst = edge_index[0], edge_index[1]
     w = anomalous.to(torch.float32)[src]
     count = torch.zeros(num_nodes, dtype=torch.float32, device=edge_index.device).index_add_(0, dst, w)
-    deg = torch.bincount(dst, minlength=num_nodes).to(torch.float32)
+    deg = _in_degree(edge_index, num_nodes) if in_degree is None else in_degree
     return torch.stack([torch.log1p(count), count / deg.clamp(min=1)], dim=1)
+
+
+def _in_degree(edge_index: Tensor, num_nodes: int) -> Tensor:
+    return torch.bincount(edge_index[1], minlength=num_nodes).to(torch.float32)
 
 
 def _known_anomalies(y: Tensor, train_mask: Tensor) -> Tensor:
@@ -68,6 +74,7 @@ class LabelInputSampler:
         self.train_mask = torch.as_tensor(train_mask, dtype=torch.bool, device=y.device)
         self.anomalous = _known_anomalies(y, self.train_mask)
         self.train_anomalies = torch.nonzero(self.anomalous.cpu()).flatten()
+        self.in_degree = _in_degree(edge_index, num_nodes)
         self.generator = torch.Generator(device="cpu").manual_seed(seed + 7_919)
 
     def sample(self) -> tuple[Tensor, Tensor]:
@@ -78,5 +85,5 @@ class LabelInputSampler:
         k = int(self.rate * members.numel())  # floor: a single training anomaly stays in the loss
         lend[members[torch.randperm(members.numel(), generator=self.generator)[:k]]] = True
         lend = lend.to(self.train_mask.device)
-        feats = neighbour_label_features(self.edge_index, self.num_nodes, self.anomalous & lend)
+        feats = neighbour_label_features(self.edge_index, self.num_nodes, self.anomalous & lend, self.in_degree)
         return feats, self.train_mask & ~lend
