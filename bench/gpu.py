@@ -6,7 +6,7 @@
 
 Sections (``--sections``, all by default), each timed on the CPU and on the GPU in the same process:
 
-* ``kmeans``: FAISS K-means (``faiss.Kmeans`` with ``gpu=True``, i.e. a GPU flat index) on
+* ``kmeans``: FAISS K-means (``faiss.Kmeans`` on the build's GPU flat index, ``partitioning.kmeans.gpu_flat_index``) on
   ``--kmeans-rows`` x ``--kmeans-dim`` (1M x 64) random blobs, K ``--kmeans-k``, 20 Lloyd iterations,
   the same k-means++ start for both; the assignment of every row (:func:`partitioning.kmeans.assign`);
   and the store build's whole K-means stage (:func:`partitioning.kmeans.kmeans`: 100k-row sample,
@@ -215,9 +215,14 @@ def section_kmeans(b: Bench) -> None:
         km._torch_assign(x[:1024], init, device=b.gpu)
         b.sync()
 
+    if gpu_reason is None:  # untimed warm-up of FAISS's GPU resources (made once per process), as for torch-cuda
+        km.assign(x[:1024], init, backend="faiss-gpu")
+
     def train(use_gpu: bool) -> tuple[float, float, np.ndarray]:
-        obj = faiss.Kmeans(d, k, niter=niter, seed=cfg.seed, gpu=use_gpu, verbose=False,
+        obj = faiss.Kmeans(d, k, niter=niter, seed=cfg.seed, verbose=False,
                            max_points_per_centroid=int(np.ceil(n / k)) + 1, min_points_per_centroid=1)
+        if use_gpu:  # the build's GPU index (partitioning.kmeans.gpu_flat_index: one StandardGpuResources)
+            obj.index = km.gpu_flat_index(d)
         t0 = time.perf_counter()
         inertia = float(obj.train(x, init_centroids=init))
         return time.perf_counter() - t0, inertia, np.ascontiguousarray(obj.centroids)
@@ -275,12 +280,43 @@ def section_kmeans(b: Bench) -> None:
 
     stages = {"faiss-cpu": stage("faiss-cpu")}
     if gpu_reason is None:
-        stages["faiss-gpu"] = stage("faiss-gpu")
+        stages["faiss-gpu"] = stage("faiss-gpu")  # k-means++ seeding on torch's CUDA device where it has one
+        # and once as before session 34: NumPy seeding, new GPU resources for every index (faiss.Kmeans(gpu=True))
+        km.DEVICE_SEEDING, kept = False, km.gpu_flat_index
+        km.gpu_flat_index = lambda dim: faiss.index_cpu_to_all_gpus(faiss.IndexFlatL2(dim))
+        try:
+            stages["faiss-gpu before"] = stage("faiss-gpu")
+        finally:
+            km.DEVICE_SEEDING, km.gpu_flat_index = True, kept
     what = f"build's K-means stage ({sample:,}-row sample, 3 restarts, assign all), {shape}"
-    note = "k-means++ seeding (NumPy, CPU) included"
+    seeding = "on the GPU (torch)" if km._seeding_rows(x[:1]) is not None else "NumPy, CPU"
+    note = f"k-means++ seeding included (CPU: NumPy; GPU: {seeding})"
     if "faiss-gpu" in stages:
         note += f"; inertia GPU/CPU {stages['faiss-gpu'][1] / stages['faiss-cpu'][1]:.4f}"
     b.row("kmeans", what, "s", stages["faiss-cpu"][0], stages.get("faiss-gpu", (None,))[0], note, gpu_mem_mib=None)
+    if "faiss-gpu before" in stages:
+        s_old = stages["faiss-gpu before"]
+        b.row("kmeans", f"{what}: faiss-gpu as before session 34 (NumPy seeding, new GPU resources per index)",
+              "s", stages["faiss-cpu"][0], s_old[0],
+              f"inertia GPU/CPU {s_old[1] / stages['faiss-cpu'][1]:.4f}", gpu_mem_mib=None)
+    # the build's stage with --k auto (the default): the elbow over the default K grid on a 20k-row sample, then
+    # the chosen K on the 100k sample and every row assigned
+    def auto_stage(backend: str) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        r = km.kmeans(x, None, k_grid=list(km.DEFAULT_K_GRID), sample=sample, niter=niter, seed=cfg.seed,
+                      backend=backend, threads=b.threads)
+        b.sync()
+        return time.perf_counter() - t0, r.k
+
+    autos = {"faiss-cpu": auto_stage("faiss-cpu")}
+    for backend, reason in (("faiss-gpu", gpu_reason), ("torch-cuda", torch_reason)):
+        if reason is None:
+            autos[backend] = auto_stage(backend)
+    what_auto = f"build's K-means stage with --k auto (elbow over {len(km.DEFAULT_K_GRID)} K on 20,000 rows), {n:,} x {d}"
+    for backend in [bk for bk in ("faiss-gpu", "torch-cuda") if bk in autos] or ["faiss-cpu"]:
+        t = autos.get(backend, (None, None)) if backend != "faiss-cpu" else (None, None)
+        b.row("kmeans", f"{what_auto}: {backend if t[0] else 'GPU'} vs faiss-cpu", "s", autos["faiss-cpu"][0], t[0],
+              f"K chosen: CPU {autos['faiss-cpu'][1]}" + (f", GPU {t[1]}" if t[0] else ""), gpu_mem_mib=None)
     if torch_reason is None:
         b.reset_peak()
         stages["torch-cuda"] = stage("torch-cuda")

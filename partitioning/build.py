@@ -30,10 +30,9 @@ import numpy as np
 from partitioning.cli import auto_or
 from partitioning.features import NORMALIZE_CHOICES, describe_normalization, manifest_normalization
 from partitioning.graph import Graph
+from partitioning.kmeans import DEFAULT_K_GRID
 
 log = logging.getLogger("partitioning.build")
-
-DEFAULT_K_GRID: tuple[int, ...] = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50)
 
 
 @dataclass

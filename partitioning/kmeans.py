@@ -1,13 +1,14 @@
 """K-means on node features (FAISS, or PyTorch on CUDA), and the elbow rule that picks K automatically.
 
 * Backends (:func:`resolve_backend`; ``--gpu auto`` takes the first that is available):
-  ``faiss-gpu`` (FAISS Lloyd iterations and flat index on a GPU, when ``faiss.get_num_gpus() > 0``),
+  ``faiss-gpu`` (FAISS Lloyd iterations and flat index on a GPU, when ``faiss.get_num_gpus() > 0``; every index
+  on one set of GPU resources per process, :func:`gpu_flat_index`),
   ``torch-cuda`` (FAISS sees no GPU but ``torch.cuda.is_available()``: Lloyd iterations written in
   PyTorch on the CUDA device -- e.g. on a CUDA-13-only host, where Meta's CUDA-12 ``faiss-gpu`` wheel
   cannot load), ``faiss-cpu``. ``--gpu yes`` needs one of the two GPU backends, ``--gpu no`` is FAISS CPU.
 * Training runs on a uniform sample of the rows (``sample`` points, drawn once with the seed), seeded
-  with greedy k-means++ (vectorised, one pass per centroid; NumPy, or on the device for torch-cuda with the
-  same random draws and the same result) and
+  with greedy k-means++ (vectorised, one pass per centroid; NumPy, or on the CUDA device for torch-cuda and
+  for faiss-gpu where torch sees that GPU, with the same random draws and the same result) and
   refined by Lloyd iterations: ``faiss.Kmeans``, or :func:`_torch_lloyd` (the same iteration as FAISS:
   assign, objective, centroid = mean of its points, an empty cluster splits the largest one with a
   ``1 +- 1/1024`` perturbation; the objective returned is that of the last assignment, as FAISS's).
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 MIN_INJECTED = 5  # the default minimum part size gives every part at least this many injected nodes
 MIN_PART_FLOOR = 32  # ... and at least this many own nodes
 
+DEFAULT_K_GRID: tuple[int, ...] = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50)  # --k auto
 ELBOW_METHOD = "kneedle on log(inertia): argmax over the grid of (1 - k_norm) - log_inertia_norm"
 
 
@@ -48,6 +50,39 @@ def _faiss():
     import faiss
 
     return faiss
+
+
+DEVICE_SEEDING = True  # faiss-gpu: k-means++ seeding on torch's CUDA device when there is one (bench/gpu.py turns
+# it off to time the NumPy seeding it replaces)
+
+
+def _seeding_rows(x: np.ndarray):
+    """``x`` as a tensor on torch's current CUDA device, for the faiss-gpu backend's k-means++ seeding
+    (:func:`_torch_kmeans_pp_init`: the same draws and centroids as :func:`kmeans_pp_init`, with the
+    distance passes on the GPU); None where torch or its CUDA is missing, or :data:`DEVICE_SEEDING` is off."""
+    if not DEVICE_SEEDING:
+        return None
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency of the project
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return torch.from_numpy(x).to(torch.device("cuda"))
+
+
+_GPU_RESOURCES = None  # faiss.StandardGpuResources, made once per process by gpu_flat_index
+
+
+def gpu_flat_index(d: int):
+    """An exact L2 index (``faiss.GpuIndexFlatL2``) on the first GPU, on one ``StandardGpuResources`` kept for the
+    process. ``faiss.Kmeans(gpu=True)`` and ``index_cpu_to_all_gpus`` make new resources (streams, cuBLAS handle,
+    scratch memory) for every index, which on an H100 cost more than the K-means itself (BENCHMARKS.md, session 34)."""
+    global _GPU_RESOURCES
+    faiss = _faiss()
+    if _GPU_RESOURCES is None:
+        _GPU_RESOURCES = faiss.StandardGpuResources()
+    return faiss.GpuIndexFlatL2(_GPU_RESOURCES, d)
 
 
 def available_threads() -> int:
@@ -179,20 +214,25 @@ def train_centroids(
     if backend == "torch-cuda":
         return _torch_train(x, k, niter=niter, seed=seed, nredo=nredo, device="cuda")
     faiss = _faiss()
+    xt = _seeding_rows(x) if backend == "faiss-gpu" else None  # seed on the GPU FAISS trains on
     best: tuple[np.ndarray, float] | None = None
     for redo in range(max(1, nredo)):
-        init = kmeans_pp_init(x, k, seed, redo=redo)
+        if xt is None:
+            init = kmeans_pp_init(x, k, seed, redo=redo)
+        else:
+            init = _torch_kmeans_pp_init(xt, k, seed, redo=redo)
         km = faiss.Kmeans(
             d,
             k,
             niter=niter,
             seed=seed + redo,
-            gpu=backend == "faiss-gpu",
             verbose=False,
             # train on every sampled point: no second subsampling inside FAISS, no "too few points" warning
             max_points_per_centroid=int(np.ceil(n / k)) + 1,
             min_points_per_centroid=1,
         )
+        if backend == "faiss-gpu":
+            km.index = gpu_flat_index(d)
         obj = float(km.train(x, init_centroids=init))
         if best is None or obj < best[1]:
             best = (np.ascontiguousarray(km.centroids, dtype=np.float32), obj)
@@ -215,9 +255,7 @@ def assign(
     if backend == "torch-cuda":
         return _torch_assign(x, centroids, device="cuda", chunk_rows=chunk_rows)
     faiss = _faiss()
-    index = faiss.IndexFlatL2(centroids.shape[1])
-    if backend == "faiss-gpu":
-        index = faiss.index_cpu_to_all_gpus(index)
+    index = gpu_flat_index(centroids.shape[1]) if backend == "faiss-gpu" else faiss.IndexFlatL2(centroids.shape[1])
     index.add(np.ascontiguousarray(centroids, dtype=np.float32))
     n = x.shape[0]
     labels = np.empty(n, dtype=np.int64)

@@ -143,3 +143,35 @@ def test_merge_sends_an_outlier_pair_to_the_nearest_part() -> None:
     assert np.bincount(res2.labels).tolist() == [30, 20] and res2.merged == 0 and res2.moved == 10
     with pytest.raises(ValueError, match="two parts"):
         km.merge_small_parts(x[:50], np.repeat([0, 1], [40, 10]), cent[:2], 26)
+
+
+def test_faiss_gpu_path_seeds_on_the_device_and_reuses_one_index_maker(monkeypatch) -> None:
+    """The faiss-gpu backend (here with its two GPU pieces stood in on the CPU: the device seeding on a CPU tensor,
+    the GPU flat index by a CPU one) trains and assigns exactly as faiss-cpu does, and asks gpu_flat_index for
+    every index it uses instead of making GPU resources per index."""
+    import torch
+
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(3000, 8)) + rng.integers(0, 4, size=(3000, 1)) * 5).astype(np.float32)
+    faiss = km._faiss()
+    made = []
+    monkeypatch.setattr(km, "gpu_flat_index", lambda d: made.append(d) or faiss.IndexFlatL2(d))
+    monkeypatch.setattr(km, "_seeding_rows", lambda rows: torch.from_numpy(rows))
+    cpu_c, cpu_obj = km.train_centroids(x, 4, niter=10, seed=1, nredo=2, backend="faiss-cpu")
+    gpu_c, gpu_obj = km.train_centroids(x, 4, niter=10, seed=1, nredo=2, backend="faiss-gpu")
+    np.testing.assert_allclose(gpu_c, cpu_c, rtol=1e-5, atol=1e-5)
+    assert gpu_obj == pytest.approx(cpu_obj, rel=1e-6)
+    labels_gpu, _ = km.assign(x, gpu_c, backend="faiss-gpu")
+    labels_cpu, _ = km.assign(x, cpu_c, backend="faiss-cpu")
+    assert (labels_gpu == labels_cpu).all()
+    assert made == [8, 8, 8]  # two restarts and the assignment
+
+
+def test_device_seeding_needs_cuda_and_can_be_turned_off(monkeypatch) -> None:
+    import torch
+
+    x = np.zeros((4, 2), dtype=np.float32)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert km._seeding_rows(x) is None
+    monkeypatch.setattr(km, "DEVICE_SEEDING", False)
+    assert km._seeding_rows(x) is None
