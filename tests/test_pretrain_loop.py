@@ -15,7 +15,7 @@ import torch
 
 from gcad_dist.checkpoint import load_model_file, load_train_state
 from gcad_dist.data.sharding import ShardConfig, epoch_plan, passes_per_epoch
-from gcad_dist.distributed.train_loop import checkpoint_due, run_worker
+from gcad_dist.distributed.train_loop import EventLog, checkpoint_due, run_worker
 from gcad_dist.pretrain import PretrainConfig, build_parser, parse_config
 
 FAST = dict(hidden=16, fanouts="5,3", prefetch=0)
@@ -127,6 +127,18 @@ def test_checkpoint_frequency(store: Path, tmp_path: Path, interval: float, ever
     steps = [load_train_state(d)["global_step"] for d in rep.checkpoints]
     assert steps == expect
     assert rep.state()["checkpoints"] == len(expect)
+
+
+def test_event_log_says_when_a_progress_event_is_due(tmp_path: Path) -> None:
+    """The loop reads its loss sums back from the device only when a progress event will be written."""
+    assert not EventLog(None).due("progress") and not EventLog(None).due("epoch")
+    events = EventLog(str(tmp_path / "events.jsonl"), interval_s=3600.0)
+    assert events.due("progress")
+    events.write("progress", step=1)
+    assert not events.due("progress") and events.due("epoch")  # rate-limited; other events never are
+    events.write("progress", step=2)  # not written
+    events.write("epoch", step=2)
+    assert [line.count('"step"') for line in (tmp_path / "events.jsonl").read_text().splitlines()] == [1, 1]
 
 
 def test_checkpoint_due() -> None:

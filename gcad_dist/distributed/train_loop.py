@@ -69,6 +69,9 @@ from gcad_dist.optim import adam
 
 log = logging.getLogger("gcad_dist.pretrain")
 
+#: GCAD_STEP_SYNC=1: read the loss sums back to the host after every step (the loop before session 34), for timing
+STEP_SYNC = os.environ.get("GCAD_STEP_SYNC", "0") == "1"
+
 
 def lr_lambda(total_steps: int, warmup_frac: float = 0.1, final_frac: float = 0.1):
     """LR multiplier: linear warm-up over the first ``warmup_frac`` of steps, then linear decay to
@@ -171,13 +174,15 @@ class EventLog:
         self.interval_s = interval_s
         self._last = 0.0
 
+    def due(self, event: str) -> bool:
+        """Whether :meth:`write` would write ``event`` now (so a caller can skip computing its fields)."""
+        return bool(self.path) and (event != "progress" or time.time() - self._last >= self.interval_s)
+
     def write(self, event: str, **fields) -> None:
-        if not self.path:
+        if not self.due(event):
             return
         now = time.time()
         if event == "progress":
-            if now - self._last < self.interval_s:
-                return
             self._last = now
         line = json.dumps({"event": event, "time": now, **fields}) + "\n"
         try:
@@ -343,7 +348,9 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     last_checkpoint = time.perf_counter()  # a restarted group counts from its start
     net.train()
     while epoch < cfg.epochs:
-        sums = {"loss": 0.0, "con": 0.0, "link": 0.0}
+        # the epoch's loss sums stay on the device (float64): reading them every step would make the host wait for
+        # each step before queueing the next one's kernels (GCAD_STEP_SYNC=1 does, to time the two: bench.gpu --sections ddp)
+        sums = torch.zeros(3, dtype=torch.float64, device=device)  # total, con, link
         seeds = edges = n_steps = 0
         t_epoch = time.perf_counter()
         for tb in dataset.iter_epoch(epoch, start=pos):
@@ -379,11 +386,12 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             n_steps += 1
             seeds += tb.num_seeds
             edges += tb.num_edges
-            for k in sums:
-                sums[k] += float(losses["total" if k == "loss" else k].detach())
-            if rank == 0:
+            sums += torch.stack([losses["total"].detach(), losses["con"].detach(), losses["link"].detach()]).double()
+            if STEP_SYNC:
+                sums.tolist()
+            if rank == 0 and events.due("progress"):
                 dt = time.perf_counter() - t_epoch
-                events.write("progress", epoch=epoch, position=pos, step=global_step, loss=sums["loss"] / n_steps,
+                events.write("progress", epoch=epoch, position=pos, step=global_step, loss=float(sums[0]) / n_steps,
                              seeds_per_s=seeds * world / max(dt, 1e-9), steps_per_epoch=steps_per_epoch)
             if step_delay:
                 time.sleep(step_delay)
@@ -393,10 +401,10 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                 log.warning("test hook: rank %d kills itself after global step %d", rank, global_step)
                 os.kill(os.getpid(), signal.SIGKILL)
             if cfg.checkpoint_every and global_step % cfg.checkpoint_every == 0 and pos < steps_per_epoch:
-                report({"epoch": epoch, "step": global_step, "loss": sums["loss"] / max(1, n_steps)}, True)
+                report({"epoch": epoch, "step": global_step, "loss": float(sums[0]) / max(1, n_steps)}, True)
         now = time.perf_counter()
         elapsed = now - t_epoch
-        tot = _allreduce_floats([sums["loss"], sums["con"], sums["link"], n_steps, seeds, edges,
+        tot = _allreduce_floats([*sums.tolist(), n_steps, seeds, edges,
                                  dataset.wait_time, dataset.read_time])
         elapsed_max, since_ckpt = _allreduce_floats([elapsed, now - last_checkpoint],
                                                     op=dist.ReduceOp.MAX if world > 1 else None)
