@@ -312,7 +312,8 @@ def section_kmeans(b: Bench) -> None:
     for backend, reason in (("faiss-gpu", gpu_reason), ("torch-cuda", torch_reason)):
         if reason is None:
             autos[backend] = auto_stage(backend)
-    what_auto = f"build's K-means stage with --k auto (elbow over {len(km.DEFAULT_K_GRID)} K on 20,000 rows), {n:,} x {d}"
+    what_auto = (f"build's K-means stage with --k auto (elbow over {len(km.DEFAULT_K_GRID)} K on 20,000 rows), "
+                 f"{n:,} x {d}")
     for backend in [bk for bk in ("faiss-gpu", "torch-cuda") if bk in autos] or ["faiss-cpu"]:
         t = autos.get(backend, (None, None)) if backend != "faiss-cpu" else (None, None)
         b.row("kmeans", f"{what_auto}: {backend if t[0] else 'GPU'} vs faiss-cpu", "s", autos["faiss-cpu"][0], t[0],

@@ -349,7 +349,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     net.train()
     while epoch < cfg.epochs:
         # the epoch's loss sums stay on the device (float64): reading them every step would make the host wait for
-        # each step before queueing the next one's kernels (GCAD_STEP_SYNC=1 does, to time the two: bench.gpu --sections ddp)
+        # each step before queueing the next one's kernels (GCAD_STEP_SYNC=1 does, to time the two with bench.gpu)
         sums = torch.zeros(3, dtype=torch.float64, device=device)  # total, con, link
         seeds = edges = n_steps = 0
         t_epoch = time.perf_counter()
