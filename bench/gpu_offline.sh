@@ -7,10 +7,12 @@
 # registry; BENCHMARKS.md, session 27, says how), unpacked to /tmp and put on PYTHONPATH. GCAD_DATA: a folder with
 # tolokers.npz (the full-batch run). Stages, each under `timeout`: the GPU tests; a generated 1M-node graph and two
 # stores of it (K=4 corrupt subgraphs, the paper's recipe; K=1 without corruption, the label-free local recipe);
-# Ray Train epochs (one NCCL worker) of the paper's recipe at 65536 and 131072 seeds a step; one default
+# Ray Train epochs (one NCCL worker) of the paper's recipe at 65536 and 131072 seeds a step, and at 65536 with the
+# training loop's per-step host sync off and on (alternated; session 34's pair was cut by its time limit); one default
 # `gcad_dist.pretrain` epoch on the K=1 store (--batch-size auto / --lr auto); a default `gcad_dist.train` run on
 # tolokers on the GPU. FAISS on the GPU needs a bundle of its own (bench/faiss_gpu_cuda13/setup.sh): one call each,
-# each under the 64 MiB carry. JSON and the log go to $OUT (default /tmp/out).
+# each under the 64 MiB carry. About 8-9 minutes on an H100 (session 34: 290 s before the sync pair was added).
+# JSON and the log go to $OUT (default /tmp/out).
 set -uo pipefail
 SITE=${GCAD_SITE:-.whl/site312.tar.xz}
 DATA=${GCAD_DATA:-.whl/data}
@@ -39,6 +41,15 @@ for bs in 65536 131072; do
   timeout 80 python3 -m bench.gpu --sections ddp --ddp-runs gpu --store /tmp/s1m.zarr --threads 16 --batch-size $bs \
     --ddp-steps $(( 1966080 / bs )) --json $OUT/ddp_$bs.json 2>&1 | grep -E "ddp gpu:|\[skip\]|Error|error" | tail -4
   echo "  ^ $bs seeds a step"
+done
+
+stage "the loop's per-step host sync off/on (GCAD_STEP_SYNC=0|1, session 34), 65536 seeds, 60 steps, alternated"
+i=0
+for sync in 0 1 0; do
+  i=$((i + 1))
+  GCAD_STEP_SYNC=$sync timeout 120 python3 -m bench.gpu --sections ddp --ddp-runs gpu --store /tmp/s1m.zarr --threads 16 \
+    --batch-size 65536 --ddp-steps 60 --json $OUT/ddp64k_sync${sync}_$i.json 2>&1 | grep -E "ddp gpu:|\[skip\]|Error|error" | tail -4
+  echo "  ^ GCAD_STEP_SYNC=$sync"
 done
 
 stage "default gcad_dist.pretrain epoch on the K=1 store (local recipe, --batch-size auto, --lr auto)"
