@@ -413,7 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "of the other nodes' scores. A model trained with label inputs (the GCCAD default of "
                     "gcad_dist.train and gcad_dist.finetune from 10 labelled training anomalies) reads which of a "
                     "node's neighbours the graph labels anomalous (1); label the nodes you know, leave the others "
-                    "-1 or unlabelled. Its printed metrics are then optimistic: the labels scored are also inputs of their neighbours (judge such a model by gcad_dist.train's test split).",
+                    "-1 or unlabelled. Its printed metrics are then optimistic: the labels scored are also inputs "
+                    "of their neighbours (judge such a model by gcad_dist.train's test split).",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--checkpoint", required=True, help="checkpoint directory (with model.pt), e.g. runs/pre/final or runs/ft/final")

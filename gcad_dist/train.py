@@ -734,8 +734,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "their links). Trained with the masked label trick (each epoch half of the training anomalies "
                         "are inputs, the loss takes every other training node), so no node is trained on a score its "
                         "own label fed; validation and test labels are never read. gcad_dist.score fills the "
-                        "columns from the labels of the graph it scores. Default: on for GCCAD when the fit's training labels (after "
-                        "--label-fraction) hold at least 10 anomalies (validation AUPRC +0.020 over four graphs, "
+                        "columns from the labels of the graph it scores. Default: on for GCCAD when the fit's "
+                        "training labels (after --label-fraction) hold at least 10 anomalies (validation AUPRC +0.020 over four graphs, "
                         "BENCHMARKS.md, session 31; with 6 anomalies they cost 0.038, session 32), off for the "
                         "baselines")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch epochs (one optimiser step each)")

@@ -52,8 +52,9 @@ def _faiss():
     return faiss
 
 
-DEVICE_SEEDING = True  # faiss-gpu: k-means++ seeding on torch's CUDA device when there is one (bench/gpu.py turns
-# it off to time the NumPy seeding it replaces)
+#: faiss-gpu: k-means++ seeding on torch's CUDA device when there is one (bench/gpu.py turns it off to time the
+#: NumPy seeding it replaced)
+DEVICE_SEEDING = True
 
 
 def _seeding_rows(x: np.ndarray):

@@ -15,7 +15,7 @@ D=/tmp/faiss_cu13
 mkdir -p $D/site $D/lib
 [ -f $D/site/faiss/libfaiss.so ] || { tar -C $D/site -xJf "$B/faiss_rest.tar.xz" && xz -dc "$B/libfaiss.so.xz" > $D/site/faiss/libfaiss.so; } || return 1
 cp "$B"/libcudart.so.12 "$B"/libcublasLt.so.12 "$B"/libcurand.so.10 $D/lib/
-GCAD_CUBLAS13=$(python3 -c "import glob, os, sys; c=[p for d in sys.path for p in glob.glob(os.path.join(d, 'nvidia', '*', 'lib', 'libcublas.so.13'))+glob.glob(os.path.join(d, 'nvidia', 'cublas', 'lib', 'libcublas.so.13'))]; print(c[0] if c else '')")
+GCAD_CUBLAS13=$(python3 -c "import glob, os, sys; c=[p for d in sys.path for p in glob.glob(os.path.join(d, 'nvidia', '*', 'lib', 'libcublas.so.13'))]; print(c[0] if c else '')")
 [ -n "$GCAD_CUBLAS13" ] || GCAD_CUBLAS13=$(ldconfig -p | awk '/libcublas.so.13 /{print $NF; exit}')
 echo "faiss_gpu_cuda13: libcublas.so.13 = ${GCAD_CUBLAS13:-not found}"
 if ! gcc -O2 -shared -fPIC -o $D/lib/libcublas.so.12 -Wl,-soname,libcublas.so.12 \
