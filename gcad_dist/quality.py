@@ -95,13 +95,15 @@ class QualityConfig:
     pre_cliques: float | None = None  # None: the local recipe's pretrain --plant-cliques
     pre_tails: float | None = None  # None: the local recipe's pretrain --push-tails
     pre_batch_size: int | None = None  # None: the local recipe's pretrain --batch-size
+    pre_context_hops: int | None = None  # None: the local recipe's pretrain --context-hops (1)
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
     def detector_options(self) -> dict[str, Any]:
         """The harness options that detectors read (:attr:`gcad_dist.detectors.DetectorSpec.options`)."""
         return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques,
-                "pre_tails": self.pre_tails, "pre_batch_size": self.pre_batch_size, "label_inputs": self.label_inputs}
+                "pre_tails": self.pre_tails, "pre_batch_size": self.pre_batch_size,
+                "pre_context_hops": self.pre_context_hops, "label_inputs": self.label_inputs}
     device: str = "auto"
     threads: int = 0
     candidate_workers: int = 1  # gccad's --contrast auto candidates fitted side by side (the same results)
@@ -478,6 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pre-batch-size", type=int, default=d.pre_batch_size, metavar="SEEDS",
                    help="gccad-pre: seed nodes per pre-training minibatch (pretrain --batch-size) (default: the "
                    "recipe's, 1024)")
+    p.add_argument("--pre-context-hops", type=int, choices=(1, 2), default=d.pre_context_hops, metavar="HOPS",
+                   help="gccad-pre: pretrain --context-hops HOPS, the local contrast's context: the neighbours (1) or "
+                   "the two-hop ball (2) (default: the recipe's, 1)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "

@@ -104,12 +104,13 @@ def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | No
 
 def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, pre_ensemble: int | None = None,
               pre_cliques: float | None = None, pre_tails: float | None = None, pre_batch_size: int | None = None,
-              threads: int = 1, device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
+              pre_context_hops: int | None = None, threads: int = 1, device: str = "cpu", workdir: str | None = None,
+              **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
     score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`, ``pre_ensemble`` None = :data:`LOCAL_ENSEMBLE`,
     ``pre_cliques`` (``pretrain --plant-cliques``, with the swaps cut by as much) None = :data:`LOCAL_CLIQUES`,
     ``pre_tails`` (``pretrain --push-tails``, the swaps cut by as much again) None = :data:`LOCAL_TAILS`,
-    ``pre_batch_size`` None = :data:`LOCAL_BATCH_SIZE`."""
+    ``pre_batch_size`` None = :data:`LOCAL_BATCH_SIZE`, ``pre_context_hops`` (``pretrain --context-hops``) None = 1."""
     from gcad_dist.score import score_data
 
     cliques = LOCAL_CLIQUES if pre_cliques is None else pre_cliques
@@ -123,6 +124,8 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
                 "ensemble": LOCAL_ENSEMBLE if pre_ensemble is None else pre_ensemble, "plant_cliques": cliques,
                 "push_tails": tails, "swap_features": round(share - cliques - tails, 6),
                 "batch_size": LOCAL_BATCH_SIZE if pre_batch_size is None else pre_batch_size}
+    if pre_context_hops not in (None, 1):  # absent at 1: the run key of earlier sessions
+        pretrain["context_hops"] = pre_context_hops
     return _pipeline(data, seed, threads, device, workdir, {"k": 1, "corruption_mix": "none"}, pretrain,
                      lambda loaded, prepared, _store, dev: score_data(loaded.model, prepared, device=dev))
 

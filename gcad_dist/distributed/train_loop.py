@@ -64,6 +64,7 @@ from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
 from gcad_dist.distributed.context import AllReduceContextSync
 from gcad_dist.model import GCCAD, GCCADConfig
+from gcad_dist.model.ball import DEFAULT_FANOUT
 from gcad_dist.model.precision import autocast, resolve_precision
 from gcad_dist.optim import adam
 
@@ -91,7 +92,7 @@ def model_config(cfg, in_dim: int) -> GCCADConfig:
     return GCCADConfig(
         in_dim=in_dim, hidden=cfg.hidden, num_layers=cfg.layers, conv=cfg.conv, readout=cfg.readout,
         dropout=cfg.dropout, tau=cfg.tau, contrast=cfg.contrast, jump=cfg.jump, loss=cfg.loss,
-        ensemble=getattr(cfg, "ensemble", None) or 1,
+        ensemble=getattr(cfg, "ensemble", None) or 1, context_hops=getattr(cfg, "context_hops", 1),
     )
 
 
@@ -231,8 +232,8 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
         seed=cfg.seed, min_steps=cfg.min_steps_per_epoch,
     )
     fanouts = cfg.fanout_list()
-    if cfg.contrast == "local":  # the local contrast reads the seeds' own neighbours only: one hop
-        fanouts = fanouts[:1]
+    if cfg.contrast == "local":  # the local contrast reads the seeds' own neighbours only: one hop (two: the ball)
+        fanouts = fanouts[:1] + ([DEFAULT_FANOUT] if getattr(cfg, "context_hops", 1) == 2 else [])
     dataset = StoreDataset(reader, rank, world, shard, fanouts=fanouts, backend=cfg.backend,
                            cache_bytes=int(cfg.cache_gb * (1 << 30)), prefetch=cfg.prefetch,
                            device=device if cfg.samples_on_gpu(device) else "cpu")

@@ -48,6 +48,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .aggregate import weighted_sum
+from .ball import DEFAULT_FANOUT, context_ball, two_hop_ball
+from .ball import SCORE_SEED as BALL_SCORE_SEED
 from .context import IDENTITY, ContextSync
 from .edge_update import EVAL_RULES
 from .encoder import GCCADEncoder, check_edges_into, check_seed_mask
@@ -92,6 +94,10 @@ class GCCADConfig:
     norm: str = "layer"
     # local contrast: K (input projection, projection head) pairs trained side by side, scores averaged (1 = one model)
     ensemble: int = 1
+    # local contrast: the context is the neighbours (1) or the two-hop ball (2: the neighbours and up to
+    # context_fanout sampled neighbours of each, the node itself excluded; gcad_dist.model.ball)
+    context_hops: int = 1
+    context_fanout: int = DEFAULT_FANOUT
 
     def __post_init__(self) -> None:
         checks = [
@@ -109,6 +115,10 @@ class GCCADConfig:
             (self.ensemble == 1 or not self.passes_messages,
              "ensemble > 1 needs the local contrast (and not the ce loss)"),
             (self.num_layers >= 1, "num_layers must be >= 1"),
+            (self.context_hops in (1, 2), f"context_hops must be 1 or 2, got {self.context_hops}"),
+            (self.context_hops == 1 or (self.contrast == "local" and not self.passes_messages),
+             "context_hops 2 needs the local contrast (and not the ce loss)"),
+            (self.context_fanout >= 1 or self.context_fanout == -1, "context_fanout must be >= 1 or -1 (all)"),
             (self.tau > 0 and self.gumbel_temperature > 0, "tau and gumbel_temperature must be > 0"),
             (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
             (0.0 <= self.input_dropout < 1.0, "input_dropout must be in [0, 1)"),
@@ -210,12 +220,15 @@ class GCCAD(torch.nn.Module):
             # neither side of the local contrast passes messages: the GCCAD layers are skipped (out.h = h^(0))
             if num_sampled_nodes is not None and num_sampled_edges is not None and len(num_sampled_edges) >= 1:
                 return self._local_seeds(x, edge_index, batch, num_graphs, context_mask, num_sampled_nodes[0],
-                                         num_sampled_edges[0], member_swaps)
+                                         list(num_sampled_edges), member_swaps)
             h0 = self.input_projection(x)
             if member_swaps is not None:  # the projection is row-wise: a swapped row's h^(0) is its donor's
                 pick, donor, col = self._swap_index(member_swaps)
                 v = h0.view(h0.size(0), self.config.ensemble, -1)
                 h0 = v.index_put((pick, col), v[donor, col]).reshape(h0.shape)
+            if self.config.context_hops == 2:  # the context edges: each node's two-hop ball
+                gen = None if self.training else torch.Generator().manual_seed(BALL_SCORE_SEED)
+                edge_index = context_ball(edge_index, n, self.config.context_fanout, gen)
             return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch, edge_index=edge_index,
                                num_graphs=num_graphs, h0=h0)
         if self.config.contrast != "graph":  # the neighbours' final embeddings are needed: no hop trimming
@@ -242,7 +255,7 @@ class GCCAD(torch.nn.Module):
         return pick.reshape(-1), donor.reshape(-1), col
 
     def _local_seeds(self, x: Tensor, edge_index: Tensor, batch: Tensor, num_graphs: int,
-                     context_mask: Tensor | None, seeds: int, hop1_edges: int,
+                     context_mask: Tensor | None, seeds: int, hop_edges: list[int],
                      member_swaps: tuple[Tensor, Tensor] | None = None) -> GCCADOutput:
         """The local contrast on a neighbour-sampled minibatch (nodes and edges ordered by hop): outputs for its
         ``seeds`` first rows only. A seed's context is the mean of its neighbours' h^(0) = W (mean of their x) + b,
@@ -250,10 +263,15 @@ class GCCAD(torch.nn.Module):
         of every sampled node (PyG's SAGEConv order: aggregate, then transform). An ensemble's swaps (of seeds)
         replace the swapped seeds' rows and add, to the contexts of the seeds they neighbour, their change
         (donor's projection minus own) over the degree. Same outputs, loss and gradients as the whole minibatch's,
-        up to rounding."""
+        up to rounding. With ``context_hops`` 2 the context edges are the seeds' two-hop balls, composed from the
+        minibatch's first two hops (:func:`gcad_dist.model.ball.two_hop_ball`)."""
         check_seed_mask(context_mask, seeds)
-        ei = edge_index[:, :hop1_edges]
+        ei = edge_index[:, :hop_edges[0]]
         check_edges_into(ei, seeds, "hop 1")
+        if self.config.context_hops == 2:
+            if len(hop_edges) < 2:
+                raise ValueError("context_hops 2 needs a minibatch sampled two hops deep (num_sampled_edges of 2 hops)")
+            ei = two_hop_ball(ei, edge_index[:, :hop_edges[0] + hop_edges[1]], x.size(0))
         deg = torch.bincount(ei[1], minlength=seeds)[:seeds]
         flat = x.reshape(x.size(0), -1)  # [N, F] or [N, K * F] (an ensemble's own inputs)
         mean = weighted_sum(flat, ei, None, seeds) / deg.clamp_min(1).to(flat.dtype).unsqueeze(-1)

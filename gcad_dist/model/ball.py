@@ -1,0 +1,72 @@
+"""The two-hop ball: which nodes make a node's local context when ``context_hops`` is 2.
+
+The local contrast (``contrast="local"``) compares a node with the mean of its context's input projections. With
+one hop (the default) the context is the node's neighbours. With two, it is its *ball*: the neighbours, and up to
+``fanout`` sampled neighbours of each neighbour, each node once and never the node itself. Both are given as edges
+``j -> i`` (``j`` in the context of ``i``), so :func:`gcad_dist.model.readout.neighbour_context` and the minibatch
+path read either one alike.
+
+On a whole graph the second hop is sampled here (:func:`sample_in_edges`), afresh at every training step and with a
+fixed generator when scoring; on a neighbour-sampled minibatch it is the sampler's second hop (:func:`two_hop_ball`
+composes the two hops' edges). All vectorised: sorts, ``repeat_interleave`` and one ``unique``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+#: the second hop's neighbours per neighbour (``GCCADConfig.context_fanout``'s default)
+DEFAULT_FANOUT = 10
+#: the generator seed of the second hop's sample when scoring (so a checkpoint scores a graph the same way twice)
+SCORE_SEED = 0
+
+
+def sample_in_edges(edge_index: Tensor, num_nodes: int, fanout: int,
+                    generator: torch.Generator | None = None) -> Tensor:
+    """At most ``fanout`` of each node's in-edges, drawn uniformly without replacement (all of them where it has
+    fewer); ``fanout < 0`` keeps every edge. [2, E'] sorted by target."""
+    if fanout < 0 or edge_index.size(1) == 0:
+        return edge_index
+    src, dst = edge_index[0], edge_index[1]
+    key = torch.rand(src.numel(), generator=generator, device="cpu").to(src.device)
+    order = torch.sort(key).indices  # random order, then a stable sort by target keeps it within each target
+    order = order[torch.sort(dst[order], stable=True).indices]
+    dst_sorted = dst[order]
+    start = torch.searchsorted(dst_sorted, dst_sorted, right=False)  # first position of each row's target
+    rank = torch.arange(dst_sorted.numel(), device=src.device) - start
+    keep = order[rank < fanout]
+    return torch.stack([src[keep], dst[keep]])
+
+
+def two_hop_ball(inner: Tensor, outer: Tensor, num_nodes: int) -> Tensor:
+    """Edges ``k -> i`` of the ball of every target ``i`` of ``inner``: each inner edge ``j -> i``, and ``k -> i``
+    for each ``outer`` edge ``k -> j`` (``outer`` holds the in-edges of ``inner``'s sources), without ``i -> i``
+    and without repeats. [2, E''] (sorted by target, then source)."""
+    j_in, i_in = inner[0], inner[1]
+    k_out, j_out = outer[0], outer[1]
+    if j_in.numel() == 0:
+        return inner
+    order = torch.sort(j_out, stable=True).indices
+    k_sorted, j_sorted = k_out[order], j_out[order]
+    counts = torch.bincount(j_sorted, minlength=num_nodes)
+    ptr = torch.cumsum(counts, 0) - counts  # first outer edge of each node
+    per = counts[j_in]  # second-hop edges reached through each inner edge
+    total = int(per.sum())
+    i_rep = torch.repeat_interleave(i_in, per, output_size=total)
+    first = torch.repeat_interleave(ptr[j_in], per, output_size=total)
+    offset = torch.arange(total, device=inner.device) - torch.repeat_interleave(torch.cumsum(per, 0) - per, per,
+                                                                                output_size=total)
+    k_rep = k_sorted[first + offset]
+    src = torch.cat([j_in, k_rep])
+    dst = torch.cat([i_in, i_rep])
+    keep = src != dst
+    key = torch.unique(dst[keep] * num_nodes + src[keep])  # sorted: by target, then source
+    return torch.stack([key % num_nodes, torch.div(key, num_nodes, rounding_mode="floor")])
+
+
+def context_ball(edge_index: Tensor, num_nodes: int, fanout: int = DEFAULT_FANOUT,
+                 generator: torch.Generator | None = None) -> Tensor:
+    """The two-hop ball of every node of a whole graph as edges ``k -> i``: its in-neighbours, and up to ``fanout``
+    in-neighbours of each of them (sampled with ``generator``), itself excluded, each node once."""
+    return two_hop_ball(edge_index, sample_in_edges(edge_index, num_nodes, fanout, generator), num_nodes)
