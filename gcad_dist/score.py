@@ -465,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     log.info("scoring %s (%d nodes, %d directed edges) with %s model from %s",
              cfg.graph, data.num_nodes, data.edge_index.shape[1], loaded.kind, cfg.checkpoint)
     if getattr(getattr(loaded.model, "config", None), "contrast", None) == "local":
+        if getattr(loaded.model.config, "context_hops", 1) == 2:
+            log.info("context: each node's two-hop ball (its neighbours and up to %d of each one's), as trained "
+                     "(pretrain --context-hops 2)", loaded.model.config.context_fanout)
         alone = int((torch.bincount(data.edge_index[1], minlength=data.num_nodes) == 0).sum())
         if alone:
             log.info("%d node(s) have no neighbour, so no context to contrast with: each is scored at the median of "
