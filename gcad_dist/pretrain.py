@@ -258,10 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--context-hops", type=int, choices=(1, 2), default=d.context_hops,
       help="local contrast: each node is contrasted with the mean of its neighbours (1) or of its two-hop ball (2: "
       "its neighbours and up to 10 sampled neighbours of each, itself excluded; minibatches then sample two hops). "
-      "On training and validation labels (3 seeds) the ball scored higher on books (+0.047 AUROC) and inj_cora "
-      "(+0.025; AUPRC 0.28 -> 0.43), where a node's few neighbours make a noisy context, and lower on reddit "
-      "(-0.029), tolokers (-0.013) and a generated graph whose anomalies differ from their direct neighbours "
-      "(-0.03), so no recipe uses it; it is also slower on dense graphs (BENCHMARKS.md, session 35) (default: 1)")
+      "On training and validation labels the ball scored higher on inj_cora (ten seeds: +0.021 AUROC, AUPRC 0.29 "
+      "-> 0.40, ahead on every seed), where a node's few neighbours make a noisy context, about level on books "
+      "(+0.008), and lower on reddit (-0.029, 3 seeds), tolokers (-0.013) and a generated graph whose anomalies "
+      "differ from their direct neighbours (-0.029), so no recipe uses it; it is also slower on dense graphs "
+      "(BENCHMARKS.md, session 35) (default: 1)")
     a("--clique-size", type=int, nargs=2, default=list(d.clique_size), metavar=("MIN", "MAX"),
       help="members of a planted clique (--plant-cliques), drawn uniformly from MIN..MAX")
     a("--ensemble", type=int, default=d.ensemble,
