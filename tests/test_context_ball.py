@@ -61,32 +61,50 @@ def test_sample_in_edges_keeps_at_most_fanout_per_node() -> None:
     assert _pairs(ei) - {(i, i) for i in range(n)} <= _pairs(capped) <= _pairs(context_ball(ei, n, fanout=-1))
 
 
-def test_whole_graph_score_uses_the_ball() -> None:
-    """``context_hops`` 2: the score is 1 - cos(g(h0_i), g(mean of h0 over i's ball)); the same at every call in
-    evaluation; in training the second hop is drawn afresh."""
-    n, f = 150, 5
+@pytest.mark.parametrize("f", [5, 12])
+def test_whole_graph_score_uses_the_ball(f: int) -> None:
+    """``context_hops`` 2: the score is 1 - cos(g(h0_i), g(mean of h0 over i's ball)), the ball's second hop drawn
+    with the scoring seed, so the same at every call in evaluation (narrow inputs are averaged before the projection,
+    wide ones after: the same context); in training the second hop is drawn afresh."""
+    from gcad_dist.model.ball import SCORE_SEED
+    from gcad_dist.model.readout import neighbour_context
+
+    n = 150
     ei = _graph(n)
     x = torch.randn(n, f, dtype=torch.float64)
     torch.manual_seed(0)
     model = GCCAD(GCCADConfig(in_dim=f, hidden=8, contrast="local", loss="logistic", tau=0.2, context_hops=2,
                               context_fanout=3)).to(torch.float64).eval()
     out = model(x, ei)
-    again = model(x, ei)
-    assert torch.equal(out.edge_index, again.edge_index)
-    assert torch.equal(model.score(out), model.score(again))
+    assert torch.equal(model.score(out), model.score(model(x, ei)))
     h0 = model.encoder.input_proj(x)
-    ball = out.edge_index
-    assert _pairs(ball) <= _pairs(context_ball(ei, n, fanout=-1))
-    ctx = torch.zeros_like(h0).index_add_(0, ball[1], h0[ball[0]])
-    ctx = ctx / torch.bincount(ball[1], minlength=n).clamp_min(1).unsqueeze(1).to(ctx.dtype)
-    want = 1 - F.cosine_similarity(model.head(h0), model.head(ctx), dim=-1)
+    ball = context_ball(ei, n, 3, torch.Generator().manual_seed(SCORE_SEED))
+    want = 1 - F.cosine_similarity(model.head(h0), model.head(neighbour_context(h0, ball, n)), dim=-1)
     has = torch.bincount(ei[1], minlength=n) > 0  # a node without neighbours is scored at the median
+    assert not has.all()
     torch.testing.assert_close(model.score(out)[has], want.float()[has])
     one_hop = GCCAD(GCCADConfig(in_dim=f, hidden=8, contrast="local", loss="logistic", tau=0.2)).to(torch.float64)
     one_hop.load_state_dict(model.state_dict())
     assert not torch.allclose(one_hop.eval().score(one_hop(x, ei)), model.score(out))
     model.train()
-    assert not torch.equal(model(x, ei).edge_index, model(x, ei).edge_index)
+    assert not torch.equal(model(x, ei).local_context, model(x, ei).local_context)
+
+
+def test_ball_mean_in_chunks_equals_the_whole_ball() -> None:
+    """Scoring a large graph takes the balls in chunks of targets: the same means as the whole ball's, however small
+    the chunks."""
+    from gcad_dist.model.ball import ball_mean
+    from gcad_dist.model.readout import neighbour_context
+
+    n = 150
+    ei = _graph(n)
+    h = torch.randn(n, 4, dtype=torch.float64)
+    want = neighbour_context(h, context_ball(ei, n, 3, torch.Generator().manual_seed(5)), n)
+    for max_pairs in (1, 50, 1 << 23):
+        mean, size = ball_mean(h, ei, n, 3, torch.Generator().manual_seed(5), max_pairs=max_pairs)
+        torch.testing.assert_close(mean, want)
+        assert torch.equal(size, torch.bincount(context_ball(ei, n, 3, torch.Generator().manual_seed(5))[1],
+                                                minlength=n))
 
 
 @pytest.mark.parametrize("members", [1, 3])

@@ -39,18 +39,23 @@ def sample_in_edges(edge_index: Tensor, num_nodes: int, fanout: int,
     return torch.stack([src[keep], dst[keep]])
 
 
-def two_hop_ball(inner: Tensor, outer: Tensor, num_nodes: int) -> Tensor:
+def _by_target(outer: Tensor, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(sources sorted by target, first position of each node's in-edges, in-degree) of ``outer``."""
+    order = torch.sort(outer[1], stable=True).indices
+    counts = torch.bincount(outer[1], minlength=num_nodes)
+    return outer[0][order], torch.cumsum(counts, 0) - counts, counts
+
+
+def two_hop_ball(inner: Tensor, outer: Tensor, num_nodes: int,
+                 indexed: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """Edges ``k -> i`` of the ball of every target ``i`` of ``inner``: each inner edge ``j -> i``, and ``k -> i``
     for each ``outer`` edge ``k -> j`` (``outer`` holds the in-edges of ``inner``'s sources), without ``i -> i``
-    and without repeats. [2, E''] (sorted by target, then source)."""
+    and without repeats. [2, E''] (sorted by target, then source). ``indexed``: ``outer`` already grouped by
+    target (:func:`_by_target`), to reuse over chunks of ``inner``."""
     j_in, i_in = inner[0], inner[1]
-    k_out, j_out = outer[0], outer[1]
     if j_in.numel() == 0:
         return inner
-    order = torch.sort(j_out, stable=True).indices
-    k_sorted, j_sorted = k_out[order], j_out[order]
-    counts = torch.bincount(j_sorted, minlength=num_nodes)
-    ptr = torch.cumsum(counts, 0) - counts  # first outer edge of each node
+    k_sorted, ptr, counts = _by_target(outer, num_nodes) if indexed is None else indexed
     per = counts[j_in]  # second-hop edges reached through each inner edge
     total = int(per.sum())
     i_rep = torch.repeat_interleave(i_in, per, output_size=total)
@@ -70,3 +75,31 @@ def context_ball(edge_index: Tensor, num_nodes: int, fanout: int = DEFAULT_FANOU
     """The two-hop ball of every node of a whole graph as edges ``k -> i``: its in-neighbours, and up to ``fanout``
     in-neighbours of each of them (sampled with ``generator``), itself excluded, each node once."""
     return two_hop_ball(edge_index, sample_in_edges(edge_index, num_nodes, fanout, generator), num_nodes)
+
+
+def ball_mean(h: Tensor, edge_index: Tensor, num_nodes: int, fanout: int = DEFAULT_FANOUT,
+              generator: torch.Generator | None = None, max_pairs: int = 1 << 23) -> tuple[Tensor, Tensor]:
+    """(the mean of ``h`` [N, d] over every node's two-hop ball, 0 where the ball is empty; the ball's size [N]), as
+    ``neighbour_context(h, context_ball(...))`` gives, without holding every ball at once: the targets are taken in
+    chunks of at most about ``max_pairs`` composed edges (a 1M-node graph's balls have about 10^8), so memory stays
+    bounded when scoring a large graph."""
+    from .aggregate import weighted_sum
+
+    outer = sample_in_edges(edge_index, num_nodes, fanout, generator)
+    indexed = _by_target(outer, num_nodes)
+    order = torch.sort(edge_index[1], stable=True).indices
+    inner = edge_index[:, order]
+    cost = torch.cumsum(indexed[2][inner[0]] + 1, 0)  # composed edges up to each inner edge (targets contiguous)
+    total = torch.zeros(num_nodes, h.size(1), dtype=h.dtype, device=h.device)
+    size = torch.zeros(num_nodes, dtype=torch.long, device=h.device)
+    start, e = 0, inner.size(1)
+    while start < e:
+        stop = int(torch.searchsorted(cost, cost[start] - 1 + max_pairs, right=True))
+        stop = max(stop, start + 1)
+        if stop < e:  # end the chunk at a target's last edge, so that each ball is whole in one chunk
+            stop = int(torch.searchsorted(inner[1], inner[1][stop - 1], right=True))
+        ball = two_hop_ball(inner[:, start:stop], outer, num_nodes, indexed)
+        total = total + weighted_sum(h, ball, None, num_nodes)
+        size += torch.bincount(ball[1], minlength=num_nodes)
+        start = stop
+    return total / size.clamp_min(1).to(total.dtype).unsqueeze(-1), size

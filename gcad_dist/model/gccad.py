@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .aggregate import weighted_sum
-from .ball import DEFAULT_FANOUT, context_ball, two_hop_ball
+from .ball import DEFAULT_FANOUT, ball_mean, two_hop_ball
 from .ball import SCORE_SEED as BALL_SCORE_SEED
 from .context import IDENTITY, ContextSync
 from .edge_update import EVAL_RULES
@@ -226,11 +226,18 @@ class GCCAD(torch.nn.Module):
                 pick, donor, col = self._swap_index(member_swaps)
                 v = h0.view(h0.size(0), self.config.ensemble, -1)
                 h0 = v.index_put((pick, col), v[donor, col]).reshape(h0.shape)
-            if self.config.context_hops == 2:  # the context edges: each node's two-hop ball
+            ctx = None
+            if self.config.context_hops == 2:  # the context: the mean over each node's two-hop ball
                 gen = None if self.training else torch.Generator().manual_seed(BALL_SCORE_SEED)
-                edge_index = context_ball(edge_index, n, self.config.context_fanout, gen)
+                fan = self.config.context_fanout
+                if member_swaps is None and x.dim() == 2 and x.size(1) < h0.size(1):
+                    # one input for every member: average the narrower features, then project (exact: affine)
+                    mean, size = ball_mean(x, edge_index, n, fan, gen)
+                    ctx = self.input_projection(mean) * (size > 0).to(h0.dtype).unsqueeze(-1)
+                else:
+                    ctx = ball_mean(h0, edge_index, n, fan, gen)[0]
             return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch, edge_index=edge_index,
-                               num_graphs=num_graphs, h0=h0)
+                               num_graphs=num_graphs, h0=h0, local_context=ctx)
         if self.config.contrast != "graph":  # the neighbours' final embeddings are needed: no hop trimming
             num_sampled_nodes = num_sampled_edges = None
         h, q, probs, logits, w, h0 = self.encoder(
