@@ -7,8 +7,10 @@ one hop (the default) the context is the node's neighbours. With two, it is its 
 path read either one alike.
 
 On a whole graph the second hop is sampled here (:func:`sample_in_edges`), afresh at every training step and with a
-fixed generator when scoring; on a neighbour-sampled minibatch it is the sampler's second hop (:func:`two_hop_ball`
-composes the two hops' edges). All vectorised: sorts, ``repeat_interleave`` and one ``unique``.
+fixed generator when scoring, and :func:`ball_mean` averages over the balls a chunk of targets at a time (a 1M-node
+graph's balls have about 10^8 edges); on a neighbour-sampled minibatch it is the sampler's second hop
+(:func:`two_hop_ball` composes the two hops' edges). All vectorised: sorts, ``repeat_interleave`` and one
+``unique`` per chunk.
 """
 
 from __future__ import annotations
