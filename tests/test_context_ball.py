@@ -13,13 +13,19 @@ import torch.nn.functional as F
 from torch_geometric.data import Data
 
 from gcad_dist.model import GCCAD, GCCADConfig
-from gcad_dist.model.ball import context_ball, sample_in_edges, two_hop_ball
+from gcad_dist.model.ball import DEFAULT_FANOUT, sample_in_edges, two_hop_ball
 
 
 def _graph(n: int = 150, e: int = 500, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     ei = torch.randint(0, n, (2, e), generator=g)
     return torch.cat([ei, ei.flip(0)], 1)
+
+
+def context_ball(edge_index: torch.Tensor, num_nodes: int, fanout: int = DEFAULT_FANOUT,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """Every node's whole ball as edges (the reference that the model's chunked means are checked against)."""
+    return two_hop_ball(edge_index, sample_in_edges(edge_index, num_nodes, fanout, generator), num_nodes)
 
 
 def _pairs(ei: torch.Tensor) -> set[tuple[int, int]]:
@@ -185,7 +191,6 @@ def test_pretraining_with_the_ball(tmp_path: Path, sampled: bool) -> None:
 
     from gcad_dist.data.store_dataset import StoreDataset
     from gcad_dist.distributed.train_loop import run_worker
-    from gcad_dist.model.ball import DEFAULT_FANOUT
     from gcad_dist.pretrain import PretrainConfig
 
     store = _two_subgraph_store(tmp_path / "two.zarr")

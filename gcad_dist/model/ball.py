@@ -72,17 +72,10 @@ def two_hop_ball(inner: Tensor, outer: Tensor, num_nodes: int,
     return torch.stack([key % num_nodes, torch.div(key, num_nodes, rounding_mode="floor")])
 
 
-def context_ball(edge_index: Tensor, num_nodes: int, fanout: int = DEFAULT_FANOUT,
-                 generator: torch.Generator | None = None) -> Tensor:
-    """The two-hop ball of every node of a whole graph as edges ``k -> i``: its in-neighbours, and up to ``fanout``
-    in-neighbours of each of them (sampled with ``generator``), itself excluded, each node once."""
-    return two_hop_ball(edge_index, sample_in_edges(edge_index, num_nodes, fanout, generator), num_nodes)
-
-
 def ball_mean(h: Tensor, edge_index: Tensor, num_nodes: int, fanout: int = DEFAULT_FANOUT,
               generator: torch.Generator | None = None, max_pairs: int = 1 << 23) -> tuple[Tensor, Tensor]:
     """(the mean of ``h`` [N, d] over every node's two-hop ball, 0 where the ball is empty; the ball's size [N]), as
-    ``neighbour_context(h, context_ball(...))`` gives, without holding every ball at once: the targets are taken in
+    ``neighbour_context`` over the edges of ``two_hop_ball(edge_index, sample_in_edges(...))`` gives, without holding every ball at once: the targets are taken in
     chunks of at most about ``max_pairs`` composed edges (a 1M-node graph's balls have about 10^8), so memory stays
     bounded when scoring a large graph."""
     from .aggregate import weighted_sum
