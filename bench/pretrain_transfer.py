@@ -81,6 +81,7 @@ class TransferConfig:
     score_space: str | None = None
     sup_normalize: str = "standard"
     label_inputs: bool | None = None  # both sides alike; None = the CLIs' default (the same rule on both sides)
+    candidate_scores: bool = False  # fine-tuning runs write candidate_scores.npz (bench/finetune_selection.py)
     threads: int = 1
     retries: int = 3
     step_timeout: float = 3600.0
@@ -142,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fine-tuning and scratch alike read (or, with --no-label-inputs, do not read) the neighbours' "
                         "kept training labels as inputs (default: the CLIs' own, the same rule on both sides: on "
                         "from 10 kept training anomalies)")
+    p.add_argument("--candidate-scores", action="store_true",
+                   help="fine-tuning runs also write candidate_scores.npz, for bench/finetune_selection.py")
     p.add_argument("--threads", type=int, default=d.threads, help="torch / FAISS threads of every step (also OMP_NUM_THREADS)")
     p.add_argument("--retries", type=int, default=d.retries,
                    help="tries of the pre-training step (starting a local Ray instance can time out on a loaded machine)")
@@ -272,7 +275,8 @@ def _method_runs(cfg: TransferConfig, ckpt: str, seed: int) -> list[tuple[str, f
         ("zero-shot", None, f"zs-s{seed}", ["gcad_dist.finetune", "--checkpoint", ckpt, "--epochs", "0"])]
     for f in cfg.label_fractions:
         runs.append(("fine-tune", f, f"ft{f:g}-s{seed}",
-                     ["gcad_dist.finetune", "--checkpoint", ckpt, "--label-fraction", str(f), *_tune_args(cfg, cfg.ft_epochs)]))
+                     ["gcad_dist.finetune", "--checkpoint", ckpt, "--label-fraction", str(f), *_tune_args(cfg, cfg.ft_epochs),
+                      *(["--candidate-scores"] if cfg.candidate_scores else [])]))
         runs.append(("scratch", f, f"sc{f:g}-s{seed}",
                      ["gcad_dist.train", "--model", "gccad", "--label-fraction", str(f), "--normalize", cfg.sup_normalize,
                       *_tune_args(cfg, cfg.sup_epochs)]))

@@ -18,7 +18,8 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    ``gcad_dist.train``'s GCCAD started from the checkpoint's input projection (``graph``); or that GCCAD from a
    random start (``scratch``: what ``gcad_dist.train`` fits on the same labels). The label-free recipe's model
    (the ``local`` contrast) passes no message: it carries the pre-trained score, and labels cannot teach it the
-   graph. So by default (``auto``) such a checkpoint is fitted all three ways, and every one whose validation
+   graph. So by default (``auto``) such a checkpoint is fitted all three ways, the checkpoint unchanged
+   (:data:`ZERO_SHOT`, :func:`zero_shot_fit`) joins them as a fourth candidate, and every one whose validation
    AUPRC a paired bootstrap over the validation nodes does not place clearly below the best one's is kept; the
    kept ones' standardised scores are averaged (:func:`gcad_dist.train.keep_candidates`, ``--contrast auto``'s
    rule one level up; chosen on validation halves in session 25, BENCHMARKS.md). Each graph model is itself
@@ -26,7 +27,7 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    apart kept and averaged (:func:`gcad_dist.train.keep_candidates`).
    Both graph starts are candidates because neither wins everywhere on validation (BENCHMARKS.md, session 15:
    the pre-trained start is better on tolokers, worse on inj_cora with all its labels). A checkpoint that passes
-   messages is fine-tuned as it is. ``metrics.json`` records the choice (``finetuned_model``,
+   messages is fine-tuned as it is, with the zero-shot model as the other candidate. ``metrics.json`` records the choice (``finetuned_model``,
    ``model_selection``, and each graph model's own candidates kept in ``contrast_selection``).
 6. Label inputs (``--label-inputs``; by default as ``gcad_dist.train``: on when the kept training labels hold at
    least :data:`~gcad_dist.train.LABEL_INPUTS_MIN_ANOMALIES` anomalies): every fitted model reads two more input
@@ -85,6 +86,10 @@ __all__ = ["FINETUNE_MODELS", "FinetuneConfig", "subsample_labels", "warm_start_
 #: validation (every fit not clearly below the best by the bootstrap of :mod:`gcad_dist.selection`, averaged)
 FINETUNE_MODELS = ("auto", "checkpoint", "graph", "scratch")
 AUTO_MODELS = ("checkpoint", "graph", "scratch")
+#: ``--model auto``'s last candidate: the checkpoint unchanged, the zero-shot model. It is kept unless validation places
+#: it clearly below the best fit, so few labels cannot make a run worse than no label where validation can see it
+#: (BENCHMARKS.md, session 36)
+ZERO_SHOT = "zero-shot"
 
 
 @dataclass
@@ -123,6 +128,9 @@ class FinetuneConfig:
     overwrite: bool = False
     checkpoint_interval: float = TrainConfig.checkpoint_interval
     plots: bool = True
+    # write <out>/candidate_scores.npz: every --model auto candidate's scores of every node, with the labels and split
+    # masks, for studies of the keep rule (bench/finetune_selection.py)
+    candidate_scores: bool = False
     progress: bool = True
     verbose: bool = False
 
@@ -191,11 +199,48 @@ def widen_input_projection(model: torch.nn.Module, extra: int) -> None:
     model.encoder.input_proj = new
 
 
+#: ``--candidate-scores``' file in ``--out``
+CANDIDATE_SCORES = "candidate_scores.npz"
+
+
+def write_candidate_scores(path: Path, names: list[str], scores: list[np.ndarray], y: np.ndarray, split: Any) -> None:
+    """Save the candidates' scores of every node ([C, N], float32) with their names, the labels and the split's
+    train / val / test masks: what :func:`gcad_dist.train.keep_candidates` chose from, for offline studies of the rule
+    (``bench/finetune_selection.py``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, names=np.array(names), scores=np.stack([np.asarray(s, np.float32) for s in scores]),
+                        y=np.asarray(y), **{m: torch.as_tensor(getattr(split, m)).cpu().numpy()
+                                            for m in ("train", "val", "test")})
+    log.info("candidate scores of %s written to %s", " / ".join(names), path)
+
+
 def _models_to_fit(choice: str, config: Any) -> list[str]:
-    """The candidates ``--model`` asks for, given the checkpoint's model config."""
+    """The candidates ``--model`` asks for, given the checkpoint's model config: ``auto`` adds :data:`ZERO_SHOT`."""
     if choice == "auto":
-        return ["checkpoint"] if config.passes_messages else list(AUTO_MODELS)
+        return (["checkpoint"] if config.passes_messages else list(AUTO_MODELS)) + [ZERO_SHOT]
     return [choice]
+
+
+def zero_shot_fit(zs_model: torch.nn.Module, config: Any, scores: np.ndarray, val: dict[str, Any],
+                  test: dict[str, Any], label_columns: int = 0) -> tuple[FitResult, torch.nn.Module, Any]:
+    """The pre-trained model unchanged as a candidate fit (:data:`ZERO_SHOT`): its ``scores`` of every node and their
+    validation and test metrics, no epoch, no history. With ``label_columns`` > 0 (label inputs on) a copy of its
+    weights reads that many more input columns with zero weights, so it scores the widened inputs exactly as it scored
+    the plain ones, and can join the other candidates' ensemble."""
+    from gcad_dist.model.snapshots import SnapshotEnsemble
+    from gcad_dist.supervised import FitResult
+
+    model = copy.deepcopy(zs_model)
+    if label_columns:
+        members = model.members if isinstance(model, SnapshotEnsemble) else [model]
+        for m in members:
+            widen_input_projection(m, label_columns)
+            m.config = dataclasses.replace(m.config, in_dim=m.config.in_dim + label_columns)
+        config = dataclasses.replace(config, in_dim=config.in_dim + label_columns)
+    device = next(model.parameters()).device
+    res = FitResult(best_epoch=0, val=val, test=test, history={}, state_dict={}, scores=np.asarray(scores),
+                    epochs_run=0, seconds=0.0, device=str(device), extra={})
+    return res, model, config
 
 
 def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
@@ -310,7 +355,10 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         source = base_model(zs_model)
         names, fits, graph_selection = [], [], {}
         for which in _models_to_fit(cfg.model, loaded.config):
-            if which == "checkpoint":
+            if which == ZERO_SHOT:  # the checkpoint unchanged, scored as above (zero_shot_fit)
+                fits.append(zero_shot_fit(zs_model, loaded.config, zs_scores, zero_shot["val"], zero_shot["test"],
+                                          LABEL_COLUMNS if label_inputs else 0))
+            elif which == "checkpoint":
                 log.info("fine-tuning the checkpoint's model (contrast %s)", ft_config.contrast)
                 fits.append((fit_supervised(model, data, sub, scfg, state_name="checkpoint"), model, ft_config))
             else:  # gcad_dist.train's model and candidates, from the pre-trained input projection or from scratch
@@ -325,6 +373,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                     fits.append(gfits[0])
             names.append(which)
         kept_name = names[0]
+        if cfg.candidate_scores:
+            write_candidate_scores(out / CANDIDATE_SCORES, names, [f[0].scores for f in fits], y_np, split)
         if len(fits) > 1:  # every model validation does not place clearly below the best, scored together
             kept, selection = keep_candidates(fits, y, split.val, seed=cfg.seed, names=names)
             metrics["model_selection"] = selection
@@ -349,7 +399,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         from gcad_dist.plots import plot_roc_pr, plot_training_curves
 
         title = f"{Path(cfg.graph).name} fine-tune {cfg.label_fraction:g} labels"
-        if history is not None:
+        if history:  # none when the kept model is the zero-shot one alone
             plot_training_curves(history, out / "training_curves.png", title=title, best_epoch=best_epoch)
         test = split.test.numpy() & (y_np >= 0)
         plot_roc_pr(y_np[test], scores[test], out / "roc_pr_test.png", title=f"test, {title}")
@@ -376,11 +426,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what is fitted: 'checkpoint' = the checkpoint's own model; 'graph' = gcad_dist.train's GCCAD "
                         "(message passing; its --contrast auto candidates) started from the checkpoint's input "
                         "projection; 'scratch' = that GCCAD from a random start, as gcad_dist.train fits it; 'auto' = "
-                        "'checkpoint' when that model passes messages, else all three, keeping every one that a paired "
+                        "'checkpoint' when that model passes messages, else all three, and the checkpoint unchanged "
+                        "(zero-shot) beside them, keeping every one that a paired "
                         "bootstrap over the validation nodes does not place clearly below the best in AUPRC and "
                         "averaging their standardised scores (the "
                         "label-free recipe's model has no message passing: where its score says little about the "
-                        "labelled anomalies, a graph model learns what it cannot; costs about 2x gcad_dist.train)")
+                        "labelled anomalies, a graph model learns what it cannot; where a few labels fit worse than "
+                        "none, the zero-shot model stays; costs about 2x gcad_dist.train)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch fine-tuning epochs; 0 = zero-shot evaluation only "
                                                             "(optimiser, epoch and patience defaults are gcad_dist.train's)")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
@@ -420,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
                         "pre-training records its store's, standard by default; none if unrecorded, e.g. older "
                         "checkpoints); standard = z-score over all nodes of this graph; none = raw")
+    p.add_argument("--candidate-scores", action="store_true",
+                   help=f"also write <out>/{CANDIDATE_SCORES}: each fitted candidate's scores of every node, the "
+                        "labels and the split masks (for studies of the keep rule: bench/finetune_selection.py)")
     add_candidate_options(p, d)
     add_resume_options(p, d)
     add_runtime_options(p, d)

@@ -94,7 +94,8 @@ def test_finetune_honours_label_fraction_and_writes_checkpoint(small_graph, pre_
     out = tmp_path / "ft"
     code, stdout, err = _run(finetune_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(out),
                                             "--label-fraction", "0.25", "--epochs", "6", "--eval-every", "2",
-                                            "--seed", "1", "--no-progress", "--no-plots", "--threads", "1"], capsys)
+                                            "--model", "checkpoint", "--seed", "1", "--no-progress", "--no-plots",
+                                            "--threads", "1"], capsys)
     assert code == 0, err
     assert "test AUROC" in stdout
     m = json.loads((out / "metrics.json").read_text())
@@ -160,8 +161,8 @@ def test_snapshot_checkpoint_scores_with_the_mean_and_fine_tunes(small_graph, pr
     assert all(torch.equal(a[n], b[n]) for a, b in zip(member_states(again), states) for n in a)
     ft = tmp_path / "ft"
     code, _, err = _run(finetune_main, ["--checkpoint", str(d), "--graph", str(path), "--out", str(ft), "--epochs", "2",
-                                        "--eval-every", "1", "--snapshots", "1", "--no-progress", "--no-plots",
-                                        "--threads", "1"], capsys)
+                                        "--eval-every", "1", "--snapshots", "1", "--model", "checkpoint",
+                                        "--no-progress", "--no-plots", "--threads", "1"], capsys)
     assert code == 0, err
     assert isinstance(load_checkpoint_model(ft / "final").model, GCCAD)  # one snapshot: a plain model
 
@@ -777,7 +778,7 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
     real = train_mod.keep_candidates
 
     def spy(fits, y, val_mask, seed=0, names=None):
-        if names == ["checkpoint", "graph", "scratch"]:
+        if names == ["checkpoint", "graph", "scratch", "zero-shot"]:
             seen["val_mask"] = torch.as_tensor(val_mask).clone()
             seen["names"] = names
         return real(fits, y, val_mask, seed=seed, names=names)
@@ -789,13 +790,14 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
                                             "--label-inputs", "--no-progress", "--no-plots", "--threads", "1"], capsys)
     assert code == 0, err
     m = json.loads((out / "metrics.json").read_text())
-    assert seen["names"] == ["checkpoint", "graph", "scratch"]
+    assert seen["names"] == ["checkpoint", "graph", "scratch", "zero-shot"]
     from gcad_dist.data.splits import make_split
 
     split = make_split(g.to_data(), seed=0)
     assert torch.equal(seen["val_mask"], split.val)  # the choice saw the validation nodes, not the test nodes
     sel = m["model_selection"]
-    assert set(sel["val_auprc"]) == {"checkpoint", "graph", "scratch"} and sel["chosen"] == m["finetuned_model"]
+    assert set(sel["val_auprc"]) == {"checkpoint", "graph", "scratch", "zero-shot"}
+    assert sel["chosen"] == m["finetuned_model"]
     # each graph model's own choice, graph against ego, as gcad_dist.train makes it
     assert set(m["contrast_selection"]) == {"graph", "scratch"}
     ck = load_model_file(out / "final")
@@ -803,7 +805,8 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
     kept = m["finetuned_model"]
     assert kept == " + ".join(sel["kept"]) and f"{kept} model" in stdout
     primary = sel["kept"][0]
-    assert ck["config"]["contrast"] == "local" if primary == "checkpoint" else ck["config"]["contrast"] != "local"
+    assert (ck["config"]["contrast"] == "local" if primary in ("checkpoint", "zero-shot")
+            else ck["config"]["contrast"] != "local")
     # the written checkpoint (one flat ensemble when several are kept) scores the validation nodes as the run did
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import load_checkpoint_model
@@ -869,7 +872,89 @@ def test_auto_fine_tunes_a_message_passing_checkpoint_as_it_is(small_graph, pre_
                                        "--epochs", "2", "--no-progress", "--no-plots", "--threads", "1"], capsys)
     assert code == 0, err
     m = json.loads((out / "metrics.json").read_text())
-    assert m["finetuned_model"] == "checkpoint" and "model_selection" not in m
+    assert set(m["model_selection"]["val_auprc"]) == {"checkpoint", "zero-shot"}  # fine-tuned as it is, or not at all
+    assert m["finetuned_model"] == m["model_selection"]["chosen"]
+
+
+def test_zero_shot_fit_reads_label_columns_without_changing_its_scores(local_checkpoint) -> None:
+    """The zero-shot candidate is a copy of the checkpoint's model; widened for label inputs, it scores the widened
+    inputs exactly as the checkpoint scores the plain ones, and the checkpoint's own model is left as it was."""
+    from gcad_dist.finetune import zero_shot_fit
+    from gcad_dist.score import load_checkpoint_model
+    from gcad_dist.supervised import predict
+    from torch_geometric.data import Data
+
+    loaded = load_checkpoint_model(local_checkpoint)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(40, loaded.in_dim, generator=gen)
+    ei = torch.randint(0, 40, (2, 160), generator=gen)
+    before = predict(loaded.model, Data(x=x, edge_index=ei))
+    res, model, config = zero_shot_fit(loaded.model, loaded.config, before.numpy(), {"auprc": 0.5}, {"auprc": 0.4}, 2)
+    wide = Data(x=torch.cat([x, torch.rand(40, 2, generator=gen)], 1), edge_index=ei)
+    assert torch.allclose(predict(model, wide), before, atol=1e-6)
+    assert config.in_dim == loaded.in_dim + 2 and loaded.config.in_dim == loaded.in_dim
+    assert loaded.model.encoder.input_proj.in_features == loaded.in_dim  # the checkpoint's model is untouched
+    assert torch.allclose(predict(loaded.model, Data(x=x, edge_index=ei)), before)
+    assert res.best_epoch == 0 and res.val == {"auprc": 0.5} and res.test == {"auprc": 0.4} and not res.history
+    assert res.ensemble(model) is model
+    # a snapshot ensemble (a fine-tuned checkpoint) is widened member by member
+    from gcad_dist.model.snapshots import SnapshotEnsemble
+
+    other = {k: v + 0.1 * torch.randn(v.shape, generator=gen) for k, v in loaded.model.state_dict().items()}
+    snap = SnapshotEnsemble(loaded.model, [loaded.model.state_dict(), other])
+    plain = predict(snap, Data(x=x, edge_index=ei))
+    _, wide_snap, _ = zero_shot_fit(snap, loaded.config, plain.numpy(), {}, {}, 2)
+    assert all(m.encoder.input_proj.in_features == loaded.in_dim + 2 for m in wide_snap.members)
+    assert torch.allclose(predict(wide_snap, wide), plain, atol=1e-6)
+    assert all(m.encoder.input_proj.in_features == loaded.in_dim for m in snap.members)
+
+
+def test_auto_keeps_the_zero_shot_model_when_validation_prefers_it(small_graph, local_checkpoint, tmp_path, capsys,
+                                                                  monkeypatch) -> None:
+    """When the keep rule keeps only the zero-shot candidate, the run reports and writes the checkpoint unchanged
+    (widened for the label columns): its scores, validation and test, are the zero-shot ones, and plots still work."""
+    import gcad_dist.train as train_mod
+
+    g, path = small_graph
+    real = train_mod.keep_candidates
+
+    def only_zero_shot(fits, y, val_mask, seed=0, names=None):
+        kept, record = real(fits, y, val_mask, seed=seed, names=names)
+        if names and "zero-shot" in names:
+            kept = [names.index("zero-shot")]
+            record.update(kept=["zero-shot"], chosen="zero-shot")
+        return kept, record
+
+    monkeypatch.setattr(train_mod, "keep_candidates", only_zero_shot)
+    out = tmp_path / "ft"
+    code, stdout, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out",
+                                            str(out), "--epochs", "2", "--seed", "0", "--label-inputs",
+                                            "--candidate-scores", "--no-progress", "--threads", "1"], capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["finetuned_model"] == "zero-shot" and m["best_epoch"] == 0
+    # --candidate-scores: what the rule chose from, every node, with the labels and the split
+    cs = np.load(out / "candidate_scores.npz")
+    assert list(cs["names"]) == ["checkpoint", "graph", "scratch", "zero-shot"]
+    assert cs["scores"].shape == (4, g.x.shape[0]) and cs["val"].dtype == bool and cs["y"].shape == (g.x.shape[0],)
+    from gcad_dist.metrics import auprc as _auprc
+    assert _auprc(cs["y"][cs["val"]], cs["scores"][3][cs["val"]]) == pytest.approx(m["zero_shot"]["val"]["auprc"])
+    assert m["val"] == m["zero_shot"]["val"] and m["test"] == m["zero_shot"]["test"]
+    assert (out / "roc_pr_test.png").exists()
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.score import load_checkpoint_model, prepare_data
+    from gcad_dist.supervised import predict
+    from gcad_dist.train import load_labelled
+
+    data = load_labelled(str(path))
+    split = make_split(g.to_data(), seed=0)
+    loaded = load_checkpoint_model(out / "final")
+    assert loaded.label_inputs and loaded.in_dim == g.x.shape[1] + 2
+    only_train = data.clone()
+    only_train.y = torch.where(split.train, data.y, torch.full_like(data.y, -1))
+    s = predict(loaded.model, prepare_data(only_train, loaded, normalize="none"))
+    assert evaluate(data.y, s, mask=split.test)["auroc"] == pytest.approx(m["zero_shot"]["test"]["auroc"], abs=1e-6)
 
 
 def test_bad_model_choice_is_a_one_line_error(small_graph, pre_checkpoint, tmp_path, capsys) -> None:

@@ -1,0 +1,157 @@
+"""gcad_dist.finetune's model-level keep rule on held-out validation halves, with and without one candidate.
+
+Example (BENCHMARKS.md, session 36):
+    python -m bench.pretrain_transfer --datasets inj_cora reddit tolokers --seeds 0,1,2 --label-fractions 0.1 \\
+        --k 1 --epochs 3 --lr 1e-3 --threads 1 --candidate-scores --out runs/s36
+    python -m bench.finetune_selection runs/s36 --without zero-shot
+
+Reads every ``candidate_scores.npz`` under the given folders (``gcad_dist.finetune --candidate-scores``: each
+candidate's scores of every node, the labels and the split masks; the run's folder is ``<dataset>/ft<fraction>-s<seed>``
+as ``bench.pretrain_transfer`` names it). For each run, the validation nodes are split in stratified random halves
+(``--halvings`` times, both directions): :func:`gcad_dist.train.keep_candidates` chooses on one half, with every
+candidate and without the ``--without`` one, and the mean of the kept candidates' standardised scores is measured on
+the other half (the method of sessions 25 and 28). Reads no test label. Prints one Markdown row per (dataset,
+fraction): held-out AUROC / AUPRC of both variants, the paired change, the runs where the full set is ahead, and the
+kept sets chosen most often.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
+
+from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
+
+log = logging.getLogger("bench.finetune_selection")
+
+RUN_DIR = re.compile(r"ft(?P<fraction>[0-9.e-]+)-s(?P<seed>\d+)$")
+
+
+@dataclass
+class SelectionConfig:
+    """Settings of ``python -m bench.finetune_selection``."""
+
+    runs: list[str] = field(default_factory=list)
+    without: str = "zero-shot"
+    halvings: int = 10
+    seed: int = 0
+    verbose: bool = False
+
+
+def halves(y: np.ndarray, val: np.ndarray, halvings: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``halvings`` stratified random splits of the validation nodes into halves, each used both ways:
+    [(choose on, measure on)] as index arrays."""
+    rng = np.random.default_rng(seed)
+    idx = np.flatnonzero(val)
+    out = []
+    for _ in range(halvings):
+        pos, neg = rng.permutation(idx[y[idx] == 1]), rng.permutation(idx[y[idx] == 0])
+        a = np.concatenate([pos[: len(pos) // 2], neg[: len(neg) // 2]])
+        b = np.concatenate([pos[len(pos) // 2:], neg[len(neg) // 2:]])
+        out += [(a, b), (b, a)]
+    return out
+
+
+def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarray, halvings: int = 10,
+             seed: int = 0) -> tuple[np.ndarray, Counter]:
+    """Mean held-out (AUROC, AUPRC) of the keep rule over ``names``' candidates, and how often each kept set was
+    chosen. ``scores``: [C, N]; only the validation nodes' labels are read."""
+    from gcad_dist.metrics import auprc, auroc
+    from gcad_dist.model.candidate_ensemble import standardised_mean
+    from gcad_dist.train import keep_candidates
+
+    fits = [(SimpleNamespace(scores=s, best_epoch=0, val={}, test={}), None, None) for s in scores]
+    metrics, kept_sets = [], Counter()
+    for i, (choose, measure) in enumerate(halves(y, val, halvings, seed)):
+        mask = np.zeros(y.shape[0], dtype=bool)
+        mask[choose] = True
+        kept, _ = keep_candidates(fits, y, mask, seed=i, names=names)
+        combined, _ = standardised_mean([scores[k] for k in kept])
+        metrics.append((auroc(y[measure], combined[measure]), auprc(y[measure], combined[measure])))
+        kept_sets[" + ".join(names[k] for k in kept)] += 1
+    return np.mean(metrics, axis=0), kept_sets
+
+
+def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
+    """One record per run found: dataset, fraction, seed, both variants' held-out metrics and kept sets."""
+    files = sorted(f for r in cfg.runs for f in Path(r).rglob("candidate_scores.npz"))
+    if not files:
+        raise UsageError(f"no candidate_scores.npz under {cfg.runs} (run gcad_dist.finetune --candidate-scores)")
+    records = []
+    for f in files:
+        m = RUN_DIR.search(f.parent.name)
+        d = np.load(f)
+        names = [str(n) for n in d["names"]]
+        if cfg.without not in names:
+            log.warning("%s: no %r candidate among %s; skipped", f, cfg.without, names)
+            continue
+        keep = [i for i, n in enumerate(names) if n != cfg.without]
+        y, val, scores = d["y"].astype(np.int64), d["val"].astype(bool), d["scores"]
+        full, full_sets = held_out(names, scores, y, val, cfg.halvings, cfg.seed)
+        part, _ = held_out([names[i] for i in keep], scores[keep], y, val, cfg.halvings, cfg.seed)
+        records.append({"dataset": f.parent.parent.name, "fraction": m["fraction"] if m else "?",
+                        "seed": int(m["seed"]) if m else -1, "full": full, "without": part,
+                        "val_anomalies": int((y[val] == 1).sum()), "kept": full_sets})
+        log.info("%s: held-out AUROC / AUPRC with %s %.4f / %.4f, without %.4f / %.4f", f.parent, cfg.without,
+                 *full, *part)
+    return records
+
+
+def table(records: list[dict[str, Any]], without: str) -> str:
+    """Markdown: one row per (dataset, fraction), means over its runs, then the mean over the rows."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["dataset"], r["fraction"]), []).append(r)
+    lines = [f"| graph | labels | runs | val anomalies | without {without} | with {without} | change | runs ahead "
+             "(AUPRC) | kept most often |", "|---|---|---|---|---|---|---|---|---|"]
+    changes = []
+    for (name, frac), rs in sorted(groups.items()):
+        full, part = np.mean([r["full"] for r in rs], 0), np.mean([r["without"] for r in rs], 0)
+        ahead = sum(r["full"][1] > r["without"][1] for r in rs)
+        kept = sum((r["kept"] for r in rs), Counter()).most_common(2)
+        changes.append(full - part)
+        lines.append(f"| {name} | {frac} | {len(rs)} | {np.mean([r['val_anomalies'] for r in rs]):.0f} | "
+                     f"{part[0]:.3f} / {part[1]:.3f} | {full[0]:.3f} / {full[1]:.3f} | "
+                     f"{full[0] - part[0]:+.3f} / {full[1] - part[1]:+.3f} | {ahead}/{len(rs)} | "
+                     + ", ".join(f"{k} ({n})" for k, n in kept) + " |")
+    mean = np.mean(changes, 0)
+    lines.append(f"\nMean change over the {len(changes)} rows: AUROC {mean[0]:+.4f}, AUPRC {mean[1]:+.4f}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = SelectionConfig()
+    p = argparse.ArgumentParser(prog="python -m bench.finetune_selection", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("runs", nargs="+", help="folders searched for candidate_scores.npz (gcad_dist.finetune --candidate-scores)")
+    p.add_argument("--without", default=d.without, help="the candidate left out of the baseline variant")
+    p.add_argument("--halvings", type=int, default=d.halvings, help="stratified halvings of validation (each used both ways)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the halvings")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = SelectionConfig(**vars(build_parser().parse_args(argv)))
+    if cfg.halvings < 1:
+        raise UsageError(f"--halvings: must be >= 1, got {cfg.halvings}")
+    setup_logging(cfg.verbose)
+    if not cfg.verbose:  # keep_candidates logs every choice: 20 a run
+        logging.getLogger("gcad_dist.train").setLevel(logging.WARNING)
+    print(table(study(cfg), cfg.without))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

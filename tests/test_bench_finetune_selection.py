@@ -1,0 +1,70 @@
+"""bench.finetune_selection: the keep rule on held-out validation halves, with and without one candidate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.finetune_selection import SelectionConfig, halves, held_out, main, study, table
+from gcad_dist.cli import UsageError
+
+
+def _run(root: Path, seed: int, n: int = 600) -> None:
+    """A run folder as bench.pretrain_transfer names it: two weak candidates and a strong 'zero-shot' one; the test
+    nodes' scores are noise, so a result that read them would show."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.1).astype(np.int8)
+    val = np.zeros(n, dtype=bool)
+    val[: n // 2] = True
+    weak = [rng.normal(size=n) + 0.3 * y for _ in range(2)]
+    strong = rng.normal(size=n) + 3.0 * y
+    strong[~val] = rng.normal(size=int((~val).sum()))
+    d = root / "g" / f"ft0.1-s{seed}"
+    d.mkdir(parents=True)
+    np.savez(d / "candidate_scores.npz", names=np.array(["checkpoint", "graph", "zero-shot"]),
+             scores=np.stack([*weak, strong]).astype(np.float32), y=y, val=val, test=~val, train=np.zeros(n, bool))
+
+
+def test_halves_are_stratified_disjoint_and_used_both_ways() -> None:
+    y = np.array([1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0])
+    val = np.ones(12, dtype=bool)
+    val[-2:] = False
+    hs = halves(y, val, 3, seed=0)
+    assert len(hs) == 6
+    for a, b in hs:
+        assert not set(a) & set(b) and set(a) | set(b) == set(np.flatnonzero(val))
+        assert y[a].sum() == 2 and y[b].sum() == 2
+    assert np.array_equal(hs[0][0], hs[1][1])
+
+
+def test_a_strong_candidate_raises_the_held_out_figures(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    for s in range(2):
+        _run(tmp_path, s)
+    recs = study(SelectionConfig(runs=[str(tmp_path)], halvings=3))
+    assert [(r["dataset"], r["fraction"], r["seed"]) for r in recs] == [("g", "0.1", 0), ("g", "0.1", 1)]
+    for r in recs:
+        assert r["full"][1] > r["without"][1] + 0.2  # AUPRC: the strong candidate is kept (alone)
+        assert r["kept"].most_common(1)[0][0] == "zero-shot"
+    t = table(recs, "zero-shot").splitlines()
+    val_pos = np.mean([r["val_anomalies"] for r in recs])
+    assert t[2].startswith(f"| g | 0.1 | 2 | {val_pos:.0f} |") and "| 2/2 | zero-shot (" in t[2]
+    assert main([str(tmp_path), "--halvings", "2"]) == 0
+    assert "| g | 0.1 | 2 |" in capsys.readouterr().out
+
+
+def test_the_held_out_figures_read_no_test_label(tmp_path: Path) -> None:
+    _run(tmp_path, 0)
+    f = tmp_path / "g" / "ft0.1-s0" / "candidate_scores.npz"
+    d = dict(np.load(f))
+    before = held_out(list(d["names"]), d["scores"], d["y"].astype(np.int64), d["val"], 2)
+    y = d["y"].copy()
+    y[~d["val"]] = 1 - y[~d["val"]]
+    after = held_out(list(d["names"]), d["scores"], y.astype(np.int64), d["val"], 2)
+    assert np.array_equal(before[0], after[0]) and before[1] == after[1]
+
+
+def test_no_run_found_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="candidate_scores"):
+        study(SelectionConfig(runs=[str(tmp_path)]))
