@@ -207,6 +207,25 @@ def label_inputs_rule(model: str, value: bool | None = None) -> bool | str:
     return f"from {LABEL_INPUTS_MIN_ANOMALIES} labelled training anomalies"
 
 
+#: below this many labelled training anomalies ``gcad_dist.train`` suggests pre-training and fine-tuning instead: with
+#: 1, 6, 13 and 15 of them (inj_cora at 1% and 10% of its labels, tolokers at 1%, reddit at 10%) fine-tuning a
+#: label-free checkpoint scored above training from scratch, by up to 0.26 AUROC; with 1 on books it scored 0.03 below
+#: (README, "Fine-tuning the label-free model"; BENCHMARKS.md, sessions 33-36)
+FEW_ANOMALIES = 20
+
+
+def few_labels_hint(graph: str, n_anomalies: int) -> str | None:
+    """The suggestion ``gcad_dist.train`` logs when its fit holds fewer than :data:`FEW_ANOMALIES` labelled training
+    anomalies (None otherwise): the three commands of the label-free pre-training and the fine-tuning."""
+    if n_anomalies >= FEW_ANOMALIES:
+        return None
+    return (f"only {n_anomalies} labelled training anomalies: with fewer than {FEW_ANOMALIES}, pre-training without "
+            "labels and fine-tuning has usually scored better than training from scratch (README, 'Fine-tuning the "
+            "label-free model'); try: python -m partitioning.build --graph "
+            f"{graph} --out runs/pre.zarr --k 1 && python -m gcad_dist.pretrain --store runs/pre.zarr --out runs/pre "
+            f"&& python -m gcad_dist.finetune --checkpoint runs/pre/final --graph {graph}")
+
+
 def train_anomaly_count(y: Any, train_mask: Any) -> int:
     """How many nodes of ``train_mask`` are labelled anomalous (what the label-dependent defaults count)."""
     return int((torch.as_tensor(y)[torch.as_tensor(train_mask, dtype=torch.bool)] == 1).sum())
@@ -843,6 +862,9 @@ def main(argv: list[str] | None = None) -> int:
           f"val AUROC {res.val['auroc']:.4f} AUPRC {res.val['auprc']:.4f} | "
           f"test ({res.test['num_nodes']} labelled nodes) AUROC {res.test['auroc']:.4f} AUPRC {res.test['auprc']:.4f} "
           f"Rec@K {res.test['recall_at_k']:.4f} -> {out}")
+    hint = few_labels_hint(cfg.graph, metrics["label_budget"]["train_labelled_anomalies"])
+    if hint:
+        log.info(hint)
     return 0
 
 

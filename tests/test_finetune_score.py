@@ -1045,3 +1045,24 @@ def test_score_cli_scores_nodes_without_neighbours_at_the_median(small_graph, tm
     rest[alone] = False
     assert np.allclose(s[alone], np.median(s[rest]), atol=1e-6)
     assert np.unique(s[rest]).size > 10  # the others keep scores of their own
+
+
+def test_train_suggests_pretraining_with_few_labelled_anomalies(small_graph, tmp_path, capsys, monkeypatch) -> None:
+    """Under FEW_ANOMALIES labelled training anomalies gcad_dist.train logs the three commands of pre-training and
+    fine-tuning (its own graph in them); from FEW_ANOMALIES on it says nothing."""
+    import gcad_dist.train as train
+
+    assert train.few_labels_hint("g.npz", train.FEW_ANOMALIES) is None
+    hint = train.few_labels_hint("data/g.npz", 3)
+    assert hint.startswith("only 3 labelled training anomalies")
+    for command in ("partitioning.build --graph data/g.npz", "gcad_dist.pretrain", "gcad_dist.finetune --checkpoint"):
+        assert command in hint
+    said = []
+    monkeypatch.setattr(train.log, "info", lambda msg, *a: said.append(msg % a if a else msg))
+    g, path = small_graph
+    code, _, err = _run(train.main, ["--graph", str(path), "--model", "mlp", "--label-fraction", "0.25", "--epochs", "2",
+                                     "--out", str(tmp_path / "few"), "--no-progress", "--no-plots", "--threads", "1"],
+                        capsys)
+    assert code == 0, err
+    n = json.loads((tmp_path / "few" / "metrics.json").read_text())["label_budget"]["train_labelled_anomalies"]
+    assert n < train.FEW_ANOMALIES and said[-1] == train.few_labels_hint(str(path), n)
