@@ -603,7 +603,7 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     read after the choice) each candidate's selected epoch and held-out metrics.
     """
     from gcad_dist.metrics import auprc
-    from gcad_dist.selection import SWITCH_RULE, compare_auprc
+    from gcad_dist.selection import MIN_POSITIVES, SWITCH_RULE, compare_auprc
 
     vm, yv, names = _validation_view(fits, y, val_mask, names)
     val_ap = [auprc(yv, res.scores[vm]) if (yv == 1).any() and (yv == 0).any() else float("nan") for res, _, _ in fits]
@@ -626,6 +626,12 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
         kept.append(i)
     record["kept"] = [names[i] for i in kept]
     record["chosen"] = " + ".join(record["kept"])
+    positives = int((yv == 1).sum())
+    if positives < MIN_POSITIVES and len(fits) > 1:
+        record["too_few_validation_anomalies"] = positives
+        log.warning("validation holds %d labelled anomalies, fewer than the %d the rule needs to drop a candidate: all "
+                    "%d candidates (%s) are kept and averaged; more validation labels let it choose", positives,
+                    MIN_POSITIVES, len(fits), ", ".join(names))
     log.info("candidates kept on validation: %s (%s)", record["chosen"], "; ".join(
         f"{n}: val AUPRC {record['val_auprc'][n]:.4f}"
         + (f", P({names[best]} better) {record['bootstrap'][n]['p_best_better']:.3f}" if n in record["bootstrap"] else "")

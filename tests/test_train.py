@@ -461,3 +461,27 @@ def test_flat_ensemble_scores_as_the_nested_average() -> None:
     np.testing.assert_allclose(flat.score(flat(x)).numpy(), expected, rtol=1e-5, atol=1e-5)
     plain = flat_ensemble([(a, 1.0, 2.0), (d, -1.0, 0.5)])  # no nesting: the statistics as given
     assert plain.means.tolist() == [1.0, -1.0] and plain.stds.tolist() == [2.0, 0.5]
+
+
+@pytest.mark.parametrize("positives", [5, 40])
+def test_keep_candidates_says_when_validation_is_too_small_to_drop_one(positives, caplog):
+    """Under MIN_POSITIVES validation anomalies the keep rule cannot drop a candidate: it keeps all, records how many
+    anomalies there were and warns; with enough of them a clearly worse candidate is dropped and nothing is said."""
+    from types import SimpleNamespace
+
+    from gcad_dist.selection import MIN_POSITIVES
+    from gcad_dist.train import keep_candidates
+
+    rng = np.random.default_rng(0)
+    y = np.zeros(600, dtype=np.int64)
+    y[:positives] = 1
+    val = np.ones(600, dtype=bool)
+    good, noise = y + 0.1 * rng.normal(size=600), rng.normal(size=600)
+    fits = [(SimpleNamespace(scores=s, best_epoch=0, val={}, test={}), None, None) for s in (good, noise)]
+    caplog.set_level("INFO", logger="gcad_dist.train")
+    kept, record = keep_candidates(fits, y, val, names=["good", "noise"])
+    if positives < MIN_POSITIVES:
+        assert kept == [0, 1] and record["too_few_validation_anomalies"] == positives
+        assert f"validation holds {positives} labelled anomalies" in caplog.text
+    else:
+        assert kept == [0] and "too_few_validation_anomalies" not in record and "validation holds" not in caplog.text
