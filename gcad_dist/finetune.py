@@ -27,8 +27,9 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    apart kept and averaged (:func:`gcad_dist.train.keep_candidates`).
    Both graph starts are candidates because neither wins everywhere on validation (BENCHMARKS.md, session 15:
    the pre-trained start is better on tolokers, worse on inj_cora with all its labels). A checkpoint that passes
-   messages is fine-tuned as it is, with the zero-shot model as the other candidate. ``metrics.json`` records the choice (``finetuned_model``,
-   ``model_selection``, and each graph model's own candidates kept in ``contrast_selection``).
+   messages is fine-tuned as it is, with the zero-shot model as the other candidate. ``metrics.json`` records the
+   choice (``finetuned_model``, ``model_selection``, and each graph model's own candidates kept in
+   ``contrast_selection``).
 6. Label inputs (``--label-inputs``; by default as ``gcad_dist.train``: on when the kept training labels hold at
    least :data:`~gcad_dist.train.LABEL_INPUTS_MIN_ANOMALIES` anomalies): every fitted model reads two more input
    columns, its neighbours labelled anomalous among the *kept* training labels (:mod:`gcad_dist.data.label_inputs`,
@@ -59,7 +60,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -73,6 +74,9 @@ from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options,
                              add_resume_options, check_input_dropout, prepare_run_state)
 from partitioning.errors import GraphInputError
+
+if TYPE_CHECKING:
+    from gcad_dist.supervised import FitResult
 
 log = logging.getLogger("gcad_dist.finetune")
 

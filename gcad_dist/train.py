@@ -25,6 +25,7 @@ import argparse
 import json
 import logging
 import math
+import shlex
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -219,6 +220,7 @@ def few_labels_hint(graph: str, n_anomalies: int) -> str | None:
     anomalies (None otherwise): the three commands of the label-free pre-training and the fine-tuning."""
     if n_anomalies >= FEW_ANOMALIES:
         return None
+    graph = shlex.quote(graph)
     return (f"only {n_anomalies} labelled training anomalies: with fewer than {FEW_ANOMALIES}, pre-training without "
             "labels and fine-tuning has usually scored better than training from scratch (README, 'Fine-tuning the "
             "label-free model'); try: python -m partitioning.build --graph "
