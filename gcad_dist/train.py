@@ -209,8 +209,9 @@ def label_inputs_rule(model: str, value: bool | None = None) -> bool | str:
 
 
 #: below this many labelled training anomalies ``gcad_dist.train`` suggests pre-training and fine-tuning instead: with
-#: 1, 6, 13 and 15 of them (inj_cora at 1% and 10% of its labels, tolokers at 1%, reddit at 10%) fine-tuning a
-#: label-free checkpoint scored above training from scratch, by up to 0.26 AUROC; with 1 on books it scored 0.03 below
+#: 1, 6, 13 and 15 of them (inj_cora and reddit at 1% of their labels, inj_cora and reddit at 10%, tolokers at 1%)
+#: fine-tuning a label-free checkpoint scored above training from scratch, by up to 0.26 AUROC; with 1 on books it
+#: scored 0.03 below
 #: (README, "Fine-tuning the label-free model"; BENCHMARKS.md, sessions 33-36)
 FEW_ANOMALIES = 20
 
