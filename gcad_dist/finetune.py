@@ -27,9 +27,8 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    apart kept and averaged (:func:`gcad_dist.train.keep_candidates`).
    Both graph starts are candidates because neither wins everywhere on validation (BENCHMARKS.md, session 15:
    the pre-trained start is better on tolokers, worse on inj_cora with all its labels). A checkpoint that passes
-   messages is fine-tuned as it is, with the zero-shot model as the other candidate. ``metrics.json`` records the
-   choice (``finetuned_model``, ``model_selection``, and each graph model's own candidates kept in
-   ``contrast_selection``).
+   messages is fine-tuned as it is, alone. ``metrics.json`` records the choice (``finetuned_model``,
+   ``model_selection``, and each graph model's own candidates kept in ``contrast_selection``).
 6. Label inputs (``--label-inputs``; by default as ``gcad_dist.train``: on when the kept training labels hold at
    least :data:`~gcad_dist.train.LABEL_INPUTS_MIN_ANOMALIES` anomalies): every fitted model reads two more input
    columns, its neighbours labelled anomalous among the *kept* training labels (:mod:`gcad_dist.data.label_inputs`,
@@ -90,7 +89,8 @@ __all__ = ["FINETUNE_MODELS", "FinetuneConfig", "subsample_labels", "warm_start_
 #: validation (every fit not clearly below the best by the bootstrap of :mod:`gcad_dist.selection`, averaged)
 FINETUNE_MODELS = ("auto", "checkpoint", "graph", "scratch")
 AUTO_MODELS = ("checkpoint", "graph", "scratch")
-#: ``--model auto``'s last candidate: the checkpoint unchanged, the zero-shot model. It is kept unless validation places
+#: ``--model auto``'s last candidate for a label-free recipe's checkpoint: the checkpoint unchanged, the zero-shot
+#: model. It is kept unless validation places
 #: it clearly below the best fit, so few labels cannot make a run worse than no label where validation can see it
 #: (BENCHMARKS.md, session 36)
 ZERO_SHOT = "zero-shot"
@@ -219,9 +219,12 @@ def write_candidate_scores(path: Path, names: list[str], scores: list[np.ndarray
 
 
 def _models_to_fit(choice: str, config: Any) -> list[str]:
-    """The candidates ``--model`` asks for, given the checkpoint's model config: ``auto`` adds :data:`ZERO_SHOT`."""
+    """The candidates ``--model`` asks for, given the checkpoint's model config: ``auto`` on a label-free recipe's
+    checkpoint (no message passing) adds :data:`ZERO_SHOT`. A message-passing (paper recipe) checkpoint is fine-tuned
+    alone: its zero-shot score is near chance, and as a candidate it cost AUPRC on held-out validation halves
+    (inj_cora at 10%: -0.009; BENCHMARKS.md, session 36)."""
     if choice == "auto":
-        return (["checkpoint"] if config.passes_messages else list(AUTO_MODELS)) + [ZERO_SHOT]
+        return ["checkpoint"] if config.passes_messages else [*AUTO_MODELS, ZERO_SHOT]
     return [choice]
 
 
