@@ -134,9 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = SelectionConfig()
     p = argparse.ArgumentParser(prog="python -m bench.finetune_selection", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("runs", nargs="+", help="folders searched for candidate_scores.npz (gcad_dist.finetune --candidate-scores)")
+    p.add_argument("runs", nargs="+",
+                   help="folders searched for candidate_scores.npz (gcad_dist.finetune --candidate-scores)")
     p.add_argument("--without", default=d.without, help="the candidate left out of the baseline variant")
-    p.add_argument("--halvings", type=int, default=d.halvings, help="stratified halvings of validation (each used both ways)")
+    p.add_argument("--halvings", type=int, default=d.halvings,
+                   help="stratified halvings of validation (each used both ways)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the halvings")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p

@@ -75,9 +75,9 @@ def two_hop_ball(inner: Tensor, outer: Tensor, num_nodes: int,
 def ball_mean(h: Tensor, edge_index: Tensor, num_nodes: int, fanout: int = DEFAULT_FANOUT,
               generator: torch.Generator | None = None, max_pairs: int = 1 << 23) -> tuple[Tensor, Tensor]:
     """(the mean of ``h`` [N, d] over every node's two-hop ball, 0 where the ball is empty; the ball's size [N]), as
-    ``neighbour_context`` over the edges of ``two_hop_ball(edge_index, sample_in_edges(...))`` gives, without holding every ball at once: the targets are taken in
-    chunks of at most about ``max_pairs`` composed edges (a 1M-node graph's balls have about 10^8), so memory stays
-    bounded when scoring a large graph."""
+    ``neighbour_context`` over the edges of ``two_hop_ball(edge_index, sample_in_edges(...))`` gives, without
+    holding every ball at once: the targets are taken in chunks of at most about ``max_pairs`` composed edges (a
+    1M-node graph's balls have about 10^8), so memory stays bounded when scoring a large graph."""
     from .aggregate import weighted_sum
 
     outer = sample_in_edges(edge_index, num_nodes, fanout, generator)
