@@ -149,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.halvings < 1:
         raise UsageError(f"--halvings: must be >= 1, got {cfg.halvings}")
     setup_logging(cfg.verbose)
-    if not cfg.verbose:  # keep_candidates logs every choice: 20 a run
-        logging.getLogger("gcad_dist.train").setLevel(logging.WARNING)
+    if not cfg.verbose:  # keep_candidates logs every choice, and warns on small validation halves: 20 a run
+        logging.getLogger("gcad_dist.train").setLevel(logging.ERROR)
     print(table(study(cfg), cfg.without))
     return 0
 
