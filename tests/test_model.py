@@ -587,20 +587,30 @@ def test_input_dropout_acts_in_training_only(kind):
 
 def test_pyg_generated_sources_are_removed_at_exit(tmp_path):
     """PyG writes each MessagePassing class's generated propagate into the temporary folder and never deletes it;
-    a process that built GCCAD models leaves none of those files behind (they exist while it runs)."""
+    a process that built GCCAD models and baselines leaves none of those files behind, even one killed without its
+    exit hooks (os._exit), and the generated source stays readable (inspect, tracebacks)."""
     import subprocess
     import sys
 
     code = (
-        "import glob, os, tempfile\n"
+        "import glob, inspect, os, sys, tempfile\n"
         "from gcad_dist.model import GCCAD, GCCADConfig\n"
+        "from gcad_dist.model.baselines import BaselineClassifier, BaselineConfig\n"
         "for conv in ('gin', 'sage', 'gat', 'gcn'):\n"
-        "    GCCAD(GCCADConfig(in_dim=4, hidden=8, conv=conv))\n"
-        "print(len(glob.glob(os.path.join(tempfile.gettempdir(), '*_propagate_*.py'))))\n"
+        "    m = GCCAD(GCCADConfig(in_dim=4, hidden=8, conv=conv))\n"
+        "for kind in ('gcn', 'gin', 'sage', 'gat'):\n"
+        "    BaselineClassifier(BaselineConfig(in_dim=4, kind=kind, hidden=8, heads=2))\n"
+        "gen = [n for n in sys.modules if n.endswith('_propagate')]\n"
+        "src = inspect.getsource(sys.modules[gen[0]])\n"
+        "print(len(gen), 'def propagate' in src, len(glob.glob(os.path.join(tempfile.gettempdir(), '*_propagate_*.py'))))\n"
+        "sys.stdout.flush()\n"
+        "os._exit(0)\n"
     )
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
                        cwd=Path(__file__).resolve().parents[1])
     assert r.returncode == 0, r.stderr
-    assert int(r.stdout.split()[-1]) >= 3  # the files existed while the process ran
+    modules, has_source, files_left = r.stdout.split()[-3:]
+    assert int(modules) >= 3 and has_source == "True"  # the generated modules were built, and their source is kept
+    assert files_left == "0"  # deleted as soon as the convs were built
     assert not list(tmp_path.glob("*_propagate_*.py"))

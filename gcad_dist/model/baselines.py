@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 from torch_geometric.utils import to_torch_csr_tensor
 
+from .generated_sources import release_generated_sources
 from .node_update import make_norm
 
 __all__ = ["BASELINES", "BaselineConfig", "BaselineClassifier", "build_baseline"]
@@ -45,6 +46,12 @@ class BaselineConfig:
 
 
 def _layer(kind: str, hidden: int, heads: int) -> nn.Module:
+    layer = _new_layer(kind, hidden, heads)
+    release_generated_sources()  # PyG's generated propagate file (gcad_dist.model.generated_sources)
+    return layer
+
+
+def _new_layer(kind: str, hidden: int, heads: int) -> nn.Module:
     if kind == "mlp":
         return nn.Linear(hidden, hidden)
     if kind == "gcn":

@@ -37,6 +37,7 @@ from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
 
 from .aggregate import weighted_sum
 from .dropout import Dropout
+from .generated_sources import release_generated_sources
 
 
 class WeightedGINConv(MessagePassing):
@@ -155,7 +156,9 @@ def make_conv(name: str, hidden: int) -> nn.Module:
     """Build the weighted conv called ``name`` (one of :data:`CONVS`) mapping hidden -> hidden."""
     if name not in CONVS:
         raise ValueError(f"unknown conv {name!r}; choose from {sorted(CONVS)}")
-    return CONVS[name](hidden)
+    conv = CONVS[name](hidden)
+    release_generated_sources()  # PyG's generated propagate file, deleted now: a killed process runs no exit hook
+    return conv
 
 
 class GraphScaleNorm(nn.Module):
