@@ -55,7 +55,6 @@ import argparse
 import copy
 import dataclasses
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -71,7 +70,7 @@ from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options,
-                             add_resume_options, check_input_dropout, prepare_run_state)
+                             add_resume_options, check_fit_options, prepare_run_state)
 from partitioning.errors import GraphInputError
 
 if TYPE_CHECKING:
@@ -140,33 +139,15 @@ class FinetuneConfig:
 
 
 def _validate(cfg: FinetuneConfig) -> None:
-    if not (0 < cfg.label_fraction <= 1):
-        raise UsageError(f"--label-fraction: must be in (0, 1], got {cfg.label_fraction}")
     if cfg.epochs < 0:
         raise UsageError(f"--epochs: must be >= 0 (0 = zero-shot evaluation only), got {cfg.epochs}")
-    if cfg.eval_every < 1:
-        raise UsageError(f"--eval-every: must be >= 1, got {cfg.eval_every}")
-    if cfg.patience < 0:
-        raise UsageError(f"--patience: must be >= 0, got {cfg.patience}")
-    check_input_dropout(cfg.input_dropout)
-    if cfg.snapshots < 1:
-        raise UsageError(f"--snapshots: must be >= 1, got {cfg.snapshots}")
-    if cfg.max_degree < 0:
-        raise UsageError(f"--max-degree: must be >= 0 (0 = every edge in every epoch), got {cfg.max_degree}")
-    if cfg.checkpoint_interval < 0:
-        raise UsageError(f"--checkpoint-interval: must be >= 0 (0 = every epoch), got {cfg.checkpoint_interval}")
-    if cfg.candidate_workers < 1:
-        raise UsageError(f"--candidate-workers: must be >= 1, got {cfg.candidate_workers}")
+    check_fit_options(cfg)
     if cfg.model not in FINETUNE_MODELS:
         raise UsageError(f"--model: unknown value {cfg.model!r} (choose from {', '.join(FINETUNE_MODELS)})")
     if cfg.link_eval not in LINK_EVALS:
         raise UsageError(f"--link-eval: unknown value {cfg.link_eval!r} (choose from {', '.join(LINK_EVALS)})")
     if cfg.score_space not in SCORE_SPACES:
         raise UsageError(f"--score-space: unknown value {cfg.score_space!r} (choose from {', '.join(SCORE_SPACES)})")
-    if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
-        raise UsageError(f"--lr: must be > 0, got {cfg.lr}")
-    if not (0 < cfg.train_frac < 1 and 0 < cfg.val_frac < 1 and cfg.train_frac + cfg.val_frac < 1):
-        raise UsageError(f"--train-frac/--val-frac: need 0 < train, val and train + val < 1, got {cfg.train_frac}/{cfg.val_frac}")
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out: {out} exists and is not a directory")

@@ -332,23 +332,11 @@ def load_labelled(path: str, normalize: str = "standard"):
     return data
 
 
-def _validate(cfg: TrainConfig) -> None:
-    if cfg.model not in MODELS and cfg.model != "gccad-ce":
-        raise UsageError(f"--model: unknown value {cfg.model!r} (choose from {', '.join(MODELS)})")
-    if cfg.conv not in CONVS:
-        raise UsageError(f"--conv: unknown value {cfg.conv!r} (choose from {', '.join(CONVS)})")
-    if cfg.ablation not in ABLATIONS:
-        raise UsageError(f"--ablation: unknown value {cfg.ablation!r} (choose from {', '.join(ABLATIONS)})")
-    for name in ("epochs", "hidden", "layers", "eval_every"):
-        if getattr(cfg, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
-    if cfg.contrast not in (*CONTRASTS, "auto"):
-        raise UsageError(f"--contrast: unknown value {cfg.contrast!r} (choose from {', '.join(CONTRASTS)}, auto)")
-    if cfg.jump is not None and cfg.jump not in JUMPS:
-        raise UsageError(f"--jump: unknown value {cfg.jump!r} (choose from {', '.join(JUMPS)})")
-    if cfg.jump not in (None, "last") and cfg.contrast in ("neighbors", "ego"):
-        raise UsageError(f"--jump {cfg.jump}: applies to the graph contrast only (--contrast graph or auto), "
-                         f"not to --contrast {cfg.contrast}")
+def check_fit_options(cfg: Any) -> None:
+    """The checks of the fitting options that ``gcad_dist.train`` and ``gcad_dist.finetune`` share (their settings
+    dataclasses have the same names for them); raises :class:`UsageError` naming the option."""
+    if cfg.eval_every < 1:
+        raise UsageError(f"--eval-every: must be >= 1, got {cfg.eval_every}")
     if cfg.checkpoint_interval < 0:
         raise UsageError(f"--checkpoint-interval: must be >= 0 (0 = every epoch), got {cfg.checkpoint_interval}")
     if cfg.patience < 0:
@@ -359,8 +347,6 @@ def _validate(cfg: TrainConfig) -> None:
         raise UsageError(f"--max-degree: must be >= 0 (0 = every edge in every epoch), got {cfg.max_degree}")
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise UsageError(f"--lr: must be > 0, got {cfg.lr}")
-    if not 0 <= cfg.dropout < 1:
-        raise UsageError(f"--dropout: must be in [0, 1), got {cfg.dropout}")
     check_input_dropout(cfg.input_dropout)
     if not (0 < cfg.train_frac < 1 and 0 < cfg.val_frac < 1 and cfg.train_frac + cfg.val_frac < 1):
         raise UsageError(f"--train-frac/--val-frac: need 0 < train, val and train + val < 1, got {cfg.train_frac}/{cfg.val_frac}")
@@ -370,6 +356,28 @@ def _validate(cfg: TrainConfig) -> None:
         raise UsageError(f"--candidate-workers: must be >= 1, got {cfg.candidate_workers}")
     if cfg.threads < 0:
         raise UsageError(f"--threads: must be >= 0 (0 = torch's default), got {cfg.threads}")
+
+
+def _validate(cfg: TrainConfig) -> None:
+    if cfg.model not in MODELS and cfg.model != "gccad-ce":
+        raise UsageError(f"--model: unknown value {cfg.model!r} (choose from {', '.join(MODELS)})")
+    if cfg.conv not in CONVS:
+        raise UsageError(f"--conv: unknown value {cfg.conv!r} (choose from {', '.join(CONVS)})")
+    if cfg.ablation not in ABLATIONS:
+        raise UsageError(f"--ablation: unknown value {cfg.ablation!r} (choose from {', '.join(ABLATIONS)})")
+    for name in ("epochs", "hidden", "layers"):
+        if getattr(cfg, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
+    if cfg.contrast not in (*CONTRASTS, "auto"):
+        raise UsageError(f"--contrast: unknown value {cfg.contrast!r} (choose from {', '.join(CONTRASTS)}, auto)")
+    if cfg.jump is not None and cfg.jump not in JUMPS:
+        raise UsageError(f"--jump: unknown value {cfg.jump!r} (choose from {', '.join(JUMPS)})")
+    if cfg.jump not in (None, "last") and cfg.contrast in ("neighbors", "ego"):
+        raise UsageError(f"--jump {cfg.jump}: applies to the graph contrast only (--contrast graph or auto), "
+                         f"not to --contrast {cfg.contrast}")
+    check_fit_options(cfg)
+    if not 0 <= cfg.dropout < 1:
+        raise UsageError(f"--dropout: must be in [0, 1), got {cfg.dropout}")
     if cfg.device not in ("auto", "cpu") and not cfg.device.startswith("cuda"):
         raise UsageError(f"--device: unknown device {cfg.device!r} (auto, cpu, cuda, cuda:N)")
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():

@@ -407,3 +407,30 @@ def test_every_torch_load_is_weights_only() -> None:
                 if "weights_only=True" not in call:
                     bad.append(f"{p.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}: {call}")
     assert not bad, bad
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("--eval-every", "0", "--eval-every: must be >= 1"),
+    ("--patience", "-1", "--patience: must be >= 0"),
+    ("--snapshots", "0", "--snapshots: must be >= 1"),
+    ("--max-degree", "-5", "--max-degree: must be >= 0"),
+    ("--lr", "0", "--lr: must be > 0"),
+    ("--label-fraction", "1.5", "--label-fraction: must be in (0, 1]"),
+    ("--candidate-workers", "0", "--candidate-workers: must be >= 1"),
+    ("--threads", "-1", "--threads: must be >= 0"),
+    ("--checkpoint-interval", "-1", "--checkpoint-interval: must be >= 0"),
+])
+@pytest.mark.parametrize("cli", ["train", "finetune"])
+def test_fit_options_are_checked_alike_by_train_and_finetune(cli: str, option: str, value: str, message: str,
+                                                            tmp_path: Path, capsys) -> None:
+    """The fitting options both CLIs share are refused with the same one line, before any file is read (the graph
+    and the checkpoint do not exist here)."""
+    from gcad_dist.finetune import main as finetune_main
+    from gcad_dist.train import main as train_main
+
+    main = train_main if cli == "train" else finetune_main
+    argv = ["--graph", str(tmp_path / "none.npz"), "--out", str(tmp_path / "out"), option, value]
+    if cli == "finetune":
+        argv += ["--checkpoint", str(tmp_path / "no-checkpoint")]
+    line = _cli(main, argv, capsys)
+    assert line.startswith(f"error: {message}"), line
