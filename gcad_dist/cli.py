@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from partitioning.cli import DefaultsHelpFormatter, UsageError, auto_or, run_cli, setup_logging
+from partitioning.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, auto_or, run_cli, setup_logging
 
-__all__ = ["UsageError", "setup_logging", "run_cli", "add_runtime_options", "DefaultsHelpFormatter", "auto_or"]
+__all__ = ["UsageError", "setup_logging", "run_cli", "add_runtime_options", "ArgumentParser", "DefaultsHelpFormatter",
+           "auto_or"]
 
 
 def add_runtime_options(p: argparse.ArgumentParser, defaults: object, plots: bool = True) -> None:

@@ -64,7 +64,7 @@ import numpy as np
 import torch
 
 from gcad_dist.allocator import retain_freed_memory
-from gcad_dist.cli import DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
 from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
 from gcad_dist.fit_state import abandon as abandon_run_state
@@ -396,7 +396,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     d = FinetuneConfig(checkpoint="", graph="")
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m gcad_dist.finetune",
         description="Fine-tune a pre-trained GCCAD checkpoint on a labelled graph using a stratified fraction of "
                     "its training labels (epoch selected on validation AUPRC), or with --epochs 0 only evaluate it "

@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from gcad_dist.cli import DefaultsHelpFormatter, UsageError, auto_or, run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, auto_or, run_cli, setup_logging
 from gcad_dist.model.gccad import CONTRASTS
 from gcad_dist.model.precision import PRECISIONS
 from partitioning.features import describe_normalization
@@ -195,7 +195,7 @@ class PretrainConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m gcad_dist.pretrain",
         description="Self-supervised GCCAD pre-training (GCCAD-pre) on a store of corrupt subgraphs, "
         "data-parallel over Ray Train workers.",
@@ -724,6 +724,7 @@ def run(cfg: PretrainConfig) -> dict:
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from gcad_dist.checkpoint import load_train_state
+    from gcad_dist.distributed.ray_runtime import stop_ray
     from gcad_dist.distributed.train_loop import train_loop_per_worker
 
     events = out / EVENTS
@@ -784,7 +785,7 @@ def run(cfg: PretrainConfig) -> dict:
             state = load_train_state(d) or {}
     finally:
         if started:
-            ray.shutdown()
+            stop_ray()
         ray_out.close(ray_still_up=not started)
     history = state.get("history", [])
     last = history[-1] if history else {}

@@ -42,7 +42,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gcad_dist.allocator import retain_freed_memory
-from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from gcad_dist.data.label_inputs import LENDS
 from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
@@ -413,7 +413,7 @@ def _load(path: Path) -> tuple[Any, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     d = QualityConfig()
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m gcad_dist.quality",
         description="Benchmark GCCAD, its cross-entropy ablation, GNN baselines and reference detectors (label-free and "
                     "supervised) on labelled graphs: test AUROC, AUPRC, Rec@K as mean ± std over seeds, labels used, "

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from gcad_dist.allocator import retain_freed_memory
-from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from gcad_dist.data.label_inputs import LABEL_COLUMNS
 from partitioning.errors import GraphInputError
 
@@ -404,7 +404,7 @@ def write_scores(path: str | Path, scores: np.ndarray, y: np.ndarray | None = No
 
 def build_parser() -> argparse.ArgumentParser:
     d = ScoreConfig(checkpoint="", graph="", out="")
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m gcad_dist.score",
         description="Score every node of a graph with a gcad-dist checkpoint and write node_id, score "
                     "(and label / graph_id when present) to Parquet. With labels, print AUROC, AUPRC and "

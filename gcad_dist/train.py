@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from gcad_dist.allocator import retain_freed_memory
-from gcad_dist.cli import DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
@@ -212,7 +212,7 @@ def label_inputs_rule(model: str, value: bool | None = None) -> bool | str:
 #: 1, 6, 13 and 15 of them (inj_cora and reddit at 1% of their labels, inj_cora and reddit at 10%, tolokers at 1%)
 #: fine-tuning a label-free checkpoint scored above training from scratch, by up to 0.26 AUROC; with 1 on books it
 #: scored 0.03 below
-#: (README, "Fine-tuning the label-free model"; BENCHMARKS.md, sessions 33-36)
+#: (README, "Fine-tuning with a few labels"; BENCHMARKS.md, sessions 33-36)
 FEW_ANOMALIES = 20
 
 
@@ -223,8 +223,8 @@ def few_labels_hint(graph: str, n_anomalies: int) -> str | None:
         return None
     graph = shlex.quote(graph)
     return (f"only {n_anomalies} labelled training anomalies: with fewer than {FEW_ANOMALIES}, pre-training without "
-            "labels and fine-tuning has usually scored better than training from scratch (README, 'Fine-tuning the "
-            "label-free model'); try: python -m partitioning.build --graph "
+            "labels and fine-tuning has usually scored better than training from scratch "
+            "(README, 'Fine-tuning with a few labels'); try: python -m partitioning.build --graph "
             f"{graph} --out runs/pre.zarr --k 1 && python -m gcad_dist.pretrain --store runs/pre.zarr --out runs/pre "
             f"&& python -m gcad_dist.finetune --checkpoint runs/pre/final --graph {graph}")
 
@@ -642,7 +642,7 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
         record["too_few_validation_anomalies"] = positives
         log.warning("validation holds %d labelled anomalies, fewer than the %d the rule needs to drop a candidate: all "
                     "%d candidates (%s) are kept and averaged; more validation labels let it choose", positives,
-                    MIN_POSITIVES, len(fits), ", ".join(names))
+                    MIN_POSITIVES, len(fits), " / ".join(names))
     log.info("candidates kept on validation: %s (%s)", record["chosen"], "; ".join(
         f"{n}: val AUPRC {record['val_auprc'][n]:.4f}"
         + (f", P({names[best]} better) {record['bootstrap'][n]['p_best_better']:.3f}" if n in record["bootstrap"] else "")
@@ -712,7 +712,7 @@ def write_json(obj: Any, path: Path) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig(graph="", out="")
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m gcad_dist.train",
         description="Train GCCAD (or an ablation / a baseline) on one labelled graph, select the epoch on "
                     "validation AUPRC, write checkpoint, metrics JSON and plots.",
@@ -823,9 +823,11 @@ def add_resume_options(p: argparse.ArgumentParser, defaults: object) -> None:
 
 
 def add_candidate_options(p: argparse.ArgumentParser, defaults: object) -> None:
-    """--candidate-workers and --address: where ``--contrast auto``'s candidates are fitted (train and finetune)."""
+    """--candidate-workers and --address: where the candidates are fitted (``gcad_dist.train --contrast auto``'s,
+    ``gcad_dist.finetune --model auto``'s)."""
     p.add_argument("--candidate-workers", type=int, default=getattr(defaults, "candidate_workers"),
-                   help="--contrast auto: fit up to this many of its three candidates at once, each as a Ray task "
+                   help="fit up to this many candidates at once (gcad_dist.train --contrast auto's three, gcad_dist.finetune "
+                   "--model auto's), each as a Ray task "
                    "with --threads CPUs (with --threads 0: this machine's CPUs shared; or one GPU each on CUDA), on "
                    "this machine or on the cluster of --address; the scores are those of fitting them one after "
                    "another. 1 = one after another in this process, no Ray")

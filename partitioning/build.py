@@ -469,17 +469,10 @@ def _parse_grid(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 via run_cli
-        from partitioning.cli import UsageError
-
-        raise UsageError(message)
-
-
 def make_parser() -> argparse.ArgumentParser:
-    from partitioning.cli import DefaultsHelpFormatter
+    from partitioning.cli import ArgumentParser, DefaultsHelpFormatter
 
-    p = _Parser(
+    p = ArgumentParser(
         prog="python -m partitioning.build",
         description="Cluster a graph's nodes (FAISS K-means on the features; one part per graph for "
         "multi-graph input), build corrupt subgraphs (METHOD.md section 4: inject nodes of other parts, "
@@ -492,8 +485,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="store folder to create, e.g. runs/tolokers.zarr (written to "
                    "<out>.tmp-<pid> then renamed)")
     p.add_argument("--k", type=_parse_auto_int, default="auto", help="number of parts, or 'auto' for the elbow of the "
-                   "inertia curve over --k-grid (Kneedle on log inertia); 1 = the whole graph, no K-means (needs "
-                   "--corruption-mix none); ignored for multi-graph input")
+                   "inertia curve over --k-grid (Kneedle on log inertia); 1 = the whole graph, no K-means and no stored "
+                   "corruption (implies --corruption-mix none: the label-free recipe); ignored for multi-graph input")
     p.add_argument("--k-grid", type=_parse_grid, default=",".join(map(str, d.k_grid)),
                    help="K values tried by --k auto (comma-separated, at least 3, each >= 2)")
     p.add_argument("--min-part-size", type=_parse_auto_int, default="auto",

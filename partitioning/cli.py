@@ -14,16 +14,26 @@ from typing import TypeVar
 
 from partitioning.errors import GraphInputError
 
-__all__ = ["UsageError", "setup_logging", "run_cli", "DefaultsHelpFormatter"]
+__all__ = ["UsageError", "setup_logging", "run_cli", "ArgumentParser", "DefaultsHelpFormatter"]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose errors (an unknown option, a value of the wrong type, a missing required option) end
+    like every other user error: one line ``error: <problem>`` naming where to read more, exit status 2, no usage
+    block (argparse prints about thirty lines of usage before its error)."""
+
+    def error(self, message: str) -> None:  # noqa: D102 - argparse's hook
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """``--help`` shows each option's default, except where there is none to show: a default of None (the help
-    then says what decides the value) or a help text that already states it."""
+    then says what decides the value), a help text that already states it, or a flag that takes no value (its help
+    says what it turns on or off; ``--no-progress (default: True)`` would read as "off by default")."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if action.default is None or "(default" in text:
+        if action.default is None or "(default" in text or action.nargs == 0:
             return text
         return super()._get_help_string(action)
 

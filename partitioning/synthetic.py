@@ -357,10 +357,10 @@ def generate(cfg: SyntheticConfig) -> Graph:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from partitioning.cli import DefaultsHelpFormatter
+    from partitioning.cli import ArgumentParser, DefaultsHelpFormatter
 
     d = SyntheticConfig()
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m partitioning.synthetic",
         description=(
             "Generate a large graph with communities, power-law degrees and planted anomalies "

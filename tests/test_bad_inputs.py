@@ -434,3 +434,25 @@ def test_fit_options_are_checked_alike_by_train_and_finetune(cli: str, option: s
         argv += ["--checkpoint", str(tmp_path / "no-checkpoint")]
     line = _cli(main, argv, capsys)
     assert line.startswith(f"error: {message}"), line
+
+
+@pytest.mark.parametrize("module,argv,expected", [
+    ("gcad_dist.train", ["--graph", "g.npz", "--out", "o", "--epochs", "abc"], "argument --epochs: invalid int value"),
+    ("gcad_dist.train", ["--graph", "g.npz"], "the following arguments are required: --out"),
+    ("gcad_dist.quality", ["--models", "nosuch"], "argument --models: invalid choice: 'nosuch'"),
+    ("gcad_dist.pretrain", ["--epochs", "3"], "the following arguments are required: --store"),
+    ("gcad_dist.finetune", ["--graph", "g.npz", "--out", "o"], "required: --checkpoint"),
+    ("gcad_dist.score", ["--checkpoint", "c", "--graph", "g.npz", "--out", "s.parquet", "--no-such-option", "1"],
+     "unrecognized arguments: --no-such-option 1"),
+    ("partitioning.build", ["--graph", "g.npz", "--out", "o.zarr", "--k", "two"], "argument --k"),
+    ("partitioning.synthetic", ["--out", "g.npz", "--nodes", "many"], "argument --nodes: invalid int value"),
+    ("partitioning.store.verify", [], "the following arguments are required: store"),
+])
+def test_option_mistakes_are_one_line(module: str, argv: list[str], expected: str, capsys) -> None:
+    """argparse's own errors (wrong type, unknown choice or option, a required option missing) end as every user
+    error does: one ``error:`` line that points to --help, exit status 2, no usage block."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    line = _cli(main, argv, capsys)
+    assert expected in line and line.endswith(f"(see python -m {module} --help)"), line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -1056,6 +1057,8 @@ def test_train_suggests_pretraining_with_few_labelled_anomalies(small_graph, tmp
     assert hint.startswith("only 3 labelled training anomalies")
     for command in ("partitioning.build --graph data/g.npz", "gcad_dist.pretrain", "gcad_dist.finetune --checkpoint"):
         assert command in hint
+    cited = re.search(r"README, '([^']+)'", hint).group(1)  # the README part it points to exists
+    assert cited in (Path(__file__).resolve().parents[1] / "README.md").read_text()
     said = []
     monkeypatch.setattr(train.log, "info", lambda msg, *a: said.append(msg % a if a else msg))
     g, path = small_graph

@@ -54,7 +54,7 @@ def fit_side_by_side(cfg: Any, data: Any, fit_split: Any, scfg: Any, candidates:
     ``scfg.state_dir`` (a folder every task can reach) each task writes and resumes its fit's state there."""
     import ray
 
-    from gcad_dist.distributed.ray_runtime import start_ray
+    from gcad_dist.distributed.ray_runtime import start_ray, stop_ray
     from gcad_dist.supervised import resolve_device
     from gcad_dist.train import build_candidate, candidate_name
 
@@ -91,7 +91,7 @@ def fit_side_by_side(cfg: Any, data: Any, fit_split: Any, scfg: Any, candidates:
                              time.perf_counter() - t0)
     finally:
         if started:
-            ray.shutdown()
+            stop_ray()
     fits = []
     for (contrast, norm), (res, model_cfg) in zip(candidates, results):
         model, _ = build_candidate(cfg, data.num_features, contrast, norm)

@@ -3,13 +3,19 @@
 With an address (``--address`` or the ``RAY_ADDRESS`` variable that ``ray job submit`` sets) the process
 joins that cluster. Otherwise it starts Ray on loopback only: a private temp dir, a GCS port of its own
 (so several local instances do not mix), as many logical CPUs as asked, and the dashboard only when the
-caller needs its state API (Ray Train does; plain tasks do not).
+caller needs its state API (Ray Train does; plain tasks do not). :func:`stop_ray` ends it and deletes its temp dir
+(session logs, sockets: about 2 MB a run, which Ray leaves behind).
+
+Ray's dashboard is bound to 127.0.0.1. Ray's own gRPC servers (GCS, raylet, workers, agents) are built into its
+binaries and listen on every interface whatever ``_node_ip_address`` says; Ray 2.60 guards them with token
+authentication, which is on by default.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -19,6 +25,8 @@ from gcad_dist.cli import UsageError
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+_temp_dir: str | None = None  # the temp dir of the local Ray that start_ray started, removed by stop_ray
 
 
 def free_port() -> int:
@@ -41,7 +49,7 @@ def dashboard_dependency_error() -> str | None:
 def start_ray(address: str | None, num_cpus: int, dashboard: bool = True, what: str = "") -> bool:
     """Join the cluster at ``address`` (or ``$RAY_ADDRESS``), or start a private local Ray with ``num_cpus``
     logical CPUs; nothing when Ray is already up in this process. Returns True when this call started or
-    joined Ray (the caller then ends it with ``ray.shutdown()``). ``dashboard``: the local instance needs the
+    joined Ray (the caller then ends it with :func:`stop_ray`). ``dashboard``: the local instance needs the
     dashboard's state API (Ray Train); a missing ``ray[default]`` is then a usage error, not Ray's deep one."""
     import ray
 
@@ -63,7 +71,9 @@ def start_ray(address: str | None, num_cpus: int, dashboard: bool = True, what: 
     # A private instance on loopback. Its GCS port is chosen here so that Ray's own helper actors
     # (Ray Train V2's placement-group cleaner polls the state API) can be told which instance is theirs
     # through RAY_ADDRESS even when other Ray instances run on this machine.
+    global _temp_dir
     port = free_port()
+    _temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     previous = os.environ.get("RAY_GCS_SERVER_PORT")
     os.environ["RAY_GCS_SERVER_PORT"] = str(port)
     try:
@@ -74,7 +84,7 @@ def start_ray(address: str | None, num_cpus: int, dashboard: bool = True, what: 
             include_dashboard=dashboard,
             **({"dashboard_host": "127.0.0.1"} if dashboard else {}),
             object_store_memory=256 << 20,
-            _temp_dir=tempfile.mkdtemp(prefix="ray-", dir="/tmp"),
+            _temp_dir=_temp_dir,
             runtime_env={"env_vars": {"PYTHONPATH": pythonpath, "RAY_ADDRESS": f"127.0.0.1:{port}"}},
             log_to_driver=True,
         )
@@ -85,3 +95,15 @@ def start_ray(address: str | None, num_cpus: int, dashboard: bool = True, what: 
             os.environ["RAY_GCS_SERVER_PORT"] = previous
     log.info("started a local Ray instance%s", f" for {what}" if what else "")
     return True
+
+
+def stop_ray() -> None:
+    """``ray.shutdown()``, then delete the temp dir of the local instance :func:`start_ray` started (none for a
+    joined cluster: its files are the cluster's)."""
+    import ray
+
+    global _temp_dir
+    ray.shutdown()
+    if _temp_dir is not None:
+        shutil.rmtree(_temp_dir, ignore_errors=True)
+        _temp_dir = None

@@ -10,11 +10,10 @@ when the store is sound; otherwise ``error: <store>: <problem>`` (naming the arr
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
-from partitioning.cli import run_cli, setup_logging
+from partitioning.cli import ArgumentParser, run_cli, setup_logging
 
 __all__ = ["main", "decode_all"]
 
@@ -41,7 +40,7 @@ def decode_all(reader) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m partitioning.store.verify",
         description="Check every file of a corrupt-subgraph store against the checksums in its manifest.",
     )
