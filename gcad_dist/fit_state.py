@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 STATE_DIR = "unfinished"
 RUN_FILE = "run.json"
+OUT_CREATED = "out_created"  # marker: this run created --out (removed again if the run fails before any output)
 STATE_VERSION = 1
 
 
@@ -97,7 +98,10 @@ def prepare_state_dir(out: str | Path, settings: dict[str, Any], resume: bool, o
         return folder
     if folder.exists():
         shutil.rmtree(folder)
+    out_created = not Path(out).exists()
     folder.mkdir(parents=True)
+    if out_created:  # so that a run that fails before writing anything leaves no empty --out behind (abandon)
+        (folder / OUT_CREATED).touch()
     tmp = run_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(settings, indent=1, sort_keys=True))
     tmp.replace(run_file)
@@ -118,11 +122,15 @@ def describe(folder: Path) -> str:
 
 def abandon(folder: Path | None, error: BaseException) -> None:
     """After a run stopped with ``error``: delete ``folder`` when no fit saved anything there (nothing to continue,
-    e.g. a bad graph), else keep it and log how to continue."""
+    e.g. a bad graph), and ``--out`` too when this run created it and it is left empty; else keep it and log how to
+    continue."""
     if folder is None or not folder.exists():
         return
     if not any(folder.glob("*.pt")):
+        out_created = (folder / OUT_CREATED).exists()
         shutil.rmtree(folder, ignore_errors=True)
+        if out_created and not any(folder.parent.iterdir()):
+            folder.parent.rmdir()
         return
     what = "interrupted" if isinstance(error, KeyboardInterrupt) else f"stopped by {type(error).__name__}"
     log.warning("%s: the training state is in %s (%s); continue with the same command and --resume", what, folder,

@@ -456,3 +456,21 @@ def test_option_mistakes_are_one_line(module: str, argv: list[str], expected: st
     main = importlib.import_module(module).main
     line = _cli(main, argv, capsys)
     assert expected in line and line.endswith(f"(see python -m {module} --help)"), line
+
+
+@pytest.mark.parametrize("cli", ["train", "finetune"])
+def test_failed_run_leaves_no_empty_out_folder(cli: str, tmp_path: Path, capsys) -> None:
+    """A run that fails before writing anything (here: a graph or checkpoint that does not exist) removes the --out
+    folder it created, and leaves alone one the user made."""
+    from gcad_dist.finetune import main as finetune_main
+    from gcad_dist.train import main as train_main
+
+    main = train_main if cli == "train" else finetune_main
+    extra = ["--checkpoint", str(tmp_path / "no-checkpoint")] if cli == "finetune" else []
+    new = tmp_path / "runs" / "new"
+    _cli(main, ["--graph", str(tmp_path / "missing.npz"), "--out", str(new), *extra], capsys)
+    assert not new.exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    _cli(main, ["--graph", str(tmp_path / "missing.npz"), "--out", str(mine), *extra], capsys)
+    assert mine.is_dir() and not any(mine.iterdir())
