@@ -40,6 +40,15 @@ class CheckpointError(GraphInputError):
 def safe_load(path: Path, extra_globals: list | None = None) -> Any:
     """``torch.load(weights_only=True)``, errors as one-line :class:`CheckpointError`."""
     try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except OSError as e:
+        raise CheckpointError(str(path), f"cannot read checkpoint ({e.strerror})") from None
+    # torch.save writes a zip archive (PK); the legacy format starts with a pickle protocol byte (0x80)
+    if not (head == b"PK" or head[:1] == b"\x80"):
+        raise CheckpointError(str(path), "not a PyTorch checkpoint file (neither a torch.save zip archive nor a "
+                                         "pickle)")
+    try:
         if extra_globals:
             with torch.serialization.safe_globals(extra_globals):
                 return torch.load(path, map_location="cpu", weights_only=True)
@@ -56,7 +65,8 @@ def safe_load(path: Path, extra_globals: list | None = None) -> Any:
         raise CheckpointError(str(path), f"refusing to unpickle: {what}; not a gcad-dist checkpoint "
                               "(only tensors and plain data are loaded, nothing in the file was run)") from None
     except Exception as e:  # noqa: BLE001 - truncated zip, not a torch file, ...
-        first = (str(e).strip().splitlines() or [""])[0][:200]
+        first = (str(e).strip().splitlines() or [""])[0]
+        first = first if len(first) <= 200 else first[:197].rstrip() + "..."
         raise CheckpointError(str(path), f"cannot read checkpoint ({type(e).__name__}: {first})") from None
 
 
@@ -111,6 +121,8 @@ def load_model_file(directory: str | Path) -> dict:
     p = Path(directory)
     if p.is_dir():
         p = p / MODEL_FILE
+    if not Path(directory).exists():
+        raise FileNotFoundError(f"{directory}: no such checkpoint folder or file")
     if not p.exists():
         raise FileNotFoundError(f"{directory}: no {MODEL_FILE} here (not a gcad-dist checkpoint)")
     return safe_load(p)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 
-from partitioning.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, auto_or, run_cli, setup_logging
+from partitioning.cli import (ArgumentParser, DefaultsHelpFormatter, UsageError, auto_or, bar_disable, run_cli,
+                              setup_logging)
 
 __all__ = ["UsageError", "setup_logging", "run_cli", "add_runtime_options", "ArgumentParser", "DefaultsHelpFormatter",
-           "auto_or"]
+           "auto_or", "bar_disable"]
 
 
 def add_runtime_options(p: argparse.ArgumentParser, defaults: object, plots: bool = True) -> None:

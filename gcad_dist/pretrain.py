@@ -53,7 +53,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, auto_or, run_cli, setup_logging
+from gcad_dist.cli import (ArgumentParser, DefaultsHelpFormatter, UsageError, auto_or, bar_disable, run_cli,
+                           setup_logging)
 from gcad_dist.model.gccad import CONTRASTS
 from gcad_dist.model.precision import PRECISIONS
 from partitioning.features import describe_normalization
@@ -625,7 +626,8 @@ class RunMonitor(threading.Thread):
 
             if self._bar is None:
                 self._bar = tqdm(total=total or None, initial=pos, desc=f"epoch {e['epoch'] + 1}", unit="step",
-                                 leave=False, file=sys.stderr, dynamic_ncols=True)
+                                 leave=False, file=sys.stderr, dynamic_ncols=True,
+                                 disable=bar_disable())
             self._bar.update(pos - self._bar.n)
             self._bar.set_postfix(loss=f"{e['loss']:.4f}", seeds_s=f"{e['seeds_per_s']:.0f}", refresh=True)
         elif now - self._last_line >= 30:

@@ -42,7 +42,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gcad_dist.allocator import retain_freed_memory
-from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, bar_disable, run_cli, setup_logging
 from gcad_dist.data.label_inputs import LENDS
 from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
@@ -560,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         total = len(names) * cfg.seeds * (len(models) - len(skipped))
         log.info("%d runs to do (%d already done)", len(todo), total - len(todo))
         cache: dict[str, tuple[Any, Any]] = {}
-        for name, path, model, seed in tqdm(todo, desc="quality", unit="run"):
+        for name, path, model, seed in tqdm(todo, desc="quality", unit="run", disable=bar_disable()):
             s = settings[(name, model)]
             dest = run_path(out, name, model, seed, settings_key(s))
             if dest.exists():  # done meanwhile by another process on the same --out

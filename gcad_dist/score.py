@@ -383,8 +383,10 @@ def score_graph(checkpoint_dir: str | Path, graph: Any, device: str = "auto", no
 def write_scores(path: str | Path, scores: np.ndarray, y: np.ndarray | None = None,
                  graph_id: np.ndarray | None = None) -> Path:
     """Parquet with columns node_id (int64), score (float32)[, label (int8; null where unknown, y < 0)]
-    [, graph_id (int64)]."""
+    [, graph_id (int64)]; CSV with the same columns (an empty field where the label is unknown) when ``path`` ends
+    in ``.csv``."""
     import pyarrow as pa
+    import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
     cols = {"node_id": pa.array(np.arange(scores.size, dtype=np.int64)), "score": pa.array(scores.astype(np.float32))}
@@ -397,7 +399,12 @@ def write_scores(path: str | Path, scores: np.ndarray, y: np.ndarray | None = No
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(pa.table(cols), tmp)
+    if path.suffix.lower() == ".csv":
+        pcsv.write_csv(pa.table(cols), tmp)
+    else:
+        if path.suffix.lower() not in (".parquet", ".pq"):
+            log.warning("%s: written as Parquet (name it .csv for CSV)", path)
+        pq.write_table(pa.table(cols), tmp)
     tmp.replace(path)
     return path
 
@@ -420,7 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="checkpoint directory (with model.pt), e.g. runs/pre/final or runs/ft/final")
     p.add_argument("--graph", required=True, help="graph to score: .npz, torch-saved PyG Data (.pt) or folder; "
                                                   "its feature width must equal the model's")
-    p.add_argument("--out", required=True, help="output Parquet file (metrics, if labels exist, go to <out>.metrics.json)")
+    p.add_argument("--out", required=True, help="output file: Parquet, or CSV if it ends in .csv; columns node_id, "
+                   "score, label (if the graph has labels), graph_id (multi-graph data). Metrics, if labels exist, go "
+                   "to <out>.metrics.json")
     p.add_argument("--batch-size", type=int, default=d.batch_size,
                    help="multi-graph data: whole graphs per forward pass (0 = all at once). A single graph is "
                         "always scored full-batch (exact context); see the module doc for its memory need")
@@ -428,8 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="store built from this graph (python -m partitioning.build): score part by part, each node "
                         "against the context of a part instead of one context for the whole graph (less memory; "
                         "what pre-training saw)")
-    p.add_argument("--context", default=d.context, choices=CONTEXTS,
-                   help="with --parts: 'halo' scores each node against the context of its own K-means part, with "
+    p.add_argument("--context", default=None, choices=CONTEXTS,
+                   help=f"with --parts (default: {d.context}): 'halo' scores each node against the context of its own K-means part, with "
                         "its links into other parts kept (the part plus the nodes of other parts it links to, as "
                         "pre-training's corrupt subgraphs keep the links to injected nodes); 'own' in its part alone "
                         "(links across parts cut); 'links' in the part most of its neighbours belong to. No context is "
@@ -450,6 +459,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     cfg = ScoreConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
+    if cfg.context is None:
+        cfg.context = ScoreConfig.context
+    elif not cfg.parts:
+        log.warning("--context %s: applies with --parts only (scoring part by part); ignored", cfg.context)
     if cfg.batch_size < 0:
         raise UsageError(f"--batch-size: must be >= 0, got {cfg.batch_size}")
     out = Path(cfg.out)

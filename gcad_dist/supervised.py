@@ -29,6 +29,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from gcad_dist.checkpoint import cpu_state, rng_state, set_rng_state
+from gcad_dist.cli import bar_disable
 from gcad_dist.data.degree_cap import DegreeCap
 from gcad_dist.data.label_inputs import LABEL_COLUMNS, LabelInputSampler
 from gcad_dist.fit_state import FitCheckpointer, FitInterrupted, ResumeMismatch, StopRequest, fingerprint, same_fit
@@ -329,7 +330,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
 
     t0 = time.perf_counter() - elapsed
     bar = tqdm(range(epoch + 1, cfg.epochs + 1), desc="train", unit="ep", initial=epoch, total=cfg.epochs,
-               disable=not cfg.progress or done, leave=False)
+               disable=True if done else bar_disable(cfg.progress), leave=False)
     stopper = StopRequest() if saver is not None else None
     with stopper or contextlib.nullcontext():
         for epoch in bar if not done else ():

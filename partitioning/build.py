@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from partitioning.cli import auto_or
+from partitioning.cli import auto_or, bar_disable
 from partitioning.features import NORMALIZE_CHOICES, describe_normalization, manifest_normalization
 from partitioning.graph import Graph
 from partitioning.kmeans import DEFAULT_K_GRID
@@ -323,7 +323,7 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
             graph.indptr, graph.indices, parts, ratio=cfg.ratio, corruptions=cfg.corruptions, seed=cfg.seed, num_parts=k,
             mix=mix,
         )
-        subgraphs = list(tqdm(gen, total=k * cfg.corruptions, desc="corrupt", unit="subgraph", disable=not cfg.progress))
+        subgraphs = list(tqdm(gen, total=k * cfg.corruptions, desc="corrupt", unit="subgraph", disable=bar_disable(cfg.progress)))
         corruption = corruption_manifest(subgraphs, mix, cfg.ratio, format_mix(mix))
     with stages("edge stats"):
         partition["edges_kept"] = uncut_edge_share(graph.indptr, graph.indices, parts)

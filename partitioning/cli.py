@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from partitioning.errors import GraphInputError
 
-__all__ = ["UsageError", "setup_logging", "run_cli", "ArgumentParser", "DefaultsHelpFormatter"]
+__all__ = ["UsageError", "setup_logging", "run_cli", "ArgumentParser", "DefaultsHelpFormatter", "bar_disable"]
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -58,6 +58,12 @@ def auto_or(cast: Callable[[str], T], what: str) -> Callable[[str], T | None]:
             raise argparse.ArgumentTypeError(f"expected 'auto' or {what}, got {text!r}") from None
 
     return parse
+
+
+def bar_disable(progress: bool = True) -> bool | None:
+    """tqdm's ``disable`` for a progress bar the user asked for (``progress``) or not: None when asked, so that tqdm
+    draws it on a terminal only and a log redirected to a file gets no bar lines; True when not asked."""
+    return None if progress else True
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -463,9 +463,11 @@ def elbow_curve(
     """Run K-means for each K of ``k_grid`` on ``x_sample`` and pick the elbow (loop over K only)."""
     from tqdm.auto import tqdm
 
+    from partitioning.cli import bar_disable
+
     ks = sorted(set(int(k) for k in k_grid))
     inertias = []
-    for k in tqdm(ks, desc="elbow", unit="K", disable=not progress):
+    for k in tqdm(ks, desc="elbow", unit="K", disable=bar_disable(progress)):
         _, obj = train_centroids(x_sample, k, niter=niter, seed=seed, use_gpu=use_gpu, backend=backend)
         inertias.append(obj)
     return ElbowResult(k=find_elbow(ks, inertias), ks=ks, inertias=inertias, sample_size=int(x_sample.shape[0]))

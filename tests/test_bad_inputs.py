@@ -474,3 +474,30 @@ def test_failed_run_leaves_no_empty_out_folder(cli: str, tmp_path: Path, capsys)
     mine.mkdir()
     _cli(main, ["--graph", str(tmp_path / "missing.npz"), "--out", str(mine), *extra], capsys)
     assert mine.is_dir() and not any(mine.iterdir())
+
+
+def test_checkpoint_mistakes_say_what_is_wrong(tmp_path: Path) -> None:
+    """A checkpoint path that does not exist, a folder without model.pt, a text file and a truncated file each get
+    their own one-line reason."""
+    import torch
+
+    from gcad_dist.checkpoint import CheckpointError, load_model_file
+
+    with pytest.raises(FileNotFoundError, match="no such checkpoint folder or file"):
+        load_model_file(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no model.pt here"):
+        load_model_file(tmp_path / "empty")
+    text = tmp_path / "text" / "model.pt"
+    text.parent.mkdir()
+    text.write_text("gcad weights, honest\n")
+    with pytest.raises(CheckpointError, match="not a PyTorch checkpoint file"):
+        load_model_file(text.parent)
+    good = tmp_path / "good.pt"
+    torch.save({"config": {}, "state_dict": {"w": torch.zeros(1000)}}, good)
+    cut = tmp_path / "cut" / "model.pt"
+    cut.parent.mkdir()
+    cut.write_bytes(good.read_bytes()[:300])
+    with pytest.raises(CheckpointError, match="cannot read checkpoint") as e:
+        load_model_file(cut.parent)
+    assert "\n" not in str(e.value)

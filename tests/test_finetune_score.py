@@ -216,7 +216,7 @@ def test_missing_checkpoint_is_a_one_line_error(small_graph, tmp_path, capsys) -
 # score CLI / API
 
 
-def test_score_writes_one_row_per_node_with_correct_ids(small_graph, pre_checkpoint, tmp_path, capsys) -> None:
+def test_score_writes_one_row_per_node_with_correct_ids(small_graph, pre_checkpoint, tmp_path, capsys, caplog) -> None:
     g, path = small_graph
     out = tmp_path / "scores.parquet"
     code, stdout, err = _run(score_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(out),
@@ -231,6 +231,20 @@ def test_score_writes_one_row_per_node_with_correct_ids(small_graph, pre_checkpo
     assert np.isfinite(t["score"].to_numpy()).all()
     np.testing.assert_allclose(t["score"].to_numpy(), score_graph(pre_checkpoint, path), rtol=0, atol=1e-6)
     assert json.loads(out.with_name(out.name + ".metrics.json").read_text())["num_nodes"] == g.num_nodes
+
+    # --out *.csv writes the same table as CSV; --context without --parts is said to be ignored
+    csv = tmp_path / "scores.csv"
+    with caplog.at_level("WARNING", logger="gcad_dist.score"):
+        code, _, err = _run(score_main, ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(csv),
+                                         "--threads", "1", "--context", "own"], capsys)
+    assert code == 0, err
+    assert "--context own: applies with --parts only" in caplog.text
+    import pandas as pd
+
+    c = pd.read_csv(csv)
+    assert list(c.columns) == ["node_id", "score", "label"]
+    np.testing.assert_array_equal(c["node_id"].to_numpy(), t["node_id"].to_numpy())
+    np.testing.assert_allclose(c["score"].to_numpy(), t["score"].to_numpy(), rtol=1e-6)
 
     # Ids follow the nodes: scoring a relabelled copy of the graph gives the same score per node.
     from partitioning.graph import Graph, csr_from_edges

@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gcad_dist.allocator import retain_freed_memory
+from gcad_dist.cli import bar_disable
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def fit_side_by_side(cfg: Any, data: Any, fit_split: Any, scfg: Any, candidates:
         task_scfg = dataclasses.replace(scfg, progress=False)  # one bar here instead of interleaved ones
         queue = list(enumerate(candidates))
         pending: dict[Any, int] = {}
-        with tqdm(total=len(candidates), desc="candidates", unit="fit", disable=not scfg.progress) as bar:
+        with tqdm(total=len(candidates), desc="candidates", unit="fit", disable=bar_disable(scfg.progress)) as bar:
             while queue or pending:
                 while queue and len(pending) < workers:
                     i, (contrast, norm) = queue.pop(0)

@@ -144,10 +144,12 @@ def _write_x(group: Any, x: np.ndarray, global_id: np.ndarray, rows: int, progre
     """x[global_id] written in blocks of WRITE_CHUNKS aligned chunks (gathered block by block)."""
     from tqdm.auto import tqdm
 
+    from partitioning.cli import bar_disable
+
     total, f = int(global_id.size), int(x.shape[1])
     arr = _create(group, "x", (total, f), np.float32, (rows, f))
     step = rows * WRITE_CHUNKS
-    for start in tqdm(range(0, total, step), desc="write x", unit="block", disable=not progress):
+    for start in tqdm(range(0, total, step), desc="write x", unit="block", disable=bar_disable(progress)):
         stop = min(start + step, total)
         _write_block(arr, start, stop, np.ascontiguousarray(x[global_id[start:stop]], dtype=np.float32))
 
