@@ -706,10 +706,31 @@ def _failure_line(err: Exception, cfg: PretrainConfig, monitor: RunMonitor | Non
     return f"training failed (--max-failures {tries} used up): {where}{what}; {resume}"
 
 
+def finished_run(out: Path, cfg: PretrainConfig) -> dict | None:
+    """The summary of the run in ``out`` if it finished with ``cfg``'s settings and epochs (its ``metrics.json`` and
+    ``final/model.pt`` written), else None: ``--resume`` then has nothing left to do."""
+    try:
+        metrics = json.loads((out / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not (out / "final" / "model.pt").exists():
+        return None
+    runtime = {"resume", "overwrite", "verbose", "progress", "address", "out", "store"}
+    saved = {k: v for k, v in metrics.get("config", {}).items() if k not in runtime}
+    now = {k: v for k, v in json.loads(json.dumps(asdict(cfg), default=str)).items() if k not in runtime}
+    return metrics.get("summary") if saved == now else None
+
+
 def run(cfg: PretrainConfig) -> dict:
     """Validate, start/join Ray, train, write ``final/`` and ``metrics.json``; returns the summary."""
     info = validate(cfg)
     out = Path(cfg.out).resolve()
+    if cfg.resume:
+        done = finished_run(out, cfg)
+        if done is not None:
+            log.info("%s: this run already finished all %d epoch(s) (model in %s); nothing to resume (--overwrite "
+                     "trains it again, --epochs N with more epochs continues it)", out, cfg.epochs, done["checkpoint"])
+            return done
     if cfg.overwrite and (out / RUN_NAME).exists():
         shutil.rmtree(out / RUN_NAME)
     out.mkdir(parents=True, exist_ok=True)

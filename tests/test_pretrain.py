@@ -190,3 +190,25 @@ def test_two_workers_local_recipe_on_a_whole_graph_store(tmp_path: Path, ray_ins
     assert ck["config"]["contrast"] == "local" and ck["config"]["loss"] == "logistic" and ck["config"]["tau"] == 0.2
     hist = json.loads((tmp_path / "pre" / "metrics.json").read_text())["history"]
     assert all(np.isfinite(h["loss"]) and h["loss"] > 0 for h in hist)
+
+
+def test_a_finished_run_is_recognised_for_resume(tmp_path: Path) -> None:
+    """--resume on a run that finished with the same settings has nothing to do (no Ray start, the stored summary);
+    other settings, more epochs, or a missing final model mean the run is not finished."""
+    from dataclasses import asdict
+
+    from gcad_dist.pretrain import finished_run
+
+    cfg = PretrainConfig(store=str(tmp_path / "s.zarr"), out=str(tmp_path / "run"), epochs=3)
+    out = Path(cfg.out)
+    (out / "final").mkdir(parents=True)
+    summary = {"epochs": 3, "global_step": 30, "checkpoint": str(out / "final")}
+    saved = asdict(cfg) | {"out": "/elsewhere", "store": "/abs/s.zarr"}  # resolved paths are not settings
+    (out / "metrics.json").write_text(json.dumps({"summary": summary, "history": [], "config": saved}))
+    assert finished_run(out, cfg) is None  # no final/model.pt
+    (out / "final" / "model.pt").write_bytes(b"")
+    assert finished_run(out, cfg) == summary
+    assert finished_run(out, PretrainConfig(store=cfg.store, out=cfg.out, epochs=3, resume=True)) == summary
+    assert finished_run(out, PretrainConfig(store=cfg.store, out=cfg.out, epochs=5)) is None
+    assert finished_run(out, PretrainConfig(store=cfg.store, out=cfg.out, epochs=3, hidden=32)) is None
+    assert finished_run(tmp_path / "elsewhere", cfg) is None
