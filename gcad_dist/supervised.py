@@ -40,6 +40,7 @@ from gcad_dist.model.snapshots import SnapshotEnsemble
 from gcad_dist.optim import adam
 
 log = logging.getLogger(__name__)
+_CAP_SAID: set[tuple[int, int, float]] = set()  # the in-degree caps already logged in this process
 
 __all__ = ["SupervisedConfig", "FitResult", "fit_supervised", "FitInterrupted", "ResumeMismatch", "lr_lambda", "resolve_device", "predict"]
 
@@ -268,9 +269,12 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     if cfg.max_degree and not is_baseline:
         cap = DegreeCap(data.edge_index, int(data.num_nodes), cfg.max_degree)
         if cap.active:
-            log.info("in-degree cap %d: each epoch trains on a fresh %.0f%% of the %d edges (nodes above %d in-edges "
-                     "sampled, their sums rescaled); evaluation uses every edge", cfg.max_degree,
-                     100 * cap.expected_share, cap.num_edges, cfg.max_degree)
+            said = (cfg.max_degree, cap.num_edges, round(cap.expected_share, 4))
+            (log.debug if said in _CAP_SAID else log.info)(
+                "in-degree cap %d: each epoch trains on a fresh %.1f%% of the %d edges (nodes above %d in-edges "
+                "sampled, their sums rescaled); evaluation uses every edge", cfg.max_degree,
+                100 * cap.expected_share, cap.num_edges, cfg.max_degree)
+            _CAP_SAID.add(said)  # said once per graph and cap, not once per candidate fit
         else:
             cap = None
     # the cap's own stream: the model's dropout and Gumbel draws stay those of an uncapped run's start
