@@ -1,7 +1,7 @@
 """Joining a Ray cluster, or starting a private Ray in this process: the one place every entry point does it.
 
 With an address (``--address`` or the ``RAY_ADDRESS`` variable that ``ray job submit`` sets) the process
-joins that cluster. Otherwise it starts Ray on loopback only: a private temp dir, a GCS port of its own
+joins that cluster. Otherwise it starts a private Ray on this machine: its own temp dir, a GCS port of its own
 (so several local instances do not mix), as many logical CPUs as asked, and the dashboard only when the
 caller needs its state API (Ray Train does; plain tasks do not). :func:`stop_ray` ends it and deletes its temp dir
 (session logs, sockets: about 2 MB a run, which Ray leaves behind).
