@@ -111,12 +111,12 @@ def test_help_explains_every_option() -> None:
 
 @pytest.fixture(scope="module")
 def ray_instance():
-    import ray
+    from gcad_dist.distributed.ray_runtime import stop_ray
 
     started = _start_ray(PretrainConfig(store="", workers=2))
     yield
     if started:
-        ray.shutdown()
+        stop_ray()
 
 
 @pytest.mark.slow
