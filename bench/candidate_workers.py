@@ -12,14 +12,13 @@ candidates and test scores (max absolute difference of the scores). Run it on an
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from pathlib import Path
 
 import numpy as np
 
-from gcad_dist.cli import DefaultsHelpFormatter, UsageError, run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 
 log = logging.getLogger("bench.candidate_workers")
 
@@ -36,7 +35,7 @@ def timed_run(graph: Path, seed: int, workers: int, threads: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.candidate_workers", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.candidate_workers", description=__doc__.split("\n\n")[0],
                                 formatter_class=DefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["inj_cora"], help="dataset names or graph paths")
     p.add_argument("--data-dir", default="../shared/data", help="folder of the <name>.npz datasets")

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.finetune_selection")
 
@@ -132,7 +132,7 @@ def table(records: list[dict[str, Any]], without: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     d = SelectionConfig()
-    p = argparse.ArgumentParser(prog="python -m bench.finetune_selection", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.finetune_selection", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("runs", nargs="+",
                    help="folders searched for candidate_scores.npz (gcad_dist.finetune --candidate-scores)")

@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
 from gcad_dist.allocator import retain_freed_memory  # noqa: E402
-from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.fit_state")
 
@@ -42,7 +42,7 @@ class FitStateBenchConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.fit_state", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.fit_state", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = FitStateBenchConfig(graph="")
     p.add_argument("--graph", required=True, help="labelled graph (.npz, .pt or folder)")

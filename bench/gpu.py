@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.gpu")
 
@@ -577,7 +577,7 @@ def markdown(b: Bench, env: dict) -> str:
 
 def parse_args(argv: list[str] | None) -> GpuBenchConfig:
     d = GpuBenchConfig()
-    p = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--sections", nargs="+", choices=SECTIONS, default=d.sections, help="what to measure")
     p.add_argument("--cpu-smoke", action="store_true", help="tiny sizes (seconds on a CPU; the test runs this)")

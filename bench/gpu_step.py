@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.gpu_step")
 
@@ -122,7 +122,7 @@ def run(cfg: GpuStepConfig) -> list[dict]:
 
 def parse_args(argv: list[str] | None) -> GpuStepConfig:
     d = GpuStepConfig()
-    p = argparse.ArgumentParser(prog="python -m bench.gpu_step", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.gpu_step", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=d.batch_sizes, help="seed nodes per minibatch")
     p.add_argument("--profile", type=int, default=d.profile, help="batch size to profile (0 = none)")

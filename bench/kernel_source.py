@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.kernel_source")
 
@@ -93,7 +93,7 @@ def _measure(source: str, graph: str, caps: list[int], steps: int, threads: int)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.kernel_source", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.kernel_source", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = KernelSourceBenchConfig(graph="")
     p.add_argument("--graph", required=True, help="labelled graph (.npz, .pt or folder)")

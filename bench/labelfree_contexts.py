@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcad_dist.cli import run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, run_cli, setup_logging
 
 log = logging.getLogger("bench.labelfree_contexts")
 
@@ -137,7 +137,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.labelfree_contexts", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.labelfree_contexts", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["inj_cora", "books"],
                    help="names under ../shared/data or .npz paths")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging
 
 log = logging.getLogger("bench.labelfree_pretext")
 
@@ -105,7 +105,7 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.labelfree_pretext", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.labelfree_pretext", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["books", "inj_cora", "reddit", "tolokers"],
                    help="graphs under --data-dir (NAME.npz)")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging
 
 log = logging.getLogger("bench.link_remover")
 
@@ -95,7 +95,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.link_remover", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.link_remover", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["inj_cora"], help="names in --data-dir, or paths")
     p.add_argument("--data-dir", default="../shared/data")

@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.pretrain_quality")
 
@@ -80,7 +80,7 @@ def _auc(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.pretrain_quality", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.pretrain_quality", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = QualityConfig(out="")
     p.add_argument("--out", required=True, help="working folder (graph, store, pre-training run, results.json)")

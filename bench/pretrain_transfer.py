@@ -49,7 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.pretrain_transfer")
 
@@ -103,7 +103,7 @@ def _csv(kind: type):
 
 def build_parser() -> argparse.ArgumentParser:
     d = TransferConfig()
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m bench.pretrain_transfer",
         description="Build -> pre-train (no labels) -> zero-shot / fine-tune with a fraction of the labels -> "
                     "supervised GCCAD, on real graphs, and print test AUROC/AUPRC/Rec@K (mean ± std over seeds).",

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 from gcad_dist.data.sampler import available_backends, sample_neighbors  # noqa: E402
 from partitioning.graph import csr_from_edges  # noqa: E402
 
@@ -125,7 +125,7 @@ def _parse_fanouts(text: str) -> list[int]:
 
 
 def parse_args(argv: list[str] | None = None) -> BenchConfig:
-    p = argparse.ArgumentParser(prog="python -m bench.sampler", description=__doc__,
+    p = ArgumentParser(prog="python -m bench.sampler", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=1_000_000, help="nodes of the Chung-Lu graph (default: %(default)s)")
     p.add_argument("--edges", type=int, default=10_000_000,

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging
 
 log = logging.getLogger("bench.snapshots")
 
@@ -84,7 +84,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.snapshots", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.snapshots", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["inj_cora", "books", "reddit"],
                    help="names in --data-dir or paths of labelled graphs")

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging
 from gcad_dist.supervised import SupervisedConfig
 
 log = logging.getLogger("bench.supervised_sweep")
@@ -105,7 +105,7 @@ def run_one(data: Any, dataset: str, seed: int, model_o: dict, fit_o: dict) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.supervised_sweep", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.supervised_sweep", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["tolokers", "reddit"], help="names in --data-dir or paths")
     p.add_argument("--data-dir", default="../shared/data")

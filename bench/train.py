@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.train")
 
@@ -232,7 +232,7 @@ def ray_runs(cfg: TrainBenchConfig) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.train", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m bench.train", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = TrainBenchConfig(store="")
     p.add_argument("--store", required=True, help="store built by python -m partitioning.build")
