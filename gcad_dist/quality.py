@@ -295,7 +295,7 @@ def markdown_tables(results: dict[tuple[str, str], list[dict]], datasets: list[s
             kept = [r["contrast_selection"]["chosen"] for r in results.get((ds, m), []) if r.get("contrast_selection")]
             if kept:
                 counts = ", ".join(f"{c} {kept.count(c)}" for c in sorted(set(kept)))
-                lines.append(f"\n{m}: candidates kept on validation ({len(kept)} seeds): {counts}.")
+                lines.append(f"\n{m}: candidates kept on validation ({len(kept)} seed{'s' if len(kept) != 1 else ''}): {counts}.")
         lines.append("")
     return "\n".join(lines)
 
@@ -600,6 +600,14 @@ def main(argv: list[str] | None = None) -> int:
                      summary["test"]["auroc"], summary["test"]["auprc"], summary["test"]["recall_at_k"],
                      summary["val"]["auprc"], summary["wall_seconds"])
     results = collect(out, settings, seeds)
+    if not any(results.values()):
+        raise UsageError(f"--out: {out} holds no finished run of these datasets, models and seeds with the current "
+                         "settings" + ("; run without --report-only first" if cfg.report_only else ""))
+    for (ds, m), runs in sorted(results.items()):
+        if m not in skipped and len(runs) < cfg.seeds:
+            have = sorted(r.get("seed") for r in runs)
+            log.warning("%s / %s: %d of the %d seeds asked for are in the table (%s)", ds, m, len(runs), cfg.seeds,
+                        f"seeds {have}" if have else "none")
     md = header(cfg, models) + markdown_tables(results, names, models, skipped)
     reference = cfg.paired_with or ("gccad" if "gccad" in models else None)
     if reference is not None and len(models) > 1:
@@ -608,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "quality.md").write_text(md)
     write_json({"config": asdict(cfg), "settings_keys": {f"{d}/{m}": settings_key(s) for (d, m), s in settings.items()},
                 "failed": failed}, out / "quality_config.json")
+    log.info("report written to %s (and its settings to %s), replacing any earlier one there", out / "quality.md",
+             out / "quality_config.json")
     print(md)
     for f in failed:
         print(f"FAILED {f}")

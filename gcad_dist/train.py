@@ -75,7 +75,7 @@ def auto_candidates(norm: str = "layer") -> tuple[tuple[str, str], ...]:
 def candidate_name(model_cfg: Any, norm: str = "layer") -> str:
     """A candidate's name in the selection record: its contrast, plus the norm where it differs from ``norm``."""
     n = model_cfg.norm
-    return model_cfg.contrast if n == norm else f"{model_cfg.contrast}, {n} norm"
+    return model_cfg.contrast if n == norm else f"{model_cfg.contrast} ({n} norm)"
 
 
 @dataclass
@@ -868,16 +868,19 @@ def main(argv: list[str] | None = None) -> int:
         from gcad_dist.plots import plot_roc_pr, plot_training_curves
 
         title = f"{Path(cfg.graph).name} {cfg.model}" + (f" ({cfg.ablation})" if cfg.ablation != "none" else "")
-        plot_training_curves(res.history, out / "training_curves.png", title=title, best_epoch=res.best_epoch)
+        kept = metrics.get("contrast_selection", {}).get("kept", [])
+        curves = title + (f": candidate {kept[0]}, the first of {len(kept)} averaged" if len(kept) > 1 else "")
+        plot_training_curves(res.history, out / "training_curves.png", title=curves, best_epoch=res.best_epoch)
         y_np = o.data.y.cpu().numpy()
         test = o.split.test.cpu().numpy() & (y_np >= 0)
         plot_roc_pr(y_np[test], res.scores[test], out / "roc_pr_test.png", title=f"test, {title}")
     finish_run_state(state_dir)
     snaps = f" (scored by {len(res.snapshot_epochs)} snapshots)" if len(res.snapshot_epochs) > 1 else ""
-    kept = (f" | {metrics['contrast_selection']['chosen']} (kept of {', '.join(metrics['contrast_selection']['candidates'])})"
-            if "contrast_selection" in metrics else "")
-    print(f"{cfg.model}: {describe_labels(o.data.y)}{kept} | best epoch {res.best_epoch}/{res.epochs_run}{snaps}, "
-          f"{metrics['wall_seconds']:.1f} s ({res.seconds_per_epoch():.3f} s/epoch) | "
+    sel = metrics.get("contrast_selection", {})
+    kept = f" | {sel['chosen']} (kept of {' / '.join(sel['candidates'])})" if sel else ""
+    first = f"first kept candidate ({sel['kept'][0]}): " if len(sel.get("kept", [])) > 1 else ""
+    print(f"{cfg.model}: {describe_labels(o.data.y)}{kept} | {first}best epoch {res.best_epoch}/{res.epochs_run}{snaps}, "
+          f"{res.seconds_per_epoch():.3f} s/epoch | run {metrics['wall_seconds']:.1f} s | "
           f"val AUROC {res.val['auroc']:.4f} AUPRC {res.val['auprc']:.4f} | "
           f"test ({res.test['num_nodes']} labelled nodes) AUROC {res.test['auroc']:.4f} AUPRC {res.test['auprc']:.4f} "
           f"Rec@K {res.test['recall_at_k']:.4f} -> {out}")

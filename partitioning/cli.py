@@ -73,6 +73,8 @@ def setup_logging(verbose: bool = False) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    for noisy in ("matplotlib", "PIL"):  # their DEBUG lines (font scans: 150 a plot) would drown --verbose's own
+        logging.getLogger(noisy).setLevel(logging.INFO)
 
 
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:

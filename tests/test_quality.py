@@ -80,7 +80,27 @@ def test_table_ignores_runs_with_other_settings(tiny, tmp_path, capsys):
     run["test"]["auroc"] = 0.123456
     p.write_text(json.dumps(run))
     rc, md = _run(args + ["--report-only"], capsys)
-    assert rc == 0 and "0.1235" not in md and "| mlp | train+val | – |" in md
+    assert rc == 2 and "0.1235" not in md  # the only run is not shown, and an empty report is an error
+
+
+def test_report_only_says_what_is_missing(tiny, tmp_path, capsys, caplog):
+    """--report-only on a folder without runs is a one-line error; with fewer seeds cached than asked for, the
+    table is built and a warning names the seeds it holds."""
+    out = tmp_path / "q"
+    base = ["--datasets", str(tiny), "--models", "mlp", "--epochs", "2", "--hidden", "8", "--threads", "1",
+            "--out", str(out)]
+    capsys.readouterr()
+    from gcad_dist import quality
+    from gcad_dist.cli import run_cli
+
+    with pytest.raises(SystemExit) as exc:
+        run_cli(quality.main, base + ["--seeds", "1", "--report-only"])
+    assert exc.value.code == 2 and "holds no finished run" in capsys.readouterr().err
+    assert _run(base + ["--seeds", "1"], capsys)[0] == 0
+    with caplog.at_level("WARNING", logger="gcad_dist.quality"):
+        rc, md = _run(base + ["--seeds", "2", "--report-only"], capsys)
+    assert rc == 0 and "| mlp | train+val |" in md
+    assert "1 of the 2 seeds asked for are in the table (seeds [0])" in caplog.text
 
 
 def test_run_key_covers_result_settings(tiny):

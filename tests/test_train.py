@@ -278,7 +278,7 @@ def test_contrast_auto_keeps_the_candidates_validation_cannot_tell_apart(tmp_pat
         y = data.y.numpy().astype(float)
         rng = np.random.default_rng(len(seen))
         s = rng.normal(size=data.num_nodes) + 0.5 * y  # a weak detector everywhere, its own noise
-        strong = {"ego-clearly-best": ("ego",), "graph-contrasts-clearly-better": ("graph", "graph, graph norm")}
+        strong = {"ego-clearly-best": ("ego",), "graph-contrasts-clearly-better": ("graph", "graph (graph norm)")}
         if c in strong.get(case, ()):
             s = s + 2.5 * y
         if c == "ego" and case == "ego-better-on-test-only":  # perfect on the test nodes only
@@ -291,9 +291,9 @@ def test_contrast_auto_keeps_the_candidates_validation_cannot_tell_apart(tmp_pat
     monkeypatch.setattr(train_mod, "fit_supervised", fake_fit)
     out = train_mod.train_one(train_mod.TrainConfig(graph=str(g), out="", contrast="auto", hidden=8, progress=False,
                                                     threads=1))
-    names = ["graph", "ego", "graph, graph norm"]
+    names = ["graph", "ego", "graph (graph norm)"]
     assert seen == names
-    kept = {"ego-clearly-best": ["ego"], "graph-contrasts-clearly-better": ["graph", "graph, graph norm"]}.get(case, names)
+    kept = {"ego-clearly-best": ["ego"], "graph-contrasts-clearly-better": ["graph", "graph (graph norm)"]}.get(case, names)
     sel = out.metrics["contrast_selection"]
     assert sel["kept"] == kept and sel["chosen"] == " + ".join(kept) and set(sel["candidates"]) == set(names)
     for n in names:
