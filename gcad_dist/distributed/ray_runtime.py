@@ -4,7 +4,7 @@ With an address (``--address`` or the ``RAY_ADDRESS`` variable that ``ray job su
 joins that cluster. Otherwise it starts a private Ray on this machine: its own temp dir, a GCS port of its own
 (so several local instances do not mix), as many logical CPUs as asked, and the dashboard only when the
 caller needs its state API (Ray Train does; plain tasks do not). :func:`stop_ray` ends it and deletes its temp dir
-(session logs, sockets: about 2 MB a run, which Ray leaves behind).
+(session logs, sockets: about 2 MB a run, which Ray leaves behind), which is also its workers' ``TMPDIR``.
 
 Ray's dashboard is bound to 127.0.0.1. Ray's own gRPC servers (GCS, raylet, workers, agents) are built into its
 binaries and listen on every interface whatever ``_node_ip_address`` says; Ray 2.60 guards them with token
@@ -74,8 +74,12 @@ def start_ray(address: str | None, num_cpus: int, dashboard: bool = True, what: 
     global _temp_dir
     port = free_port()
     _temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    previous = os.environ.get("RAY_GCS_SERVER_PORT")
-    os.environ["RAY_GCS_SERVER_PORT"] = str(port)
+    # Set while Ray starts its own processes (they inherit the environment): the GCS port, and TMPDIR so that their
+    # temporary files (multiprocessing's pymp-* folders, which a process killed at shutdown never removes) go into
+    # the instance's temp dir, which stop_ray deletes. The workers get the same TMPDIR through the runtime env.
+    tempfile.gettempdir()  # this process's own temporary folder is fixed (cached) before TMPDIR changes below
+    previous = {k: os.environ.get(k) for k in ("RAY_GCS_SERVER_PORT", "TMPDIR")}
+    os.environ.update({"RAY_GCS_SERVER_PORT": str(port), "TMPDIR": _temp_dir})
     try:
         ray.init(
             num_cpus=num_cpus,
@@ -85,14 +89,16 @@ def start_ray(address: str | None, num_cpus: int, dashboard: bool = True, what: 
             **({"dashboard_host": "127.0.0.1"} if dashboard else {}),
             object_store_memory=256 << 20,
             _temp_dir=_temp_dir,
-            runtime_env={"env_vars": {"PYTHONPATH": pythonpath, "RAY_ADDRESS": f"127.0.0.1:{port}"}},
+            runtime_env={"env_vars": {"PYTHONPATH": pythonpath, "RAY_ADDRESS": f"127.0.0.1:{port}",
+                                      "TMPDIR": _temp_dir}},
             log_to_driver=True,
         )
     finally:
-        if previous is None:
-            os.environ.pop("RAY_GCS_SERVER_PORT", None)
-        else:
-            os.environ["RAY_GCS_SERVER_PORT"] = previous
+        for k, v in previous.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     log.info("started a local Ray instance%s", f" for {what}" if what else "")
     return True
 
