@@ -51,12 +51,20 @@ def _run(env: dict) -> tuple[bool, int]:
 def test_training_steps_reuse_freed_memory():
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GCAD_MALLOC"}
     applied, faults = _run(env)
-    off_applied, off_faults = _run({**env, "GCAD_MALLOC": "0"})
-    assert applied and not off_applied
+    assert applied
     # glibc's defaults: most steps fault in thousands of fresh 4-KiB pages (1,200-8,000 at the median measured);
     # with the settings a step reuses the memory the previous one freed (0-2 at the median; a rare step grows the heap)
-    assert off_faults > 500
     assert faults < 100
+    # the baseline: glibc's dynamic mmap threshold can adapt to a run's allocation order and spare one run the
+    # faults (seen once in CI, 2 at the median), so up to three runs are tried; one with faults shows the difference
+    off_faults = []
+    for _ in range(3):
+        off_applied, n = _run({**env, "GCAD_MALLOC": "0"})
+        assert not off_applied
+        off_faults.append(n)
+        if n > 500:
+            break
+    assert max(off_faults) > 500, off_faults
 
 
 def test_user_settings_win(monkeypatch):
