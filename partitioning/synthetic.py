@@ -15,21 +15,26 @@ Model (all vectorised NumPy, one ``np.random.default_rng(seed)`` stream, so a se
   ``s = separation * noise / sqrt(2 * features)``, so two centroids lie ``separation`` noise-units apart
   on average (default 6: K-means recovers the communities well, yet the clusters overlap a little);
   node features are ``mu_c + noise * N(0, I)`` (float32).
-- **Anomalies** (``anomaly_fraction`` of the nodes, default 3%; ``y = 1``), in three kinds whose shares
-  are ``anomaly_mix`` (default 50% / 25% / 25%), saved as ``anomaly_type`` (int8):
+- **Anomalies** (``anomaly_fraction`` of the nodes, default 3%; ``y = 1``), in up to four kinds whose shares
+  are ``anomaly_mix`` (default 50% / 25% / 25% / 0%), saved as ``anomaly_type`` (int8):
   1. *community swap* (the GCCAD kind): features re-drawn around the centroid of another community
      while the links still tie the node into its own community: locally inconsistent with its context;
   2. *contextual* (PyGOD / BOND ``gen_contextual_outlier``): features replaced by those of the farthest
      (Euclidean) of ``contextual_candidates`` (default 50) random nodes;
   3. *structural* (PyGOD / BOND ``gen_structural_outlier``): groups of ``clique_size`` (default 15)
-     random nodes connected into cliques.
+     random nodes connected into cliques;
+  4. *camouflage* (off by default; the fraud pattern of CARE-GNN, Dou et al. 2020): the node keeps its
+     community, its links to normal nodes and most of its features, but a few columns (``features // 8``,
+     at least one, the same for every such node: a shared behaviour signature) are shifted by
+     ``camouflage_shift`` noise units (default 2.5), each column in a fixed direction. Only a detector that
+     learns the signature, or that compares the node with its own community, sees it.
 
 CLI::
 
     python -m partitioning.synthetic --nodes 1000000 --avg-degree 20 --out runs/big.npz
 
 writes the ``.npz`` format of :mod:`partitioning.io` plus the extra keys ``anomaly_type`` (int8 [N]:
-0 none, 1 community swap, 2 contextual, 3 structural) and ``community`` (int32 [N]).
+0 none, 1 community swap, 2 contextual, 3 structural, 4 camouflage) and ``community`` (int32 [N]).
 """
 
 from __future__ import annotations
@@ -55,13 +60,14 @@ __all__ = [
     "ANOMALY_TYPES",
     "SyntheticConfig",
     "SyntheticGraph",
+    "camouflage_columns",
     "generate",
     "main",
     "synthesize",
 ]
 
 #: ``anomaly_type`` codes.
-ANOMALY_TYPES = {0: "none", 1: "community_swap", 2: "contextual", 3: "structural"}
+ANOMALY_TYPES = {0: "none", 1: "community_swap", 2: "contextual", 3: "structural", 4: "camouflage"}
 
 
 @dataclass
@@ -73,13 +79,15 @@ class SyntheticConfig:
     communities: int | None = None  # None: max(4, round(nodes ** 0.25))
     features: int = 64
     anomaly_fraction: float = 0.03
-    anomaly_mix: tuple[float, float, float] = (0.5, 0.25, 0.25)  # swap, contextual, structural
+    # swap, contextual, structural[, camouflage]: three shares mean no camouflage
+    anomaly_mix: tuple[float, ...] = (0.5, 0.25, 0.25)
     mixing: float = 0.1  # share of edges whose second end is drawn from the whole graph
     power_law_exponent: float = 2.5
     separation: float = 6.0  # mean centroid distance in units of ``noise``
     noise: float = 1.0  # within-community feature standard deviation per dimension
     clique_size: int = 15
     contextual_candidates: int = 50
+    camouflage_shift: float = 2.5  # in units of ``noise``, per signature column
     seed: int = 0
 
     def resolved_communities(self) -> int:
@@ -102,8 +110,10 @@ class SyntheticConfig:
         if self.anomaly_fraction > 0.5:
             raise GraphInputError("--anomaly-fraction", f"must be at most 0.5, got {self.anomaly_fraction}")
         mix = tuple(self.anomaly_mix)
-        if len(mix) != 3 or any(not math.isfinite(float(m)) or m < 0 for m in mix) or sum(mix) <= 0:
-            raise GraphInputError("--anomaly-mix", f"must be three non-negative shares with a positive sum, got {mix}")
+        if len(mix) not in (3, 4) or any(not math.isfinite(float(m)) or m < 0 for m in mix) or sum(mix) <= 0:
+            raise GraphInputError(
+                "--anomaly-mix", f"must be three or four non-negative shares with a positive sum, got {mix}"
+            )
         check_ratio("--mixing", self.mixing, low_inclusive=True, high_inclusive=True)
         if not (math.isfinite(self.power_law_exponent) and self.power_law_exponent > 2.0):
             raise GraphInputError("--power-law-exponent", f"must be > 2, got {self.power_law_exponent}")
@@ -111,6 +121,7 @@ class SyntheticConfig:
         check_positive("--noise", self.noise)
         check_int_range("--clique-size", self.clique_size, low=2)
         check_int_range("--contextual-candidates", self.contextual_candidates, low=1)
+        check_positive("--camouflage-shift", self.camouflage_shift)
         check_int_range("--seed", self.seed, low=0)
         return self
 
@@ -267,16 +278,26 @@ def _farthest_candidates(
     return out
 
 
-def _anomaly_counts(cfg: SyntheticConfig) -> tuple[int, int, int]:
-    """(#community-swap nodes, #contextual nodes, #cliques) for ``anomaly_fraction`` of the nodes."""
+def _anomaly_counts(cfg: SyntheticConfig) -> tuple[int, int, int, int]:
+    """(#community-swap nodes, #contextual nodes, #cliques, #camouflage nodes) for ``anomaly_fraction``."""
     total = round(cfg.nodes * cfg.anomaly_fraction)
-    mix = np.asarray(cfg.anomaly_mix, dtype=float) / float(sum(cfg.anomaly_mix))
+    shares = list(cfg.anomaly_mix) + [0.0] * (4 - len(cfg.anomaly_mix))
+    mix = np.asarray(shares, dtype=float) / float(sum(shares))
+    n_cam = round(total * mix[3])
+    total -= n_cam
     n_cliques = min(round(total * mix[2] / cfg.clique_size), total // cfg.clique_size)
     rest = total - n_cliques * cfg.clique_size
     if mix[0] + mix[1] > 0:
         n_swap = round(rest * mix[0] / (mix[0] + mix[1]))
-        return n_swap, rest - n_swap, n_cliques
-    return 0, 0, n_cliques
+        return n_swap, rest - n_swap, n_cliques, n_cam
+    return 0, 0, n_cliques, n_cam + (rest if mix[3] > 0 else 0)  # camouflage takes what cliques cannot hold
+
+
+def camouflage_columns(features: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The camouflage signature: (columns, signs), ``features // 8`` columns (at least one), fixed by ``seed``."""
+    rng = np.random.default_rng([seed, 4])  # its own stream: the other draws do not depend on it
+    cols = np.sort(rng.choice(features, size=max(1, features // 8), replace=False))
+    return cols, rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=cols.size)
 
 
 def synthesize(cfg: SyntheticConfig) -> SyntheticGraph:
@@ -285,7 +306,7 @@ def synthesize(cfg: SyntheticConfig) -> SyntheticGraph:
     rng = np.random.default_rng(cfg.seed)
     n, f = cfg.nodes, cfg.features
     c = cfg.resolved_communities()
-    n_swap, n_ctx, n_cliques = _anomaly_counts(cfg)
+    n_swap, n_ctx, n_cliques, n_cam = _anomaly_counts(cfg)
     target_edges = min(round(n * cfg.avg_degree / 2), n * (n - 1) // 2)
     t0, c0 = time.perf_counter(), time.process_time()
 
@@ -298,9 +319,11 @@ def synthesize(cfg: SyntheticConfig) -> SyntheticGraph:
     done("communities/weights")
 
     # 2. anomaly node sets (disjoint)
-    chosen = rng.choice(n, size=n_swap + n_ctx + n_cliques * cfg.clique_size, replace=False)
+    n_clique_nodes = n_cliques * cfg.clique_size
+    chosen = rng.choice(n, size=n_swap + n_ctx + n_clique_nodes + n_cam, replace=False)
     swap_nodes, ctx_nodes = chosen[:n_swap], chosen[n_swap : n_swap + n_ctx]
-    cliques = chosen[n_swap + n_ctx :].reshape(n_cliques, cfg.clique_size)
+    cliques = chosen[n_swap + n_ctx : n_swap + n_ctx + n_clique_nodes].reshape(n_cliques, cfg.clique_size)
+    cam_nodes = chosen[n_swap + n_ctx + n_clique_nodes :]
 
     # 3. edges: cliques + Chung-Lu samples, exactly ``target_edges`` distinct undirected edges
     fixed = _clique_keys(cliques, n)
@@ -335,6 +358,10 @@ def synthesize(cfg: SyntheticConfig) -> SyntheticGraph:
         x[ctx_nodes] = ctx_x
         anomaly_type[ctx_nodes] = 2
     anomaly_type[cliques.ravel()] = 3
+    if n_cam:
+        cols, signs = camouflage_columns(f, cfg.seed)
+        x[np.ix_(cam_nodes, cols)] += signs * np.float32(cfg.camouflage_shift * cfg.noise)
+        anomaly_type[cam_nodes] = 4
     done("anomalies")
 
     graph = Graph(
@@ -364,7 +391,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m partitioning.synthetic",
         description=(
             "Generate a large graph with communities, power-law degrees and planted anomalies "
-            "(community-swap, contextual and structural) and write it as .npz "
+            "(community-swap, contextual, structural and, if asked, camouflage) and write it as .npz "
             "(keys x, edge_index, y, anomaly_type, community)."
         ),
         formatter_class=DefaultsHelpFormatter,
@@ -378,8 +405,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--features", type=int, default=d.features, help="feature dimensions")
     p.add_argument("--anomaly-fraction", type=float, default=d.anomaly_fraction,
                    help="fraction of nodes that are anomalies (y = 1), in [0, 0.5]")
-    p.add_argument("--anomaly-mix", type=float, nargs=3, default=list(d.anomaly_mix), metavar=("SWAP", "CTX", "STRUCT"),
-                   help="relative shares of community-swap, contextual and structural (clique) anomalies")
+    p.add_argument("--anomaly-mix", type=float, nargs="+", default=list(d.anomaly_mix), metavar="SHARE",
+                   help="relative shares of community-swap, contextual and structural (clique) anomalies, and "
+                        "optionally a fourth: camouflage (a few columns shifted by a signature that all such "
+                        "nodes share; links and the other columns kept), e.g. --anomaly-mix 0 1 0 1")
     p.add_argument("--mixing", type=float, default=d.mixing,
                    help="probability that an edge's second end is drawn from the whole graph instead of "
                         "the first end's community")
@@ -392,6 +421,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--clique-size", type=int, default=d.clique_size, help="nodes per structural-anomaly clique")
     p.add_argument("--contextual-candidates", type=int, default=d.contextual_candidates,
                    help="random candidates per contextual anomaly; the farthest one's features are copied")
+    p.add_argument("--camouflage-shift", type=float, default=d.camouflage_shift,
+                   help="shift of each camouflage signature column, in units of --noise")
     p.add_argument("--seed", type=int, default=d.seed, help="random seed (same seed, same graph)")
     p.add_argument("--compress", action="store_true", help="write a compressed .npz (smaller, much slower)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -430,12 +461,12 @@ def main(argv: list[str] | None = None) -> int:
     save_npz(result.graph, args.out, extra=result.extra_arrays(), compress=args.compress)
     t_all = time.perf_counter() - t0
     g, types = result.graph, result.anomaly_type
-    counts = np.bincount(types, minlength=4)
+    counts = np.bincount(types, minlength=5)
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is KiB on Linux
     print(
         f"wrote {args.out}: {g.num_nodes} nodes, {g.num_edges} undirected edges, {g.num_features} features, "
         f"{cfg.resolved_communities()} communities, {int(g.y.sum())} anomalies "
-        f"(swap {counts[1]}, contextual {counts[2]}, structural {counts[3]}); "
+        f"(swap {counts[1]}, contextual {counts[2]}, structural {counts[3]}, camouflage {counts[4]}); "
         f"generated in {t_gen:.1f}s, written in {t_all - t_gen:.1f}s; peak RSS {rss_gib:.2f} GiB"
     )
     return 0

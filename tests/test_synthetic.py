@@ -12,7 +12,7 @@ import pytest
 
 from partitioning.errors import GraphInputError
 from partitioning.io import load_graph
-from partitioning.synthetic import SyntheticConfig, SyntheticGraph, generate, synthesize
+from partitioning.synthetic import SyntheticConfig, SyntheticGraph, camouflage_columns, generate, synthesize
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = SyntheticConfig(nodes=5000, avg_degree=12.0, features=16, anomaly_fraction=0.04, seed=3)
@@ -206,3 +206,48 @@ def test_cli_bad_option_one_line(tmp_path: Path, args: list[str], option: str) -
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {option}: "), res.stderr
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_camouflage_shifts_the_signature_columns_only() -> None:
+    """The fourth kind keeps a node's links and all but the signature columns, shifted the same way for all."""
+    base = SyntheticConfig(nodes=2000, avg_degree=8, features=16, anomaly_fraction=0.05, anomaly_mix=(0, 1, 0), seed=5)
+    cam = dataclasses.replace(base, anomaly_mix=(0, 1, 0, 1), camouflage_shift=3.0)
+    a, b = synthesize(base), synthesize(cam)
+    t = b.anomaly_type
+    counts = np.bincount(t, minlength=5)
+    assert counts[4] == 50 and counts[2] == 50 and counts[[1, 3]].sum() == 0
+    assert b.graph.y.sum() == 100
+    cols, signs = camouflage_columns(16, cam.seed)
+    assert cols.size == 2 and set(np.abs(signs)) == {1.0}
+    # against the mean of the normal nodes of its community: shifted in the signature columns only
+    np.testing.assert_array_equal(a.community, b.community)
+    x, comm = b.graph.x.astype(np.float64), b.community
+    normal = t == 0
+    means = np.stack([x[normal & (comm == k)].mean(axis=0) for k in range(comm.max() + 1)])
+    m = t == 4
+    dev = (x[m] - means[comm[m]]).mean(axis=0)  # 50 nodes: standard error about 0.15 per column
+    rest = np.setdiff1d(np.arange(16), cols)
+    np.testing.assert_allclose(dev[cols], 3.0 * signs, atol=0.6)
+    assert np.abs(dev[rest]).max() < 0.6
+
+
+def test_three_shares_keep_old_graphs() -> None:
+    """A three-share mix draws exactly what it drew before the fourth kind existed (seeds reproduce graphs)."""
+    three = synthesize(dataclasses.replace(SMALL, anomaly_mix=(1, 1, 1)))
+    four = synthesize(dataclasses.replace(SMALL, anomaly_mix=(1, 1, 1, 0)))
+    assert three.graph.fingerprint() == four.graph.fingerprint()
+    assert (three.anomaly_type < 4).all()
+
+
+def test_camouflage_cli(tmp_path) -> None:
+    from partitioning.synthetic import main
+
+    out = tmp_path / "c.npz"
+    assert main(["--out", str(out), "--nodes", "600", "--avg-degree", "6", "--features", "8",
+                 "--anomaly-mix", "0", "0", "0", "1", "--camouflage-shift", "2"]) == 0
+    with np.load(out) as f:
+        assert (f["anomaly_type"] == 4).sum() == f["y"].sum() == 18
+    with pytest.raises(GraphInputError, match="--anomaly-mix"):
+        SyntheticConfig(anomaly_mix=(1, 1)).validate()
+    with pytest.raises(GraphInputError, match="--camouflage-shift"):
+        SyntheticConfig(camouflage_shift=0.0).validate()
