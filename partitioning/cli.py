@@ -75,6 +75,9 @@ def setup_logging(verbose: bool = False) -> None:
     )
     for noisy in ("matplotlib", "PIL"):  # their DEBUG lines (font scans: 150 a plot) would drown --verbose's own
         logging.getLogger(noisy).setLevel(logging.INFO)
+    # FAISS's loader tries its AVX512 build first and logs the failed import as a multi-line INFO
+    # ("Could not load library ... ModuleNotFoundError"): not an error, so shown with --verbose only
+    logging.getLogger("faiss.loader").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:

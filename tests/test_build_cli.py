@@ -349,3 +349,13 @@ def test_tiny_graphs_keep_at_least_two_parts_of_the_minimum(tmp_path: Path, caps
     assert r.manifest["partition"]["min_part_size"] == minimum
     if n == 60:
         assert "--min-part-size 45 capped at 30" in caplog.text
+
+
+def test_faiss_loader_lines_only_with_verbose() -> None:
+    """FAISS logs its failed AVX512 import as INFO ("Could not load library ..."); a default run hides it."""
+    code = "import sys; from partitioning.cli import setup_logging; setup_logging(sys.argv[1] == 'v'); import faiss"
+    quiet = subprocess.run([sys.executable, "-c", code, "q"], capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "faiss.loader" not in quiet.stderr, quiet.stderr
+    loud = subprocess.run([sys.executable, "-c", code, "v"], capture_output=True, text=True, timeout=120)
+    assert "faiss.loader" in loud.stderr  # still there for --verbose
