@@ -68,8 +68,12 @@ start() {
   [ -n "${GCAD_RAY_CPUS:-}" ] && args+=(--num-cpus "$GCAD_RAY_CPUS")
   [ -n "${GCAD_RAY_GPUS:-}" ] && args+=(--num-gpus "$GCAD_RAY_GPUS")
   echo "[local_cluster] starting Ray head (ports $BASE.., temp dir $DIR)"
+  # TMPDIR: the head's processes, its workers and the jobs' drivers put their temporary files (Python's
+  # multiprocessing pymp-* folders among them) in $DIR/tmp, which `stop` deletes: a worker killed at stop
+  # cannot clean up after itself, and would otherwise leave them in /tmp.
+  mkdir -p "$DIR/tmp"
   # setsid: the head's daemons get their own process group, which `stop` signals (and nothing else).
-  RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$token" setsid ray start "${args[@]}" > "$DIR/start.log" 2>&1 &
+  TMPDIR="$DIR/tmp" RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$token" setsid ray start "${args[@]}" > "$DIR/start.log" 2>&1 &
   local pid=$!
   if ! wait "$pid"; then
     tail -n 20 "$DIR/start.log" >&2
@@ -124,6 +128,7 @@ stop() {
     [ -n "${alive// /}" ] && kill -KILL $alive 2>/dev/null || true
   fi
   rm -f "$STATE"
+  rm -rf "$DIR/tmp"  # the cluster's own temporary files (see start)
   echo "[local_cluster] stopped"
 }
 

@@ -124,7 +124,9 @@ up() {
   [ "$(id -u)" = 0 ] || die "ip netns needs root"
   local tag=${GCAD_NETNS_TAG:-$$} subnet=${GCAD_NETNS_SUBNET:-10.213.0}
   NS_A=gcadns-$tag-a NS_B=gcadns-$tag-b HEAD_IP=$subnet.1 WORKER_IP=$subnet.2
-  mkdir -p "$DIR/a" "$DIR/b"; chmod 700 "$DIR"
+  # a/tmp, b/tmp: each host's TMPDIR (its processes' temporary files, pymp-* folders among them), deleted by
+  # `down`: processes killed there cannot clean up after themselves
+  mkdir -p "$DIR/a/tmp" "$DIR/b/tmp"; chmod 700 "$DIR"
   # Record first, so that `down` cleans up after a partial `up`.
   cat > "$STATE" <<EOF
 NS_A=$NS_A
@@ -151,7 +153,7 @@ EOF
   say "host a ($NS_A, $HEAD_IP): starting the Ray head (${GCAD_NETNS_HEAD_CPUS:-2} CPUs)"
   # setsid: this host's Ray daemons get their own process group, recorded for `down`.
   # shellcheck disable=SC2046
-  setsid ip netns exec "$NS_A" env $(host_env) ray start --head --node-ip-address "$HEAD_IP" \
+  setsid ip netns exec "$NS_A" env $(host_env) TMPDIR="$DIR/a/tmp" ray start --head --node-ip-address "$HEAD_IP" \
     --port $GCS_PORT --dashboard-host "$HEAD_IP" --dashboard-port $DASH_PORT --ray-client-server-port 10001 \
     --num-cpus "${GCAD_NETNS_HEAD_CPUS:-2}" --temp-dir "$DIR/a" "${common[@]}" > "$DIR/start-a.log" 2>&1 &
   local pid_a=$!
@@ -160,7 +162,7 @@ EOF
   wait_gcs || die "head not reachable from host b at $HEAD_IP:$GCS_PORT; run: $0 down"
   say "host b ($NS_B, $WORKER_IP): joining a Ray worker node (${GCAD_NETNS_WORKER_CPUS:-1} CPUs)"
   # shellcheck disable=SC2046
-  setsid ip netns exec "$NS_B" env $(host_env) ray start --address "$HEAD_IP:$GCS_PORT" \
+  setsid ip netns exec "$NS_B" env $(host_env) TMPDIR="$DIR/b/tmp" ray start --address "$HEAD_IP:$GCS_PORT" \
     --node-ip-address "$WORKER_IP" --num-cpus "${GCAD_NETNS_WORKER_CPUS:-1}" --temp-dir "$DIR/b" \
     "${common[@]}" > "$DIR/start-b.log" 2>&1 &
   local pid_b=$!
@@ -235,6 +237,7 @@ down() {
     ip netns pids "$ns" >/dev/null 2>&1 && { ip netns del "$ns" || say "could not delete $ns"; }
   done
   rm -f "$STATE"
+  rm -rf "$DIR/a/tmp" "$DIR/b/tmp"  # the hosts' temporary files (see up)
   say "stopped (logs kept in $DIR)"
 }
 

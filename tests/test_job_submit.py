@@ -123,11 +123,41 @@ def test_submit_pretrain_job_to_local_cluster(tmp_path: Path) -> None:
 
         model = load_model_file(out / "final")
         assert model["config"]["in_dim"] == 8 and model["config"]["hidden"] == 8
+
+        # the head's processes keep their temporary files (pymp-* folders of killed workers) under the
+        # cluster's dir, which stop deletes, not in /tmp (the dashboard's forkserver children get a clean
+        # environment from Ray: no TMPDIR at all)
+        pgid = int(dict(line.split("=", 1) for line in (ray_dir / "cluster.env").read_text().split())["GCAD_RAY_PGID"])
+        envs = _group_environs(pgid)
+        ours = str(ray_dir / "tmp")
+        assert any("raylet" in e["_CMD"] and e.get("TMPDIR") == ours for e in envs), [e["_CMD"] for e in envs]
+        assert all(e.get("TMPDIR") in (ours, None) for e in envs), [(e.get("TMPDIR"), e["_CMD"]) for e in envs]
     finally:
         stop = subprocess.run(["bash", "launch/local_cluster.sh", "stop"], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=120)
         status = subprocess.run(["bash", "launch/local_cluster.sh", "status"], cwd=REPO, env=env,
                                 capture_output=True, text=True, timeout=30)
+        tmp_left = (ray_dir / "tmp").exists()
         shutil.rmtree(ray_dir, ignore_errors=True)
     assert stop.returncode == 0, stop.stderr
     assert status.returncode == 3, status.stdout  # not running any more
+    assert not tmp_left, "stop must delete the cluster's temporary files"
+
+
+def _group_environs(pgid: int) -> list[dict[str, str]]:
+    """The environments of the live processes of process group ``pgid`` (Linux /proc)."""
+    envs = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:  # fields after the name: state ppid pgrp
+                continue
+            raw = (d / "environ").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        env = dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+        env["_CMD"] = (d / "cmdline").read_bytes().replace(b"\0", b" ")[:120].decode(errors="replace")
+        envs.append(env)
+    return envs
