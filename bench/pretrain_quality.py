@@ -36,6 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
+from partitioning.synthetic import ANOMALY_TYPES  # noqa: E402
 
 log = logging.getLogger("bench.pretrain_quality")
 
@@ -62,7 +63,9 @@ class QualityConfig:
     reuse_pretrain: bool = False
 
 
-ANOMALY_NAMES = {1: "community swap", 2: "contextual", 3: "structural (cliques)"}  # partitioning.synthetic codes
+#: partitioning.synthetic's codes, named for the report (every planted kind, the camouflage one included)
+ANOMALY_NAMES = {code: name.replace("_", " ") + (" (cliques)" if name == "structural" else "")
+                 for code, name in ANOMALY_TYPES.items() if code}
 
 
 def _anomaly_types(path: Path) -> np.ndarray | None:
