@@ -284,9 +284,9 @@ def _anomaly_counts(cfg: SyntheticConfig) -> tuple[int, int, int, int]:
     shares = list(cfg.anomaly_mix) + [0.0] * (4 - len(cfg.anomaly_mix))
     mix = np.asarray(shares, dtype=float) / float(sum(shares))
     n_cam = round(total * mix[3])
-    total -= n_cam
-    n_cliques = min(round(total * mix[2] / cfg.clique_size), total // cfg.clique_size)
-    rest = total - n_cliques * cfg.clique_size
+    left = total - n_cam
+    n_cliques = min(round(total * mix[2] / cfg.clique_size), left // cfg.clique_size)
+    rest = left - n_cliques * cfg.clique_size
     if mix[0] + mix[1] > 0:
         n_swap = round(rest * mix[0] / (mix[0] + mix[1]))
         return n_swap, rest - n_swap, n_cliques, n_cam

@@ -231,6 +231,15 @@ def test_camouflage_shifts_the_signature_columns_only() -> None:
     assert np.abs(dev[rest]).max() < 0.6
 
 
+@pytest.mark.parametrize("mix", [(1, 1, 1, 1), (0, 0, 1, 1), (2, 0, 1, 1), (0, 0, 0, 1)])
+def test_four_shares_as_asked(mix: tuple) -> None:
+    r = synthesize(SyntheticConfig(nodes=6000, avg_degree=6, features=8, anomaly_fraction=0.05, anomaly_mix=mix,
+                                   clique_size=10, seed=2))
+    counts = np.bincount(r.anomaly_type, minlength=5)[1:]
+    assert counts.sum() == 300 == r.graph.y.sum()
+    np.testing.assert_allclose(counts / 300, np.asarray(mix) / sum(mix), atol=0.04)
+
+
 def test_three_shares_keep_old_graphs() -> None:
     """A three-share mix draws exactly what it drew before the fourth kind existed (seeds reproduce graphs)."""
     three = synthesize(dataclasses.replace(SMALL, anomaly_mix=(1, 1, 1)))
