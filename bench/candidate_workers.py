@@ -36,7 +36,7 @@ def timed_run(graph: Path, seed: int, workers: int, threads: int):
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m bench.candidate_workers", description=__doc__.split("\n\n")[0],
-                                formatter_class=DefaultsHelpFormatter)
+                       formatter_class=DefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["inj_cora"], help="dataset names or graph paths")
     p.add_argument("--data-dir", default="../shared/data", help="folder of the <name>.npz datasets")
     p.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (split and initialisation)")

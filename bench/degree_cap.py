@@ -45,7 +45,7 @@ class DegreeCapBenchConfig:
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m bench.degree_cap", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = DegreeCapBenchConfig(graph="")
     p.add_argument("--graph", required=True, help="labelled graph (.npz, .pt or folder)")
     p.add_argument("--caps", type=int, nargs="+", default=d.caps,

@@ -133,7 +133,7 @@ def table(records: list[dict[str, Any]], without: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     d = SelectionConfig()
     p = ArgumentParser(prog="python -m bench.finetune_selection", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("runs", nargs="+",
                    help="folders searched for candidate_scores.npz (gcad_dist.finetune --candidate-scores)")
     p.add_argument("--without", default=d.without, help="the candidate left out of the baseline variant")

@@ -43,7 +43,7 @@ class FitStateBenchConfig:
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m bench.fit_state", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = FitStateBenchConfig(graph="")
     p.add_argument("--graph", required=True, help="labelled graph (.npz, .pt or folder)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="epochs of each fit (evaluation every 5)")

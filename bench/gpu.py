@@ -578,7 +578,7 @@ def markdown(b: Bench, env: dict) -> str:
 def parse_args(argv: list[str] | None) -> GpuBenchConfig:
     d = GpuBenchConfig()
     p = ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--sections", nargs="+", choices=SECTIONS, default=d.sections, help="what to measure")
     p.add_argument("--cpu-smoke", action="store_true", help="tiny sizes (seconds on a CPU; the test runs this)")
     p.add_argument("--device", default=d.device, help="GPU device")

@@ -123,7 +123,7 @@ def run(cfg: GpuStepConfig) -> list[dict]:
 def parse_args(argv: list[str] | None) -> GpuStepConfig:
     d = GpuStepConfig()
     p = ArgumentParser(prog="python -m bench.gpu_step", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=d.batch_sizes, help="seed nodes per minibatch")
     p.add_argument("--profile", type=int, default=d.profile, help="batch size to profile (0 = none)")
     p.add_argument("--store", default=None, help="store (default: generate one of --store-nodes)")

@@ -94,7 +94,7 @@ def _measure(source: str, graph: str, caps: list[int], steps: int, threads: int)
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m bench.kernel_source", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = KernelSourceBenchConfig(graph="")
     p.add_argument("--graph", required=True, help="labelled graph (.npz, .pt or folder)")
     p.add_argument("--sources", nargs="+", required=True,

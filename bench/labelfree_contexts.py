@@ -138,7 +138,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m bench.labelfree_contexts", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["inj_cora", "books"],
                    help="names under ../shared/data or .npz paths")
     p.add_argument("--mixes", nargs="+", default=["inject", "inject,features,edges"], help="--corruption-mix values")

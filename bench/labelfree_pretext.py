@@ -106,7 +106,7 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m bench.labelfree_pretext", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["books", "inj_cora", "reddit", "tolokers"],
                    help="graphs under --data-dir (NAME.npz)")
     p.add_argument("--data-dir", default="../shared/data", help="folder of the labelled graphs")

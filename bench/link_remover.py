@@ -96,7 +96,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m bench.link_remover", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["inj_cora"], help="names in --data-dir, or paths")
     p.add_argument("--data-dir", default="../shared/data")
     p.add_argument("--seeds", nargs="+", type=int, default=[0])

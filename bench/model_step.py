@@ -77,7 +77,7 @@ def _set_variant(model: torch.nn.Module, variant: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m bench.model_step", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = ModelStepConfig(graph="")
     p.add_argument("--graph", required=True, help="labelled graph (.npz), e.g. ../shared/data/tolokers.npz")
     p.add_argument("--conv", default=d.conv, help="GCCAD node-update convolution")

@@ -84,7 +84,7 @@ def _auc(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m bench.pretrain_quality", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = QualityConfig(out="")
     p.add_argument("--out", required=True, help="working folder (graph, store, pre-training run, results.json)")
     p.add_argument("--graph", default=None, help="labelled graph to use instead of generating one")

@@ -126,7 +126,7 @@ def _parse_fanouts(text: str) -> list[int]:
 
 def parse_args(argv: list[str] | None = None) -> BenchConfig:
     p = ArgumentParser(prog="python -m bench.sampler", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=1_000_000, help="nodes of the Chung-Lu graph (default: %(default)s)")
     p.add_argument("--edges", type=int, default=10_000_000,
                    help="undirected edges drawn for the Chung-Lu graph, before dropping duplicates (default: %(default)s)")

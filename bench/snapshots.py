@@ -85,7 +85,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m bench.snapshots", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["inj_cora", "books", "reddit"],
                    help="names in --data-dir or paths of labelled graphs")
     p.add_argument("--models", nargs="+", default=["gccad", "sage", "gin"], help="gcad_dist.train --model values")

@@ -106,7 +106,7 @@ def run_one(data: Any, dataset: str, seed: int, model_o: dict, fit_o: dict) -> d
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m bench.supervised_sweep", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["tolokers", "reddit"], help="names in --data-dir or paths")
     p.add_argument("--data-dir", default="../shared/data")
     p.add_argument("--seeds", nargs="+", type=int, default=[0])

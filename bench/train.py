@@ -233,7 +233,7 @@ def ray_runs(cfg: TrainBenchConfig) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m bench.train", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = TrainBenchConfig(store="")
     p.add_argument("--store", required=True, help="store built by python -m partitioning.build")
     p.add_argument("--workers", type=int, nargs="+", default=d.workers, help="worker counts to run")

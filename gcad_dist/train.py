@@ -864,21 +864,22 @@ def main(argv: list[str] | None = None) -> int:
     }, snapshots=res.snapshot_states)
     metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
     write_json(metrics, out / "metrics.json")
+    sel = metrics.get("contrast_selection", {})
+    kept_names = sel.get("kept", [])  # the curves and best epoch below are the first kept candidate's
     if cfg.plots:
         from gcad_dist.plots import plot_roc_pr, plot_training_curves
 
         title = f"{Path(cfg.graph).name} {cfg.model}" + (f" ({cfg.ablation})" if cfg.ablation != "none" else "")
-        kept = metrics.get("contrast_selection", {}).get("kept", [])
-        curves = title + (f": candidate {kept[0]}, the first of {len(kept)} averaged" if len(kept) > 1 else "")
+        curves = title + (f": candidate {kept_names[0]}, the first of {len(kept_names)} averaged"
+                          if len(kept_names) > 1 else "")
         plot_training_curves(res.history, out / "training_curves.png", title=curves, best_epoch=res.best_epoch)
         y_np = o.data.y.cpu().numpy()
         test = o.split.test.cpu().numpy() & (y_np >= 0)
         plot_roc_pr(y_np[test], res.scores[test], out / "roc_pr_test.png", title=f"test, {title}")
     finish_run_state(state_dir)
     snaps = f" (scored by {len(res.snapshot_epochs)} snapshots)" if len(res.snapshot_epochs) > 1 else ""
-    sel = metrics.get("contrast_selection", {})
     kept = f" | {sel['chosen']} (kept of {' / '.join(sel['candidates'])})" if sel else ""
-    first = f"first kept candidate ({sel['kept'][0]}): " if len(sel.get("kept", [])) > 1 else ""
+    first = f"first kept candidate ({kept_names[0]}): " if len(kept_names) > 1 else ""
     print(f"{cfg.model}: {describe_labels(o.data.y)}{kept} | {first}best epoch {res.best_epoch}/{res.epochs_run}{snaps}, "
           f"{res.seconds_per_epoch():.3f} s/epoch | run {metrics['wall_seconds']:.1f} s | "
           f"val AUROC {res.val['auroc']:.4f} AUPRC {res.val['auprc']:.4f} | "
