@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--score-space", "--sup-score-space", dest="score_space", default=d.score_space, choices=("encoder", "projection"),
                    help="GCCAD score space, fine-tuned and from scratch alike (default: gcad_dist.train's); "
                         "--sup-score-space is the old name")
-    p.add_argument("--sup-normalize", default=d.sup_normalize, choices=("standard", "none"),
+    p.add_argument("--sup-normalize", default=d.sup_normalize, choices=("standard", "power", "none"),
                    help="feature normalisation of supervised training (fine-tuning uses the checkpoint's: none, as the store holds raw features)")
     p.add_argument("--label-inputs", action=argparse.BooleanOptionalAction, default=d.label_inputs,
                    help="fine-tuning and scratch alike read (or, with --no-label-inputs, do not read) the neighbours' "

@@ -456,10 +456,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-index", type=int, default=None, help="use this given split (0..S-1) instead of seed %% S")
     p.add_argument("--train-frac", type=float, default=d.train_frac, help="random split: train fraction (graphs without split masks)")
     p.add_argument("--val-frac", type=float, default=d.val_frac, help="random split: validation fraction (the rest is test)")
-    p.add_argument("--normalize", default=d.normalize, choices=("auto", "standard", "none"),
+    p.add_argument("--normalize", default=d.normalize, choices=("auto", "standard", "power", "none"),
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
-                        "pre-training records its store's, standard by default; none if unrecorded, e.g. older "
-                        "checkpoints); standard = z-score over all nodes of this graph; none = raw")
+                        "pre-training records its store's, power by default since session 39; none if unrecorded, e.g. "
+                        "older checkpoints); standard = z-score over all nodes of this graph; power = z-score, a "
+                        "Yeo-Johnson transform per column fitted on this graph, z-score; none = raw")
     p.add_argument("--candidate-scores", action="store_true",
                    help=f"also write <out>/{CANDIDATE_SCORES}: each fitted candidate's scores of every node, the "
                         "labels and the split masks (for studies of the keep rule: bench/finetune_selection.py)")

@@ -48,7 +48,7 @@ log = logging.getLogger("gcad_dist.score")
 __all__ = ["ScoreConfig", "LoadedModel", "load_checkpoint_model", "prepare_data", "score_data", "score_graph",
            "score_parts_halo", "link_majority_parts", "score_metrics", "summary_text", "main"]
 
-NORMALIZE_CHOICES = ("auto", "standard", "none")
+NORMALIZE_CHOICES = ("auto", "standard", "power", "none")
 # --parts --context: halo (default) = its own part plus the part's 1-hop halo (score_parts_halo); own = the
 # node's K-means part alone; links = the part most of its neighbours are in (link_majority_parts)
 CONTEXTS = ("halo", "own", "links")
@@ -449,8 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
-                        "pre-training records its store's, standard by default; none if unrecorded, e.g. older "
-                        "checkpoints); standard = z-score over all nodes of this graph; none = raw")
+                        "pre-training records its store's, power by default since session 39; none if unrecorded, e.g. "
+                        "older checkpoints); standard = z-score over all nodes of this graph; power = z-score, a "
+                        "Yeo-Johnson transform per column fitted on this graph, z-score; none = raw")
     p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch default)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p

@@ -41,6 +41,7 @@ from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
 from partitioning.graph import describe_labels
+from partitioning.features import NORMALIZE_CHOICES
 
 log = logging.getLogger("gcad_dist.train")
 
@@ -127,14 +128,19 @@ class TrainConfig:
 
 
 def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
-    """``standard``: z-score every feature over all nodes (label-free); ``none``: unchanged."""
+    """``standard``: z-score every feature over all nodes (label-free); ``power``: z-score, a Yeo-Johnson transform
+    per column, z-score again (:func:`partitioning.features.power_normalize`, label-free); ``none``: unchanged."""
     if how == "none":
         return x
     if how == "standard":
         mean = x.mean(0, keepdim=True)
         std = x.std(0, keepdim=True)
         return (x - mean) / torch.where(std > 0, std, torch.ones_like(std))
-    raise UsageError(f"--normalize: unknown value {how!r} (choose standard or none)")
+    if how == "power":
+        from partitioning.features import power_normalize
+
+        return torch.from_numpy(power_normalize(x.detach().cpu().numpy())[0]).to(x.device)
+    raise UsageError(f"--normalize: unknown value {how!r} (choose from {', '.join(NORMALIZE_CHOICES)})")
 
 
 # GCCAD's input dropout since session 28, chosen on held-out halves of the validation splits: it raised GCCAD's AUPRC
@@ -791,7 +797,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "Default: %(default)s")
     p.add_argument("--no-class-weight", dest="class_weight", action="store_false",
                    help="baselines: plain cross-entropy instead of inverse-class-frequency weighting")
-    p.add_argument("--normalize", default=d.normalize, choices=("standard", "none"), help="feature normalisation (label-free z-score over all nodes)")
+    p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
+                   help="feature normalisation, label-free, over all nodes: standard = z-score; power = z-score, a "
+                   "Yeo-Johnson transform per column (heavy tails made near-Gaussian), z-score; none = raw")
     p.add_argument("--seed", type=int, default=d.seed, help="seed for initialisation, training noise and the random split; "
                                                           "with given split masks, split seed %% S is used")
     p.add_argument("--split-index", type=int, default=None, help="use this given split (0..S-1) instead of seed %% S")

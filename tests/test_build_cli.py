@@ -153,16 +153,46 @@ def test_bad_options(dup_file: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     assert not (tmp_path / "s.zarr").exists()
 
 
-def test_default_build_stores_z_scored_features(graph_file: Path, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture) -> None:
-    """Default --normalize standard: stored x = (raw - mean) / std (unbiased, over all source nodes), the
+def test_default_build_stores_power_transformed_features(graph_file: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """Default --normalize power: stored x = partitioning.features.power_normalize(raw), the transform that
+    training's and scoring's normalize_features(x, "power") apply; the manifest records its statistics."""
+    import torch
+
+    from gcad_dist.train import normalize_features
+    from partitioning.features import power_normalize
+
+    out = tmp_path / "p.zarr"
+    code, stdout, _ = run(["--graph", str(graph_file), "--out", str(out), "--k", "3"], capsys)
+    assert code == 0 and "power-transformed, z-scored (power)" in stdout
+    graph = load_graph(graph_file)
+    r = StoreReader(str(out))
+    assert r.feature_normalization() == "power" and r.manifest["params"]["normalize"] == "power"
+    expect, entry = power_normalize(graph.x)
+    f = r.manifest["features"]
+    assert set(f) == {"normalize", "mean", "std", "lambdas", "mean2", "std2"}
+    np.testing.assert_allclose(f["lambdas"], entry["lambdas"])
+    torch_expect = normalize_features(torch.from_numpy(graph.x), "power").numpy()
+    np.testing.assert_allclose(torch_expect, expect, atol=1e-6)
+    seen = 0
+    for i in range(len(r)):
+        c = r.get_csr(i)
+        np.testing.assert_allclose(c["x"], expect[c["global_id"]], rtol=0, atol=1e-6)
+        seen += int((c["y"] == 0).sum())
+    assert seen == graph.num_nodes
+
+
+def test_standard_build_stores_z_scored_features(graph_file: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    """--normalize standard: stored x = (raw - mean) / std (unbiased, over all source nodes), the
     same transform as training's normalize_features; the fingerprint stays the raw graph's."""
     import torch
 
     from gcad_dist.train import normalize_features
 
     out = tmp_path / "z.zarr"
-    code, stdout, _ = run(["--graph", str(graph_file), "--out", str(out), "--k", "3"], capsys)
+    code, stdout, _ = run(["--graph", str(graph_file), "--out", str(out), "--k", "3", "--normalize", "standard"],
+                          capsys)
     assert code == 0 and "z-scored (standard)" in stdout
     graph = load_graph(graph_file)
     raw = graph.x.astype(np.float64)
@@ -211,7 +241,7 @@ def test_build_leaves_the_callers_graph_untouched(tmp_path: Path) -> None:
     cfg = build_mod.BuildConfig(graph="mem", out=str(tmp_path / "s.zarr"), k=3, threads=1, plot=False, progress=False)
     res = build_mod.build(cfg, graph=g)
     np.testing.assert_array_equal(g.x, x0)
-    assert res.manifest["source"]["fingerprint"] == fp and res.manifest["features"]["normalize"] == "standard"
+    assert res.manifest["source"]["fingerprint"] == fp and res.manifest["features"]["normalize"] == "power"
     with pytest.raises(UsageError, match="^--normalize"):
         build_mod.check_config(build_mod.BuildConfig(graph="g", out="o", normalize="minmax"))
 

@@ -40,7 +40,7 @@ log = logging.getLogger("gcad_dist.detectors.gccad_pre")
 CORRUPTION_MIX = "inject"
 #: ``partitioning.build --cluster-hops``: K-means on features smoothed over 0..H hops (0 = the paper's)
 CLUSTER_HOPS = 0
-SETTINGS: dict[str, Any] = {"k": "auto", "build": "defaults (ratio 0.15, 1 corruption, normalize standard)",
+SETTINGS: dict[str, Any] = {"k": "auto", "build": "defaults (ratio 0.15, 1 corruption, normalize power)",
                             "corruption_mix": CORRUPTION_MIX,
                             "workers": 1, "lr": 5e-3, "pretrain": "PretrainConfig defaults", "context": "halo"}
 if CLUSTER_HOPS:  # 0 (the paper's K-means on the features) was the only behaviour before the option existed
@@ -63,7 +63,7 @@ LOCAL_BATCH_SIZE = 1024
 #: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
 LOCAL_ENSEMBLE = 5
 LOCAL_SETTINGS: dict[str, Any] = {"recipe": "local", "k": 1, "corruption_mix": "none",
-                                  "build": "defaults (normalize standard)", "workers": 1,
+                                  "build": "defaults (normalize power)", "workers": 1,
                                   "pretrain": {**LOCAL_PRETRAIN, "others": "PretrainConfig defaults"},
                                   "context": "whole graph"}
 
