@@ -49,6 +49,7 @@ from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
                              check_input_dropout, input_dropout_rule, label_inputs_rule, load_labelled,
                              normalize_features, resolve_jump, train_one, write_json)
+from partitioning.features import NORMALIZE_CHOICES
 
 log = logging.getLogger("gcad_dist.quality")
 
@@ -96,6 +97,7 @@ class QualityConfig:
     pre_tails: float | None = None  # None: the local recipe's pretrain --push-tails
     pre_batch_size: int | None = None  # None: the local recipe's pretrain --batch-size
     pre_context_hops: int | None = None  # None: the local recipe's pretrain --context-hops (1)
+    pre_normalize: str | None = None  # None: partitioning.build's default --normalize (power)
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
@@ -103,7 +105,8 @@ class QualityConfig:
         """The harness options that detectors read (:attr:`gcad_dist.detectors.DetectorSpec.options`)."""
         return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques,
                 "pre_tails": self.pre_tails, "pre_batch_size": self.pre_batch_size,
-                "pre_context_hops": self.pre_context_hops, "label_inputs": self.label_inputs}
+                "pre_context_hops": self.pre_context_hops, "pre_normalize": self.pre_normalize,
+                "label_inputs": self.label_inputs}
     device: str = "auto"
     threads: int = 0
     candidate_workers: int = 1  # gccad's --contrast auto candidates fitted side by side (the same results)
@@ -483,6 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pre-context-hops", type=int, choices=(1, 2), default=d.pre_context_hops, metavar="HOPS",
                    help="gccad-pre: pretrain --context-hops HOPS, the local contrast's context: the neighbours (1) or "
                    "the two-hop ball (2) (default: the recipe's, 1)")
+    p.add_argument("--pre-normalize", choices=NORMALIZE_CHOICES, default=d.pre_normalize,
+                   help="gccad-pre: partitioning.build --normalize of its store (default: the build's, power; "
+                   "standard was the default before session 39)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "

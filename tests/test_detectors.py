@@ -144,3 +144,20 @@ def test_gccad_pre_paper_runs_without_labels(monkeypatch):
     data = synthesize(SyntheticConfig(nodes=600, avg_degree=8, features=8, anomaly_fraction=0.05, seed=0)).graph.to_data()
     s = fit_score("gccad-pre-paper", data, None, seed=0, pre_epochs=1, threads=1, device="cpu")
     assert s.shape == (600,) and np.isfinite(s).all() and np.unique(s).size > 10
+
+
+def test_gccad_pre_store_normalisation_is_a_keyed_option(monkeypatch):
+    """--pre-normalize reaches the build of gccad-pre's store, and is part of the run key (power by default, the
+    build's default since session 39; standard before)."""
+    from gcad_dist.detectors import gccad_pre, settings_of
+    from partitioning.build import BuildConfig
+
+    assert BuildConfig.normalize == "power"
+    assert settings_of("gccad-pre", {})["pre_normalize"] == "power"
+    assert settings_of("gccad-pre", {"pre_normalize": "standard"})["pre_normalize"] == "standard"
+    seen = []
+    monkeypatch.setattr(gccad_pre, "_pipeline", lambda data, seed, threads, device, workdir, build, pretrain, score:
+                        seen.append(build) or np.zeros(10))
+    fit_score("gccad-pre", _tiny(), None, seed=0, threads=1, device="cpu", pre_normalize="standard")
+    fit_score("gccad-pre", _tiny(), None, seed=0, threads=1, device="cpu")
+    assert seen[0]["normalize"] == "standard" and seen[1]["normalize"] == "power"

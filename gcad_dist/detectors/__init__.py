@@ -65,6 +65,7 @@ class DetectorSpec:
 
 def _specs() -> dict[str, DetectorSpec]:
     from gcad_dist.detectors import gccad_pre, isolation, neighbor_cosine, pygod_models, tree_ensemble
+    from partitioning.build import BuildConfig
 
     specs = [
         DetectorSpec("iforest", "none", "raw", "isolation", "IsolationForest on x", isolation.SETTINGS),
@@ -76,11 +77,12 @@ def _specs() -> dict[str, DetectorSpec]:
                      requires=(("pygod", "baselines"),)),
         DetectorSpec("gccad-pre", "none", "raw", "gccad_pre", "GCCAD-pre, local recipe, whole graph",
                      gccad_pre.LOCAL_SETTINGS, options=("pre_epochs", "pre_ensemble", "pre_cliques", "pre_tails",
-                                                       "pre_batch_size", "pre_context_hops"),
+                                                       "pre_batch_size", "pre_context_hops", "pre_normalize"),
                      requires=(("faiss", "cpu"), ("ray", "base")),
                      option_defaults={"pre_epochs": gccad_pre.LOCAL_EPOCHS, "pre_ensemble": gccad_pre.LOCAL_ENSEMBLE,
                                       "pre_cliques": gccad_pre.LOCAL_CLIQUES, "pre_tails": gccad_pre.LOCAL_TAILS,
-                                      "pre_batch_size": gccad_pre.LOCAL_BATCH_SIZE, "pre_context_hops": 1},
+                                      "pre_batch_size": gccad_pre.LOCAL_BATCH_SIZE, "pre_context_hops": 1,
+                                      "pre_normalize": BuildConfig.normalize},
                      late_options={"pre_cliques": 0.0, "pre_tails": 0.0, "pre_batch_size": 1024,
                                    "pre_context_hops": 1}),
         DetectorSpec("gccad-pre-paper", "none", "raw", "gccad_pre", "GCCAD-pre (the paper's) scored by parts",

@@ -63,7 +63,7 @@ LOCAL_BATCH_SIZE = 1024
 #: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
 LOCAL_ENSEMBLE = 5
 LOCAL_SETTINGS: dict[str, Any] = {"recipe": "local", "k": 1, "corruption_mix": "none",
-                                  "build": "defaults (normalize power)", "workers": 1,
+                                  "build": "defaults", "workers": 1,
                                   "pretrain": {**LOCAL_PRETRAIN, "others": "PretrainConfig defaults"},
                                   "context": "whole graph"}
 
@@ -104,13 +104,14 @@ def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | No
 
 def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, pre_ensemble: int | None = None,
               pre_cliques: float | None = None, pre_tails: float | None = None, pre_batch_size: int | None = None,
-              pre_context_hops: int | None = None, threads: int = 1, device: str = "cpu", workdir: str | None = None,
-              **_: Any) -> np.ndarray:
+              pre_context_hops: int | None = None, pre_normalize: str | None = None, threads: int = 1,
+              device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
     score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`, ``pre_ensemble`` None = :data:`LOCAL_ENSEMBLE`,
     ``pre_cliques`` (``pretrain --plant-cliques``, with the swaps cut by as much) None = :data:`LOCAL_CLIQUES`,
     ``pre_tails`` (``pretrain --push-tails``, the swaps cut by as much again) None = :data:`LOCAL_TAILS`,
-    ``pre_batch_size`` None = :data:`LOCAL_BATCH_SIZE`, ``pre_context_hops`` (``pretrain --context-hops``) None = 1."""
+    ``pre_batch_size`` None = :data:`LOCAL_BATCH_SIZE`, ``pre_context_hops`` (``pretrain --context-hops``) None = 1,
+    ``pre_normalize`` (``partitioning.build --normalize``) None = the build's default."""
     from gcad_dist.score import score_data
 
     cliques = LOCAL_CLIQUES if pre_cliques is None else pre_cliques
@@ -126,7 +127,10 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
                 "batch_size": LOCAL_BATCH_SIZE if pre_batch_size is None else pre_batch_size}
     if pre_context_hops not in (None, 1):  # absent at 1: the run key of earlier sessions
         pretrain["context_hops"] = pre_context_hops
-    return _pipeline(data, seed, threads, device, workdir, {"k": 1, "corruption_mix": "none"}, pretrain,
+    build = {"k": 1, "corruption_mix": "none"}
+    if pre_normalize is not None:
+        build["normalize"] = pre_normalize
+    return _pipeline(data, seed, threads, device, workdir, build, pretrain,
                      lambda loaded, prepared, _store, dev: score_data(loaded.model, prepared, device=dev))
 
 
