@@ -80,6 +80,7 @@ class TransferConfig:
     link_eval: str | None = None
     score_space: str | None = None
     sup_normalize: str = "standard"
+    store_normalize: str | None = None  # partitioning.build --normalize of the store; None = the build's default
     label_inputs: bool | None = None  # both sides alike; None = the CLIs' default (the same rule on both sides)
     candidate_scores: bool = False  # fine-tuning runs write candidate_scores.npz (bench/finetune_selection.py)
     threads: int = 1
@@ -137,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--score-space", "--sup-score-space", dest="score_space", default=d.score_space, choices=("encoder", "projection"),
                    help="GCCAD score space, fine-tuned and from scratch alike (default: gcad_dist.train's); "
                         "--sup-score-space is the old name")
+    p.add_argument("--store-normalize", default=d.store_normalize, choices=("standard", "power", "none"),
+                   help="partitioning.build --normalize of the pre-training store; None = the build's default (power)")
     p.add_argument("--sup-normalize", default=d.sup_normalize, choices=("standard", "power", "none"),
                    help="feature normalisation of supervised training (fine-tuning uses the checkpoint's: none, as the store holds raw features)")
     p.add_argument("--label-inputs", action=argparse.BooleanOptionalAction, default=d.label_inputs,
@@ -236,7 +239,8 @@ def run_dataset(cfg: TransferConfig, name: str, graph: Path, run: Runner) -> lis
     out.mkdir(parents=True, exist_ok=True)
     ow = ["--overwrite"] if cfg.overwrite else []
     if not run(f"{name}-build", ["partitioning.build", "--graph", str(graph), "--out", str(store), "--k", cfg.k,
-                                 "--seed", str(cfg.pretrain_seed), "--threads", str(cfg.threads), "--no-progress", "--no-plot", *ow],
+                                 "--seed", str(cfg.pretrain_seed), "--threads", str(cfg.threads), "--no-progress", "--no-plot",
+                                 *(["--normalize", cfg.store_normalize] if cfg.store_normalize else []), *ow],
                store / "zarr.json"):
         return []
     if not run(f"{name}-pretrain", ["gcad_dist.pretrain", "--store", str(store), "--out", str(pre), "--workers", str(cfg.workers),

@@ -24,7 +24,7 @@ import numpy as np
 NORMALIZE_CHOICES: tuple[str, ...] = ("standard", "power", "none")
 BLOCK_BYTES = 32 << 20  # float64 bytes of one row block
 #: ``power``: rows the Yeo-Johnson exponents are fitted on (a seeded sample of a larger graph)
-POWER_FIT_ROWS = 200_000
+POWER_FIT_ROWS = 50_000
 #: ``power``: fitted exponents are clipped to this range, so that (1 + |z|) ** exponent stays finite in float64
 #: for any z-score a graph can hold (|z| <= sqrt(N) < 1e6 for N < 1e12)
 POWER_LAMBDA_BOUND = 40.0
