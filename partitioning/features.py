@@ -26,7 +26,7 @@ BLOCK_BYTES = 32 << 20  # float64 bytes of one row block
 #: ``power``: rows the Yeo-Johnson exponents are fitted on (a seeded sample of a larger graph)
 POWER_FIT_ROWS = 50_000
 #: ``power``: fitted exponents are clipped to this range, so that (1 + |z|) ** exponent stays finite in float64
-#: for any z-score a graph can hold (|z| <= sqrt(N) < 1e6 for N < 1e12)
+#: for the z-scores a graph can hold (|z| <= sqrt(N)); the transform is rescaled in float64 before it is stored
 POWER_LAMBDA_BOUND = 40.0
 
 
@@ -132,21 +132,34 @@ def fit_power_lambdas(z: np.ndarray, seed: int = 0) -> np.ndarray:
 
 def power_normalize(x: np.ndarray, block_rows: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """``power``: z-score, Yeo-Johnson per column, z-score again; (float32 array, manifest entry with the
-    statistics of each step: ``mean``/``std`` of the input, ``lambdas``, ``mean2``/``std2`` after the transform)."""
+    statistics of each step: ``mean``/``std`` of the input, ``lambdas``, ``mean2``/``std2`` after the transform).
+
+    The transformed values stay in float64 until the second z-score (two passes over row blocks: statistics, then
+    the output), so an exponent far from 1 cannot overflow float32 before the rescaling."""
     mean, std = feature_stats(x, block_rows)
     scale = np.where(std > 0, std, 1.0)
     z = standardize(x, mean, scale, block_rows)
     lambdas = fit_power_lambdas(z)
     step = _block_rows(z.shape[1], block_rows)
-    for start in range(0, z.shape[0], step):  # in place, block by block: z is float32, the transform float64
-        z[start : start + step] = yeo_johnson(z[start : start + step], lambdas)
-    if not np.isfinite(z).all():  # cannot happen with the clipped exponents; a clear error if it ever does
-        raise ValueError("the power transform produced non-finite features; use --normalize standard")
-    mean2, std2 = feature_stats(z, block_rows)
+    # pass 1: the transformed columns' mean and unbiased std (Chan et al.'s merge, as feature_stats)
+    mean2, m2, count = np.zeros(z.shape[1]), np.zeros(z.shape[1]), 0
+    for start in range(0, z.shape[0], step):
+        b = yeo_johnson(z[start : start + step], lambdas)
+        nb, bmean = b.shape[0], b.mean(axis=0)
+        b -= bmean
+        delta, total = bmean - mean2, count + nb
+        mean2 += delta * (nb / total)
+        m2 += np.einsum("ij,ij->j", b, b) + delta * delta * (count * nb / total)
+        count = total
+    std2 = np.sqrt(m2 / (count - 1)) if count > 1 else np.zeros(z.shape[1])
+    if not (np.isfinite(mean2).all() and np.isfinite(std2).all()):  # not seen on any graph; a clear error if it is
+        raise ValueError("the power transform overflowed on these features; use --normalize standard")
     scale2 = np.where(std2 > 0, std2, 1.0)
-    out = standardize(z, mean2, scale2, block_rows)
-    return out, {"normalize": "power", "mean": mean.tolist(), "std": scale.tolist(), "lambdas": lambdas.tolist(),
-                 "mean2": mean2.tolist(), "std2": scale2.tolist()}
+    # pass 2: transform again and rescale, in place (z is a new float32 array)
+    for start in range(0, z.shape[0], step):
+        z[start : start + step] = (yeo_johnson(z[start : start + step], lambdas) - mean2) / scale2
+    return z, {"normalize": "power", "mean": mean.tolist(), "std": scale.tolist(), "lambdas": lambdas.tolist(),
+               "mean2": mean2.tolist(), "std2": scale2.tolist()}
 
 
 def normalize_store_features(

@@ -100,3 +100,13 @@ def test_training_and_scoring_use_the_same_transform() -> None:
     np.testing.assert_allclose(got.numpy(), feat.power_normalize(x)[0], atol=1e-6)
     with pytest.raises(UsageError, match="power"):
         normalize_features(torch.from_numpy(x), "minmax")
+
+
+def test_exponents_far_from_one_do_not_overflow_float32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(1 + 10) ** 40 is beyond float32; the transform is rescaled in float64 before it is stored as float32."""
+    x = np.r_[np.zeros(99), 1.0].astype(np.float32)[:, None].repeat(2, axis=1)  # z of the last row: about 10
+    x[:, 1] = np.arange(100)
+    monkeypatch.setattr(feat, "fit_power_lambdas", lambda z, seed=0: np.array([feat.POWER_LAMBDA_BOUND, 1.0]))
+    out, entry = feat.power_normalize(x)
+    assert np.isfinite(out).all() and out[-1, 0] > 9 and entry["std2"][0] > 1e30
+    np.testing.assert_allclose(out[:, 1], (x[:, 1] - 49.5) / x[:, 1].std(ddof=1), rtol=1e-5)
