@@ -50,6 +50,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
+from partitioning.features import NORMALIZE_CHOICES  # noqa: E402
 
 log = logging.getLogger("bench.pretrain_transfer")
 
@@ -138,9 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--score-space", "--sup-score-space", dest="score_space", default=d.score_space, choices=("encoder", "projection"),
                    help="GCCAD score space, fine-tuned and from scratch alike (default: gcad_dist.train's); "
                         "--sup-score-space is the old name")
-    p.add_argument("--store-normalize", default=d.store_normalize, choices=("standard", "power", "none"),
+    p.add_argument("--store-normalize", default=d.store_normalize, choices=NORMALIZE_CHOICES,
                    help="partitioning.build --normalize of the pre-training store; None = the build's default (power)")
-    p.add_argument("--sup-normalize", default=d.sup_normalize, choices=("standard", "power", "none"),
+    p.add_argument("--sup-normalize", default=d.sup_normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation of supervised training (fine-tuning uses the checkpoint's: none, as the store holds raw features)")
     p.add_argument("--label-inputs", action=argparse.BooleanOptionalAction, default=d.label_inputs,
                    help="fine-tuning and scratch alike read (or, with --no-label-inputs, do not read) the neighbours' "

@@ -71,6 +71,7 @@ from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options,
                              add_resume_options, check_fit_options, prepare_run_state)
+from gcad_dist.score import NORMALIZE_CHOICES as SCORE_NORMALIZE_CHOICES
 from partitioning.errors import GraphInputError
 
 if TYPE_CHECKING:
@@ -456,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-index", type=int, default=None, help="use this given split (0..S-1) instead of seed %% S")
     p.add_argument("--train-frac", type=float, default=d.train_frac, help="random split: train fraction (graphs without split masks)")
     p.add_argument("--val-frac", type=float, default=d.val_frac, help="random split: validation fraction (the rest is test)")
-    p.add_argument("--normalize", default=d.normalize, choices=("auto", "standard", "power", "none"),
+    p.add_argument("--normalize", default=d.normalize, choices=SCORE_NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
                         "pre-training records its store's, power by default since session 39; none if unrecorded, e.g. "
                         "older checkpoints); standard = z-score over all nodes of this graph; power = z-score, a "

@@ -42,13 +42,14 @@ from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from gcad_dist.data.label_inputs import LABEL_COLUMNS
 from partitioning.errors import GraphInputError
+from partitioning.features import NORMALIZE_CHOICES as STORE_NORMALIZATIONS
 
 log = logging.getLogger("gcad_dist.score")
 
 __all__ = ["ScoreConfig", "LoadedModel", "load_checkpoint_model", "prepare_data", "score_data", "score_graph",
            "score_parts_halo", "link_majority_parts", "score_metrics", "summary_text", "main"]
 
-NORMALIZE_CHOICES = ("auto", "standard", "power", "none")
+NORMALIZE_CHOICES = ("auto", *STORE_NORMALIZATIONS)  # auto = the checkpoint's own
 # --parts --context: halo (default) = its own part plus the part's 1-hop halo (score_parts_halo); own = the
 # node's K-means part alone; links = the part most of its neighbours are in (link_majority_parts)
 CONTEXTS = ("halo", "own", "links")

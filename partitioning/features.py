@@ -17,6 +17,7 @@ Still label-free; the manifest records the three steps' statistics.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,17 @@ def _block_rows(num_features: int, block_rows: int | None) -> int:
     return max(1, BLOCK_BYTES // (8 * max(num_features, 1)))
 
 
-def feature_stats(x: np.ndarray, block_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+BlockTransform = Callable[[np.ndarray], np.ndarray]
+
+
+def _block(x: np.ndarray, start: int, step: int, transform: BlockTransform | None) -> np.ndarray:
+    """Rows ``start:start + step`` of ``x`` as a new float64 array, through ``transform`` when given."""
+    b = np.array(x[start : start + step], dtype=np.float64)  # always a copy: modified in place by the callers
+    return b if transform is None else np.asarray(transform(b), dtype=np.float64)
+
+
+def feature_stats(x: np.ndarray, block_rows: int | None = None,
+                  transform: BlockTransform | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature mean and unbiased std (ddof=1) of ``x`` [N, F] over all rows, float64 [F] each.
 
     One pass over row blocks, merged with Chan et al.'s pairwise update (numerically stable, unlike
@@ -61,7 +72,7 @@ def feature_stats(x: np.ndarray, block_rows: int | None = None) -> tuple[np.ndar
     m2 = np.zeros(f, dtype=np.float64)  # sum of squared deviations from the running mean
     count = 0
     for start in range(0, n, step):
-        b = np.array(x[start : start + step], dtype=np.float64)  # always a copy: centred in place below
+        b = _block(x, start, step, transform)
         nb = b.shape[0]
         bmean = b.mean(axis=0)
         b -= bmean
@@ -75,15 +86,18 @@ def feature_stats(x: np.ndarray, block_rows: int | None = None) -> tuple[np.ndar
     return mean, std
 
 
-def standardize(x: np.ndarray, mean: np.ndarray, scale: np.ndarray, block_rows: int | None = None) -> np.ndarray:
-    """``(x - mean) / scale`` as a new C-contiguous float32 array (computed in float64, block by block)."""
+def standardize(x: np.ndarray, mean: np.ndarray, scale: np.ndarray, block_rows: int | None = None,
+                transform: BlockTransform | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """``(transform(x) - mean) / scale`` (``transform`` per row block, default none) as a C-contiguous float32 array,
+    computed in float64 block by block: a new one, or ``out`` ([N, F] float32, which may be ``x`` itself: each block
+    is read before it is written)."""
     n, f = int(x.shape[0]), int(x.shape[1])
     step = _block_rows(f, block_rows)
     mean = np.asarray(mean, dtype=np.float64)
     scale = np.asarray(scale, dtype=np.float64)
-    out = np.empty((n, f), dtype=np.float32)
+    out = np.empty((n, f), dtype=np.float32) if out is None else out
     for start in range(0, n, step):
-        b = np.array(x[start : start + step], dtype=np.float64)
+        b = _block(x, start, step, transform)
         b -= mean
         b /= scale
         out[start : start + b.shape[0]] = b
@@ -140,24 +154,15 @@ def power_normalize(x: np.ndarray, block_rows: int | None = None) -> tuple[np.nd
     scale = np.where(std > 0, std, 1.0)
     z = standardize(x, mean, scale, block_rows)
     lambdas = fit_power_lambdas(z)
-    step = _block_rows(z.shape[1], block_rows)
-    # pass 1: the transformed columns' mean and unbiased std (Chan et al.'s merge, as feature_stats)
-    mean2, m2, count = np.zeros(z.shape[1]), np.zeros(z.shape[1]), 0
-    for start in range(0, z.shape[0], step):
-        b = yeo_johnson(z[start : start + step], lambdas)
-        nb, bmean = b.shape[0], b.mean(axis=0)
-        b -= bmean
-        delta, total = bmean - mean2, count + nb
-        mean2 += delta * (nb / total)
-        m2 += np.einsum("ij,ij->j", b, b) + delta * delta * (count * nb / total)
-        count = total
-    std2 = np.sqrt(m2 / (count - 1)) if count > 1 else np.zeros(z.shape[1])
+
+    def transform(b: np.ndarray) -> np.ndarray:
+        return yeo_johnson(b, lambdas)
+
+    mean2, std2 = feature_stats(z, block_rows, transform)
     if not (np.isfinite(mean2).all() and np.isfinite(std2).all()):  # not seen on any graph; a clear error if it is
         raise ValueError("the power transform overflowed on these features; use --normalize standard")
     scale2 = np.where(std2 > 0, std2, 1.0)
-    # pass 2: transform again and rescale, in place (z is a new float32 array)
-    for start in range(0, z.shape[0], step):
-        z[start : start + step] = (yeo_johnson(z[start : start + step], lambdas) - mean2) / scale2
+    standardize(z, mean2, scale2, block_rows, transform, out=z)  # in place: z is a new float32 array
     return z, {"normalize": "power", "mean": mean.tolist(), "std": scale.tolist(), "lambdas": lambdas.tolist(),
                "mean2": mean2.tolist(), "std2": scale2.tolist()}
 
