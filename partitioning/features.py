@@ -12,7 +12,8 @@ exponent (maximum likelihood, fitted on at most :data:`POWER_FIT_ROWS` rows draw
 z-scores again. A heavy-tailed column (counts, amounts, degrees) comes out close to Gaussian, so a few extreme
 values no longer dominate its column; a near-Gaussian column keeps its shape (exponent near 1), and a column
 with two values is the same after the final z-score as under ``standard`` (any increasing map of two values).
-Still label-free; the manifest records the three steps' statistics.
+Still label-free; the manifest records the three steps' statistics. The exponents maximise scipy's Yeo-Johnson
+likelihood (the optimum of scikit-learn's ``PowerTransformer``), all columns at once (:func:`yeo_johnson_mle`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ POWER_FIT_ROWS = 50_000
 #: ``power``: fitted exponents are clipped to this range, so that (1 + |z|) ** exponent stays finite in float64
 #: for the z-scores a graph can hold (|z| <= sqrt(N)); the transform is rescaled in float64 before it is stored
 POWER_LAMBDA_BOUND = 40.0
+_YJ_NEAR = 1e-8  # |exponent| (or |2 - exponent|) below which Yeo-Johnson takes its log1p form
+_YJ_GRID = 13  # evenly spaced exponents of the coarse search over each column's interval, ...
+_YJ_GRID_DENSE = np.array([-1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0])  # ... and these, where most optima lie
+_YJ_MAX_STEPS = 200  # cap on the Brent steps after the grid (all columns converge in about 10-40)
 
 
 def manifest_normalization(manifest: dict[str, Any]) -> str:
@@ -114,33 +119,242 @@ def yeo_johnson(z: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
     pos = z >= 0
     out = np.empty_like(z)
     zp, lp = z[pos], lam[pos]
-    near0 = np.abs(lp) < 1e-8
+    near0 = np.abs(lp) < _YJ_NEAR
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         out[pos] = np.where(near0, np.log1p(zp), np.expm1(lp * np.log1p(zp)) / np.where(near0, 1.0, lp))
         zn, ln = -z[~pos], 2.0 - lam[~pos]
-        near2 = np.abs(ln) < 1e-8
+        near2 = np.abs(ln) < _YJ_NEAR
         out[~pos] = -np.where(near2, np.log1p(zn), np.expm1(ln * np.log1p(zn)) / np.where(near2, 1.0, ln))
     return out
 
 
+class _YJColumns:
+    """Columns prepared for the Yeo-Johnson likelihood: values ``v`` [F, m] (a column per row) with non-negative
+    weights ``w`` [F, m] (a 0/1 mask, or how often a distinct value occurs; None: all 1), reduced to what every
+    evaluation reuses: sign(v) * log1p(|v|) and 2 * (v < 0)."""
+
+    def __init__(self, v: np.ndarray, w: np.ndarray | None) -> None:
+        neg = v < 0
+        self.slog = np.log1p(np.abs(v))
+        np.negative(self.slog, out=self.slog, where=neg)
+        self.two_neg = 2.0 * neg
+        self.w = w
+        self.sqrt_w = None if w is None else np.sqrt(w)
+        if w is None:
+            self.n = np.full(v.shape[0], float(v.shape[1]))
+            self.jac = self.slog.sum(axis=1)
+        else:
+            self.n = w.sum(axis=1)
+            self.jac = np.einsum("ij,ij->i", w, self.slog)
+        self._buffers: tuple[np.ndarray, np.ndarray] | None = None
+
+    def take(self, cols: np.ndarray) -> _YJColumns:
+        """The columns ``cols`` only (new arrays)."""
+        out = object.__new__(_YJColumns)
+        out.slog, out.two_neg = self.slog[cols], self.two_neg[cols]
+        out.w = None if self.w is None else self.w[cols]
+        out.sqrt_w = None if self.sqrt_w is None else self.sqrt_w[cols]
+        out.n, out.jac, out._buffers = self.n[cols], self.jac[cols], None
+        return out
+
+    def neg_llf(self, lam: np.ndarray) -> np.ndarray:
+        """Minus scipy's ``yeojohnson_llf`` of each column at its own exponent ``lam`` [F]: +inf where the variance
+        of the transformed column is below the smallest normal float (scipy's -inf likelihood) or not finite."""
+        if self._buffers is None:
+            self._buffers = (np.empty_like(self.slog), np.empty_like(self.slog))
+        d, psi = self._buffers
+        np.subtract(lam[:, None], self.two_neg, out=d)  # the exponent on z >= 0; minus the exponent on z < 0
+        np.multiply(d, self.slog, out=psi)
+        np.expm1(psi, out=psi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            psi /= d  # expm1(l log1p(z)) / l for z >= 0, -expm1((2 - l) log1p(-z)) / (2 - l) for z < 0
+        small = (np.abs(lam) < _YJ_NEAR) | (np.abs(lam - 2.0) < _YJ_NEAR)
+        if small.any():  # log1p form of yeo_johnson where the exponent is (near) 0
+            c = np.flatnonzero(small)
+            psi[c] = np.where(np.abs(d[c]) < _YJ_NEAR, self.slog[c], psi[c])
+        if self.w is None:
+            mean = psi.mean(axis=1)
+        else:
+            mean = np.einsum("ij,ij->i", self.w, psi) / self.n
+        psi -= mean[:, None]
+        if self.sqrt_w is not None:
+            psi *= self.sqrt_w
+        var = np.einsum("ij,ij->i", psi, psi) / self.n
+        ok = np.isfinite(var) & (var >= np.finfo(np.float64).smallest_normal)
+        with np.errstate(invalid="ignore", over="ignore"):
+            llf = -0.5 * self.n * np.log(np.where(ok, var, 1.0)) + (lam - 1.0) * self.jac
+        return np.where(ok & np.isfinite(llf), -llf, np.inf)
+
+
+def _yj_bounds(max_abs: np.ndarray, all_neg: np.ndarray, any_neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """scipy's overflow-safe search interval of ``yeojohnson_normmax`` per column, within +-POWER_LAMBDA_BOUND."""
+    eps, tiny, huge = np.finfo(np.float64).eps, np.finfo(np.float64).tiny, np.finfo(np.float64).max
+    log1p_max = np.log1p(20.0 * max_abs)
+    lb = ((np.log(tiny) - np.log(eps)) / 2) / log1p_max
+    ub = ((np.log(huge) + np.log(eps)) / 2) / log1p_max
+    lb, ub = (np.where(all_neg, 2.0 - ub, np.where(any_neg, np.maximum(2.0 - ub, lb), lb)),
+              np.where(all_neg, 2.0 - lb, np.where(any_neg, np.minimum(2.0 - lb, ub), ub)))
+    return np.maximum(lb, -POWER_LAMBDA_BOUND), np.minimum(ub, POWER_LAMBDA_BOUND)
+
+
+def _yj_maximize(cols: _YJColumns, lb: np.ndarray, ub: np.ndarray) -> np.ndarray:
+    """Exponents [F] maximising each column's likelihood in [lb, ub]: the best point of a coarse grid, then
+    scipy's bounded Brent search (``fminbound``: golden section and parabolic steps) in the grid cell around
+    it, all columns at once; a column stops when its bracket is within xtol 1.48e-8 (scipy's tolerance)."""
+    f_cols = lb.shape[0]
+    u = np.linspace(0.0, 1.0, _YJ_GRID)[:, None]
+    grid = np.sort(np.r_[lb + (ub - lb) * u, np.clip(np.broadcast_to(_YJ_GRID_DENSE[:, None],
+                                                                   (_YJ_GRID_DENSE.size, f_cols)), lb, ub)], axis=0)
+    fgrid = np.stack([cols.neg_llf(g) for g in grid])
+    at = np.arange(f_cols)
+    k = np.argmin(fgrid, axis=0)
+    x, fx = grid[k, at], fgrid[k, at]
+    ia = (grid < x).sum(axis=0) - 1  # the grid points either side of the best one (the grid is sorted)
+    ib = grid.shape[0] - (grid > x).sum(axis=0)
+    has_a, has_b = ia >= 0, ib < grid.shape[0]
+    ia, ib = np.maximum(ia, 0), np.minimum(ib, grid.shape[0] - 1)
+    a, fa = np.where(has_a, grid[ia, at], x), np.where(has_a, fgrid[ia, at], fx)
+    b, fb = np.where(has_b, grid[ib, at], x), np.where(has_b, fgrid[ib, at], fx)
+    first = has_a & (~has_b | (fa <= fb))
+    w, fw = np.where(first, a, b), np.where(first, fa, fb)  # the better neighbour: second best point
+    v, fv = np.where(first, b, a), np.where(first, fb, fa)  # the other (x itself at the end of the interval)
+    # scipy's _minimize_scalar_bounded, vectorised: x best so far, w second best, v previous w
+    golden_mean, sqrt_eps, xatol = 0.5 * (3.0 - np.sqrt(5.0)), np.sqrt(2.2e-16), 1.48e-8
+    e = b - a  # the first step may be parabolic (through the three grid points)
+    rat = np.zeros(f_cols)
+    work, cur = cols, np.arange(f_cols)  # columns evaluated each step: compacted as columns converge
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for _ in range(_YJ_MAX_STEPS):
+            xm = 0.5 * (a + b)
+            tol1 = sqrt_eps * np.abs(x) + xatol / 3.0
+            tol2 = 2.0 * tol1
+            active = np.abs(x - xm) > tol2 - 0.5 * (b - a)
+            if not active.any():
+                break
+            if active.sum() < 0.6 * cur.size:
+                keep = active[cur]
+                cur, work = cur[keep], work.take(np.flatnonzero(keep))
+            r = (x - w) * (fx - fv)
+            q = (x - v) * (fx - fw)
+            p = (x - v) * q - (x - w) * r
+            q = 2.0 * (q - r)
+            p = np.where(q > 0.0, -p, p)
+            q = np.abs(q)
+            parabolic = ((np.abs(e) > tol1) & (np.abs(p) < np.abs(0.5 * q * e)) & (p > q * (a - x))
+                         & (p < q * (b - x)))
+            step = np.where(parabolic, p / np.where(parabolic, q, 1.0), 0.0)
+            near_end = ((x + step - a) < tol2) | ((b - x - step) < tol2)
+            step = np.where(parabolic & near_end, tol1 * (np.sign(xm - x) + (xm == x)), step)
+            e_golden = np.where(x >= xm, a - x, b - x)
+            e = np.where(parabolic, rat, e_golden)
+            rat = np.where(parabolic, step, golden_mean * e_golden)
+            xu = x + (np.sign(rat) + (rat == 0)) * np.maximum(np.abs(rat), tol1)
+            fu = np.full(f_cols, np.inf)
+            fu[cur] = work.neg_llf(xu[cur])
+            better, right = fu <= fx, xu >= x
+            a_new = np.where(better, np.where(right, x, a), np.where(right, a, xu))
+            b_new = np.where(better, np.where(right, b, x), np.where(right, xu, b))
+            to_w = ~better & ((fu <= fw) | (w == x))
+            to_v = ~better & ~to_w & ((fu <= fv) | (v == x) | (v == w))
+            v_new = np.where(better | to_w, w, np.where(to_v, xu, v))
+            fv_new = np.where(better | to_w, fw, np.where(to_v, fu, fv))
+            w_new = np.where(better, x, np.where(to_w, xu, w))
+            fw_new = np.where(better, fx, np.where(to_w, fu, fw))
+            x_new, fx_new = np.where(better, xu, x), np.where(better, fu, fx)
+            upd = active
+            a, b = np.where(upd, a_new, a), np.where(upd, b_new, b)
+            v, fv = np.where(upd, v_new, v), np.where(upd, fv_new, fv)
+            w, fw = np.where(upd, w_new, w), np.where(upd, fw_new, fw)
+            x, fx = np.where(upd, x_new, x), np.where(upd, fx_new, fx)
+    return x
+
+
+def _yj_fit_block(block: np.ndarray, include: np.ndarray | None) -> np.ndarray:
+    """:func:`yeo_johnson_mle` of one column block: ``block`` float64 [f, n], a column per row (a new array: sorted
+    in place), ``include`` bool [f, n] or None (all rows)."""
+    f, n = block.shape
+    lambdas = np.ones(f)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(block if include is None else np.where(include, block, 0.0)).all(axis=1)
+    count = np.full(f, n) if include is None else include.sum(axis=1)
+    if include is not None:
+        block[~include] = np.inf  # excluded rows sort last
+    block.sort(axis=1)  # the order of the values does not change a likelihood; equal values become runs
+    inside = np.arange(n) < count[:, None]  # the included values
+    inside &= ~bad[:, None]
+    starts = np.empty((f, n), dtype=bool)  # the first of each run of equal included values
+    starts[:, :1] = True
+    np.not_equal(block[:, 1:], block[:, :-1], out=starts[:, 1:])
+    starts &= inside
+    distinct = starts.sum(axis=1)
+    fit = (distinct > 1) & (count > 1)
+    if not fit.any():
+        return lambdas
+    # scikit-learn's test for a constant column (the error bound of a two-pass variance): identity as well
+    values = np.where(inside, block, 0.0)
+    mean = values.sum(axis=1) / np.maximum(count, 1)
+    dev = np.where(inside, values - mean[:, None], 0.0)
+    var = np.einsum("ij,ij->i", dev, dev) / np.maximum(count, 1)
+    del dev
+    eps = np.finfo(np.float64).eps
+    fit &= ~(var <= count * eps * var + (count * mean * eps) ** 2)
+    largest = block[np.arange(f), np.maximum(count - 1, 0)]
+    lb, ub = _yj_bounds(np.where(fit, np.abs(values).max(axis=1), 1.0), largest < 0, block[:, 0] < 0)
+    # a column with few distinct values is fitted on (value, multiplicity) pairs; columns of similar numbers of
+    # distinct values together (within a factor 4), the others as they are (excluded rows weigh 0)
+    group = np.where(distinct <= n // 2, np.ceil(np.log2(np.maximum(distinct, 2)) / 2), np.inf)
+    for g in np.unique(group[fit]):
+        c = np.flatnonzero(fit & (group == g))
+        if np.isinf(g):
+            v = values if c.size == f else values[c]
+            w = None if include is None else inside[c].astype(np.float64)
+        else:
+            col, pos = np.nonzero(starts[c])
+            first = np.r_[0, np.cumsum(distinct[c])[:-1]]
+            rank = np.arange(col.size) - first[col]
+            end = np.r_[pos[1:], 0]
+            end[first + distinct[c] - 1] = count[c]
+            v, w = np.zeros((c.size, int(distinct[c].max()))), np.zeros((c.size, int(distinct[c].max())))
+            v[col, rank] = block[c[col], pos]
+            w[col, rank] = end - pos
+        lambdas[c] = _yj_maximize(_YJColumns(v, w), lb[c], ub[c])
+    return lambdas
+
+
+def yeo_johnson_mle(z: np.ndarray, mask: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
+    """Maximum-likelihood Yeo-Johnson exponents [F] of the columns of ``z`` [N, F] (scipy's
+    ``yeojohnson_normmax``, vectorised): each column's ``yeojohnson_llf`` maximised over scipy's overflow-safe
+    interval within +-:data:`POWER_LAMBDA_BOUND`, by a grid and a bounded Brent search, all columns at once.
+
+    ``mask`` (bool [N, F], optional): a column's likelihood over its True rows only. ``rows`` (optional): fit on
+    ``z[rows]`` (and ``mask[rows]``), read a column block at a time. Exponent 1 (identity) for a column whose
+    included values are constant (or fewer than 2) or hold a NaN or an infinity. Works on column blocks of at
+    most :data:`BLOCK_BYTES` per [n, block] float64 array."""
+    n = int(z.shape[0]) if rows is None else len(rows)
+    f = int(z.shape[1])
+    if mask is not None and tuple(mask.shape) != tuple(z.shape):
+        raise ValueError(f"mask shape {tuple(mask.shape)} differs from the features' {tuple(z.shape)}")
+    lambdas = np.ones(f)
+    if n < 2:
+        return lambdas
+    step = max(1, BLOCK_BYTES // (8 * n))
+    for c0 in range(0, f, step):
+        cols = slice(c0, min(f, c0 + step))
+        block = np.array((z[:, cols] if rows is None else z[rows, cols]).T, dtype=np.float64, order="C")
+        include = None
+        if mask is not None:
+            include = np.array((mask[:, cols] if rows is None else mask[rows, cols]).T, dtype=bool, order="C")
+        lambdas[cols] = _yj_fit_block(block, include)
+    return lambdas
+
+
 def fit_power_lambdas(z: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Yeo-Johnson exponents [F] of the columns of ``z`` (maximum likelihood, scikit-learn's fit), on at most
-    :data:`POWER_FIT_ROWS` rows drawn with ``seed``; clipped to +-:data:`POWER_LAMBDA_BOUND`; 1 (identity) for a
-    constant column."""
-    import warnings
-
-    from sklearn.preprocessing import PowerTransformer
-
+    """Yeo-Johnson exponents [F] of the columns of ``z`` (maximum likelihood: :func:`yeo_johnson_mle`, the
+    optimum scikit-learn's ``PowerTransformer`` looks for), on at most :data:`POWER_FIT_ROWS` rows drawn with
+    ``seed``; clipped to +-:data:`POWER_LAMBDA_BOUND`; 1 (identity) for a constant column."""
     n = int(z.shape[0])
     rows = np.sort(np.random.default_rng(seed).choice(n, POWER_FIT_ROWS, replace=False)) if n > POWER_FIT_ROWS else None
-    sample = np.asarray(z if rows is None else z[rows], dtype=np.float64)
-    lambdas = np.ones(sample.shape[1])
-    varying = np.ptp(sample, axis=0) > 0 if sample.shape[0] else np.zeros(sample.shape[1], dtype=bool)
-    if varying.any():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # overflow warnings of the likelihood search at extreme exponents
-            pt = PowerTransformer(method="yeo-johnson", standardize=False).fit(sample[:, varying])
-        lambdas[varying] = pt.lambdas_
+    lambdas = yeo_johnson_mle(z, rows=rows)
     return np.clip(np.nan_to_num(lambdas, nan=1.0), -POWER_LAMBDA_BOUND, POWER_LAMBDA_BOUND)
 
 

@@ -110,3 +110,134 @@ def test_exponents_far_from_one_do_not_overflow_float32(monkeypatch: pytest.Monk
     out, entry = feat.power_normalize(x)
     assert np.isfinite(out).all() and out[-1, 0] > 9 and entry["std2"][0] > 1e30
     np.testing.assert_allclose(out[:, 1], (x[:, 1] - 49.5) / x[:, 1].std(ddof=1), rtol=1e-5)
+
+
+# --- the exponent fit: a vectorised maximum likelihood against scikit-learn's column loop -----------------------
+
+
+#: two fits of the same likelihood (summed in another order) stop within the search's tolerance of each other
+_SAME_OPTIMUM = {"atol": 1e-6, "rtol": 1e-7}
+
+
+def _sklearn_lambdas(sample: np.ndarray) -> np.ndarray:
+    """The exponents of the former fit: scikit-learn's ``PowerTransformer`` (scipy's ``yeojohnson_normmax`` per
+    column), clipped, 1 for a constant column."""
+    import warnings
+
+    from sklearn.preprocessing import PowerTransformer
+
+    lambdas = np.ones(sample.shape[1])
+    varying = np.ptp(sample, axis=0) > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lambdas[varying] = PowerTransformer(method="yeo-johnson", standardize=False).fit(sample[:, varying]).lambdas_
+    return np.clip(np.nan_to_num(lambdas, nan=1.0), -feat.POWER_LAMBDA_BOUND, feat.POWER_LAMBDA_BOUND)
+
+
+def _llf(z: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
+    """scipy's Yeo-Johnson log-likelihood of each column at its exponent."""
+    from scipy import stats
+
+    with np.errstate(all="ignore"):
+        return np.array([stats.yeojohnson_llf(lam, z[:, j]) for j, lam in enumerate(lambdas)])
+
+
+def _zscore(x: np.ndarray) -> np.ndarray:
+    """The first step of ``power_normalize``, in float64."""
+    mean, std = feat.feature_stats(x)
+    return feat.standardize(x, mean, np.where(std > 0, std, 1.0)).astype(np.float64)
+
+
+def _shapes(n: int = 3000, seed: int = 4) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    words = (rng.random((n, 40)) < 0.02) * rng.integers(1, 4, (n, 40))  # a bag of words, rows normalised
+    bow = words / np.maximum(words.sum(1, keepdims=True), 1)
+    return np.c_[
+        rng.lognormal(0.0, 1.0, n),
+        rng.lognormal(2.0, 0.4, n),
+        rng.exponential(3.0, n),
+        rng.poisson(0.5, n),
+        rng.poisson(8.0, n),
+        bow[:, :3],  # mostly zero
+        rng.normal(5.0, 2.0, n),
+        -rng.lognormal(0.0, 1.5, n),  # all negative
+        rng.standard_t(3, n),
+        rng.pareto(1.5, n),
+    ]
+
+
+def _assert_agrees_with_sklearn(z: np.ndarray, got: np.ndarray) -> None:
+    ref = _sklearn_lambdas(z)
+    assert got.shape == ref.shape and np.isfinite(got).all()
+    interior = np.abs(ref) < feat.POWER_LAMBDA_BOUND
+    np.testing.assert_allclose(got[interior], ref[interior], atol=1e-4, rtol=0)
+    l_got, l_ref = _llf(z, got), _llf(z, ref)
+    varying = np.ptp(z, axis=0) > 0
+    assert (l_got[varying] >= l_ref[varying] - 1e-9 * np.maximum(1.0, np.abs(l_ref[varying]))).all()
+
+
+@pytest.mark.parametrize("zscore", [True, False])
+def test_exponents_match_scikit_learn(zscore: bool) -> None:
+    """The same optimum as scikit-learn's column loop (to 1e-4), and never a lower likelihood; raw columns
+    too, where scipy's overflow-safe interval is narrower than +-POWER_LAMBDA_BOUND."""
+    for x in (_columns().astype(np.float64), _shapes()):
+        z = _zscore(x) if zscore else x
+        _assert_agrees_with_sklearn(z, feat.fit_power_lambdas(z))
+
+
+def test_constant_and_missing_columns_keep_the_identity() -> None:
+    rng = np.random.default_rng(0)
+    z = np.c_[np.zeros(50), np.full(50, -3.0), rng.normal(size=50), rng.normal(size=50)]
+    z[7, 3] = np.nan
+    lam = feat.fit_power_lambdas(z)
+    assert lam[0] == lam[1] == lam[3] == 1.0 and lam[2] != 1.0
+    np.testing.assert_array_equal(feat.yeo_johnson_mle(z[:1]), 1.0)  # fewer than 2 rows
+
+
+def test_masked_fit_is_the_fit_of_the_selected_rows() -> None:
+    rng = np.random.default_rng(1)
+    z = _zscore(np.c_[_columns(n=1200), _shapes(n=1200)])
+    mask = rng.random(z.shape) < rng.uniform(0.2, 0.9, z.shape[1])  # different rows in each column
+    mask[:, 3] = True  # the constant column
+    mask[:, 1] = False
+    mask[:2, 1] = True  # two rows: still fitted
+    got = feat.yeo_johnson_mle(z, mask)
+    want = np.array([feat.yeo_johnson_mle(z[mask[:, j], j : j + 1])[0] for j in range(z.shape[1])])
+    np.testing.assert_allclose(got, want, **_SAME_OPTIMUM)
+    assert got[3] == 1.0
+    # an excluded NaN or outlier does not matter; an included NaN, one included row or constant values give 1
+    z2, mask2 = z.copy(), mask.copy()
+    z2[~mask2[:, 0], 0] = np.nan
+    z2[np.flatnonzero(~mask2[:, 4])[:5], 4] = 1e6
+    np.testing.assert_allclose(feat.yeo_johnson_mle(z2, mask2), got, **_SAME_OPTIMUM)
+    mask2[:, 1] = False
+    mask2[0, 1] = True
+    z2[np.flatnonzero(mask2[:, 2])[0], 2] = np.nan
+    z2[mask2[:, 5], 5] = 2.5
+    again = feat.yeo_johnson_mle(z2, mask2)
+    assert again[1] == again[2] == again[5] == 1.0
+    np.testing.assert_allclose(feat.yeo_johnson_mle(z, np.ones(z.shape, dtype=bool)), feat.yeo_johnson_mle(z),
+                               **_SAME_OPTIMUM)
+    with pytest.raises(ValueError, match="mask shape"):
+        feat.yeo_johnson_mle(z, mask[:, :3])
+
+
+def test_column_blocks_do_not_change_the_exponents(monkeypatch: pytest.MonkeyPatch) -> None:
+    z = _zscore(np.c_[_columns(n=2000), _shapes(n=2000)])
+    mask = np.random.default_rng(2).random(z.shape) < 0.7
+    whole, masked = feat.fit_power_lambdas(z), feat.yeo_johnson_mle(z, mask)
+    for columns in (1, 3):
+        monkeypatch.setattr(feat, "BLOCK_BYTES", 8 * z.shape[0] * columns)
+        np.testing.assert_allclose(feat.fit_power_lambdas(z), whole, **_SAME_OPTIMUM)
+        np.testing.assert_allclose(feat.yeo_johnson_mle(z, mask), masked, **_SAME_OPTIMUM)
+
+
+def test_books_exponents_match_scikit_learn() -> None:
+    """A real graph (1418 x 21): counts, ratios and heavy tails."""
+    from pathlib import Path
+
+    path = Path("/work/shared/data/books.npz")
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    z = _zscore(np.load(path)["x"])
+    _assert_agrees_with_sklearn(z, feat.fit_power_lambdas(z))
