@@ -113,18 +113,23 @@ def yeo_johnson(z: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
     """The Yeo-Johnson transform of ``z`` [n, F] with one exponent per column, in float64 (a new array).
 
     ``z >= 0``: ((z + 1) ** l - 1) / l, or log1p(z) where l == 0; ``z < 0``: -((1 - z) ** (2 - l) - 1) / (2 - l),
-    or -log1p(-z) where l == 2 (scikit-learn's ``PowerTransformer`` formula, vectorised over columns)."""
+    or -log1p(-z) where l == 2 (scikit-learn's ``PowerTransformer`` formula, vectorised over columns). Both sides
+    are one expression, expm1(d * s) / d with d = l or l - 2 and s = log1p(z) or -log1p(-z) (the same floats as
+    the two formulas), so there is no boolean indexing of the entries."""
     z = np.asarray(z, dtype=np.float64)
-    lam = np.broadcast_to(np.asarray(lambdas, dtype=np.float64), z.shape)
-    pos = z >= 0
-    out = np.empty_like(z)
-    zp, lp = z[pos], lam[pos]
-    near0 = np.abs(lp) < _YJ_NEAR
+    lam = np.asarray(lambdas, dtype=np.float64)
+    neg = z < 0
+    d = np.subtract(lam, 2.0 * neg)  # l where z >= 0, l - 2 = -(2 - l) where z < 0
+    slog = np.negative(z, where=neg, out=z.copy())
+    np.log1p(slog, out=slog)
+    np.negative(slog, out=slog, where=neg)  # log1p(z) where z >= 0, -log1p(-z) where z < 0
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        out[pos] = np.where(near0, np.log1p(zp), np.expm1(lp * np.log1p(zp)) / np.where(near0, 1.0, lp))
-        zn, ln = -z[~pos], 2.0 - lam[~pos]
-        near2 = np.abs(ln) < _YJ_NEAR
-        out[~pos] = -np.where(near2, np.log1p(zn), np.expm1(ln * np.log1p(zn)) / np.where(near2, 1.0, ln))
+        out = d * slog
+        np.expm1(out, out=out)
+        out /= d
+    if (np.abs(lam) < _YJ_NEAR).any() or (np.abs(lam - 2.0) < _YJ_NEAR).any():
+        near = np.abs(d) < _YJ_NEAR  # the log1p forms
+        out[near] = slog[near]
     return out
 
 

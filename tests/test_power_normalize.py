@@ -42,6 +42,32 @@ def test_yeo_johnson_matches_scikit_learn() -> None:
     np.testing.assert_allclose(out[w[:, 1] < 0, 1], -np.log1p(-w[w[:, 1] < 0, 1]))
 
 
+def _yeo_johnson_two_branches(z: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
+    """The former ``yeo_johnson``: each side of zero with its own formula, by boolean indexing."""
+    z = np.asarray(z, dtype=np.float64)
+    lam = np.broadcast_to(np.asarray(lambdas, dtype=np.float64), z.shape)
+    pos = z >= 0
+    out = np.empty_like(z)
+    zp, lp = z[pos], lam[pos]
+    near0 = np.abs(lp) < 1e-8
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        out[pos] = np.where(near0, np.log1p(zp), np.expm1(lp * np.log1p(zp)) / np.where(near0, 1.0, lp))
+        zn, ln = -z[~pos], 2.0 - lam[~pos]
+        near2 = np.abs(ln) < 1e-8
+        out[~pos] = -np.where(near2, np.log1p(zn), np.expm1(ln * np.log1p(zn)) / np.where(near2, 1.0, ln))
+    return out
+
+
+def test_yeo_johnson_is_the_two_branch_formula_to_the_bit() -> None:
+    rng = np.random.default_rng(0)
+    z = np.r_[rng.normal(size=(500, 12)) * rng.lognormal(0, 2, (500, 12)), np.zeros((1, 12)), -np.zeros((1, 12)),
+              np.full((1, 12), np.nan), np.full((1, 12), 1e300), np.full((1, 12), -1e300)]
+    lam = np.array([0.0, 2.0, 1e-9, 2 - 1e-9, -3e-9, 1.0, 40.0, -40.0, 0.5, 1.7, 2 + 5e-9, -1.3])
+    for zz, ll in ((z, lam), (z, 0.0), (z[:, 4], 2.0), (z[:-2].astype(np.float32), lam)):
+        got, want = feat.yeo_johnson(zz, ll), _yeo_johnson_two_branches(zz, ll)
+        assert got.dtype == np.float64 and np.array_equal(got.view(np.int64), want.view(np.int64))
+
+
 def test_power_normalize_what_it_changes_and_keeps() -> None:
     x = _columns()
     out, entry = feat.power_normalize(x, block_rows=333)
