@@ -33,6 +33,7 @@ POWER_LAMBDA_BOUND = 40.0
 _YJ_NEAR = 1e-8  # |exponent| (or |2 - exponent|) below which Yeo-Johnson takes its log1p form
 _YJ_GRID = 13  # evenly spaced exponents of the coarse search over each column's interval, ...
 _YJ_GRID_DENSE = np.array([-1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0])  # ... and these, where most optima lie
+_YJ_BLOCK_BYTES = 8 << 20  # the exponent fit's column blocks: [n, block] float64 arrays of at most this and BLOCK_BYTES
 _YJ_MAX_STEPS = 200  # cap on the Brent steps after the grid (all columns converge in about 10-40)
 
 
@@ -285,26 +286,30 @@ def _yj_fit_block(block: np.ndarray, include: np.ndarray | None) -> np.ndarray:
     if include is not None:
         block[~include] = np.inf  # excluded rows sort last
     block.sort(axis=1)  # the order of the values does not change a likelihood; equal values become runs
-    inside = np.arange(n) < count[:, None]  # the included values
-    inside &= ~bad[:, None]
+    plain = include is None and not bad.any()  # every value is included
+    inside = None if plain else (np.arange(n) < count[:, None]) & ~bad[:, None]  # the included values
     starts = np.empty((f, n), dtype=bool)  # the first of each run of equal included values
     starts[:, :1] = True
     np.not_equal(block[:, 1:], block[:, :-1], out=starts[:, 1:])
-    starts &= inside
+    if inside is not None:
+        starts &= inside
     distinct = starts.sum(axis=1)
     fit = (distinct > 1) & (count > 1)
     if not fit.any():
         return lambdas
     # scikit-learn's test for a constant column (the error bound of a two-pass variance): identity as well
-    values = np.where(inside, block, 0.0)
+    values = block if inside is None else np.where(inside, block, 0.0)
     mean = values.sum(axis=1) / np.maximum(count, 1)
-    dev = np.where(inside, values - mean[:, None], 0.0)
+    dev = values - mean[:, None]
+    if inside is not None:
+        dev *= inside
     var = np.einsum("ij,ij->i", dev, dev) / np.maximum(count, 1)
     del dev
     eps = np.finfo(np.float64).eps
     fit &= ~(var <= count * eps * var + (count * mean * eps) ** 2)
-    largest = block[np.arange(f), np.maximum(count - 1, 0)]
-    lb, ub = _yj_bounds(np.where(fit, np.abs(values).max(axis=1), 1.0), largest < 0, block[:, 0] < 0)
+    ends = np.abs(block[np.arange(f)[:, None], np.c_[np.zeros(f, dtype=np.intp), np.maximum(count - 1, 0)]])
+    lb, ub = _yj_bounds(np.where(fit, ends.max(axis=1), 1.0),  # sorted: the extremes are at the ends
+                        block[np.arange(f), np.maximum(count - 1, 0)] < 0, block[:, 0] < 0)
     # a column with few distinct values is fitted on (value, multiplicity) pairs; columns of similar numbers of
     # distinct values together (within a factor 4), the others as they are (excluded rows weigh 0)
     group = np.where(distinct <= n // 2, np.ceil(np.log2(np.maximum(distinct, 2)) / 2), np.inf)
@@ -312,7 +317,7 @@ def _yj_fit_block(block: np.ndarray, include: np.ndarray | None) -> np.ndarray:
         c = np.flatnonzero(fit & (group == g))
         if np.isinf(g):
             v = values if c.size == f else values[c]
-            w = None if include is None else inside[c].astype(np.float64)
+            w = None if inside is None else inside[c].astype(np.float64)
         else:
             col, pos = np.nonzero(starts[c])
             first = np.r_[0, np.cumsum(distinct[c])[:-1]]
@@ -333,8 +338,8 @@ def yeo_johnson_mle(z: np.ndarray, mask: np.ndarray | None = None, rows: np.ndar
 
     ``mask`` (bool [N, F], optional): a column's likelihood over its True rows only. ``rows`` (optional): fit on
     ``z[rows]`` (and ``mask[rows]``), read a column block at a time. Exponent 1 (identity) for a column whose
-    included values are constant (or fewer than 2) or hold a NaN or an infinity. Works on column blocks of at
-    most :data:`BLOCK_BYTES` per [n, block] float64 array."""
+    included values are constant (or fewer than 2) or hold a NaN or an infinity. Works on column blocks whose
+    [n, block] float64 arrays hold at most 8 MB (and :data:`BLOCK_BYTES`) each."""
     n = int(z.shape[0]) if rows is None else len(rows)
     f = int(z.shape[1])
     if mask is not None and tuple(mask.shape) != tuple(z.shape):
@@ -342,7 +347,7 @@ def yeo_johnson_mle(z: np.ndarray, mask: np.ndarray | None = None, rows: np.ndar
     lambdas = np.ones(f)
     if n < 2:
         return lambdas
-    step = max(1, BLOCK_BYTES // (8 * n))
+    step = max(1, min(BLOCK_BYTES, _YJ_BLOCK_BYTES) // (8 * n))
     for c0 in range(0, f, step):
         cols = slice(c0, min(f, c0 + step))
         block = np.array((z[:, cols] if rows is None else z[rows, cols]).T, dtype=np.float64, order="C")

@@ -258,6 +258,23 @@ def test_column_blocks_do_not_change_the_exponents(monkeypatch: pytest.MonkeyPat
         np.testing.assert_allclose(feat.yeo_johnson_mle(z, mask), masked, **_SAME_OPTIMUM)
 
 
+def test_the_fit_holds_column_blocks_not_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Working memory follows the column block, not the [n, F] sample in float64 (50,000 x 1433: 570 MB)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(3)
+    z = (rng.random((4000, 400)) < 0.05).astype(np.float32)
+    z[:, :8] = rng.lognormal(size=(4000, 8))
+    monkeypatch.setattr(feat, "BLOCK_BYTES", 8 * 4000 * 20)  # 20 columns: 640 kB per float64 array
+    tracemalloc.start()
+    try:
+        lam = feat.fit_power_lambdas(z)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.isfinite(lam).all() and peak < 6 << 20  # the sample in float64 would be 12.8 MB
+
+
 def test_books_exponents_match_scikit_learn() -> None:
     """A real graph (1418 x 21): counts, ratios and heavy tails."""
     from pathlib import Path
