@@ -310,6 +310,7 @@ def _yj_fit_block(block: np.ndarray, include: np.ndarray | None) -> np.ndarray:
     ends = np.abs(block[np.arange(f)[:, None], np.c_[np.zeros(f, dtype=np.intp), np.maximum(count - 1, 0)]])
     lb, ub = _yj_bounds(np.where(fit, ends.max(axis=1), 1.0),  # sorted: the extremes are at the ends
                         block[np.arange(f), np.maximum(count - 1, 0)] < 0, block[:, 0] < 0)
+    fit &= lb <= ub  # empty only for values beyond 1e200 of both signs (not z-scores): identity
     # a column with few distinct values is fitted on (value, multiplicity) pairs; columns of similar numbers of
     # distinct values together (within a factor 4), the others as they are (excluded rows weigh 0)
     group = np.where(distinct <= n // 2, np.ceil(np.log2(np.maximum(distinct, 2)) / 2), np.inf)
@@ -324,7 +325,7 @@ def _yj_fit_block(block: np.ndarray, include: np.ndarray | None) -> np.ndarray:
             rank = np.arange(col.size) - first[col]
             end = np.r_[pos[1:], 0]
             end[first + distinct[c] - 1] = count[c]
-            v, w = np.zeros((c.size, int(distinct[c].max()))), np.zeros((c.size, int(distinct[c].max())))
+            v, w = np.zeros((2, c.size, int(distinct[c].max())))
             v[col, rank] = block[c[col], pos]
             w[col, rank] = end - pos
         lambdas[c] = _yj_maximize(_YJColumns(v, w), lb[c], ub[c])
