@@ -31,8 +31,9 @@ log = logging.getLogger("bench.normalize")
 METHODS = ("standard", "power", "power-sklearn")
 
 
-def _sklearn_fit_power_lambdas(z: np.ndarray, seed: int = 0) -> np.ndarray:
-    """The former :func:`partitioning.features.fit_power_lambdas`: scikit-learn's Yeo-Johnson fit (the reference)."""
+def _sklearn_fit_power_lambdas(z: np.ndarray, seed: int = 0, **_: object) -> np.ndarray:
+    """The former :func:`partitioning.features.fit_power_lambdas` (session 39): scikit-learn's Yeo-Johnson fit, one
+    column at a time, every row in it (the reference)."""
     import warnings
 
     from sklearn.preprocessing import PowerTransformer

@@ -101,7 +101,10 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
         model = base_model(model)
     cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)
     state = cpu_state(model.state_dict())
-    obj: dict[str, Any] = {"config": cfg, "state_dict": state, "extra": extra or {}}
+    from partitioning.features import mark_normalization
+
+    # extra["normalize"] == "power" is marked as today's power (partitioning.features.recorded_normalization)
+    obj: dict[str, Any] = {"config": cfg, "state_dict": state, "extra": mark_normalization(extra or {})}
     if members:
         obj[CANDIDATES_KEY] = members
     if snapshots and len(snapshots) > 1:

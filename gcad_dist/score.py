@@ -92,8 +92,11 @@ class LoadedModel:
 
     @property
     def normalize(self) -> str:
-        """Feature normalisation the model was trained with (``none`` when the checkpoint does not say)."""
-        return str(self.extra.get("normalize", "none"))
+        """Feature normalisation the model was trained with (``none`` when the checkpoint does not say;
+        ``power-all-rows`` for a ``power`` checkpoint written before session 40, which keeps its transform)."""
+        from partitioning.features import recorded_normalization
+
+        return recorded_normalization(self.extra)
 
 
 def _dataclass_from_dict(cls: type, d: dict, source: str) -> Any:

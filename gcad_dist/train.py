@@ -41,7 +41,7 @@ from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
 from partitioning.graph import describe_labels
-from partitioning.features import NORMALIZE_CHOICES
+from partitioning.features import NORMALIZE_CHOICES, POWER_ALL_ROWS
 
 log = logging.getLogger("gcad_dist.train")
 
@@ -136,10 +136,11 @@ def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
         mean = x.mean(0, keepdim=True)
         std = x.std(0, keepdim=True)
         return (x - mean) / torch.where(std > 0, std, torch.ones_like(std))
-    if how == "power":
+    if how in ("power", POWER_ALL_ROWS):  # power-all-rows: a store or checkpoint written before session 40
         from partitioning.features import power_normalize
 
-        return torch.from_numpy(power_normalize(x.detach().cpu().numpy())[0]).to(x.device)
+        out = power_normalize(x.detach().cpu().numpy(), exclude_majority=how == "power")[0]
+        return torch.from_numpy(out).to(x.device)
     raise UsageError(f"--normalize: unknown value {how!r} (choose from {', '.join(NORMALIZE_CHOICES)})")
 
 

@@ -32,6 +32,13 @@ POWER_FIT_ROWS = 50_000
 #: ``power``: fitted exponents are clipped to this range, so that (1 + |z|) ** exponent stays finite in float64
 #: for the z-scores a graph can hold (|z| <= sqrt(N)); the transform is rescaled in float64 before it is stored
 POWER_LAMBDA_BOUND = 40.0
+#: ``power`` as it was before session 40 (every row in the exponent fit): the name under which stores and
+#: checkpoints written then are read, so that they keep their transform; accepted wherever a normalisation is
+POWER_ALL_ROWS = "power-all-rows"
+KNOWN_NORMALIZATIONS: tuple[str, ...] = (*NORMALIZE_CHOICES, POWER_ALL_ROWS)
+#: key and value marking today's ``power`` (a majority value left out of the exponent fit) in a manifest's
+#: ``features`` entry and in a checkpoint's ``extra``; ``power`` without it is :data:`POWER_ALL_ROWS`
+POWER_FIT_KEY, POWER_FIT = "power_fit", "majority-excluded"
 _YJ_NEAR = 1e-8  # |exponent| (or |2 - exponent|) below which Yeo-Johnson takes its log1p form
 _YJ_GRID = 13  # evenly spaced exponents of the coarse search over each column's interval, ...
 _YJ_GRID_DENSE = np.array([-1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0])  # ... and these, where most optima lie
@@ -39,17 +46,31 @@ _YJ_BLOCK_BYTES = 8 << 20  # the exponent fit's column blocks: [n, block] float6
 _YJ_MAX_STEPS = 200  # cap on the Brent steps after the grid (all columns converge in about 10-40)
 
 
+def recorded_normalization(record: dict[str, Any]) -> str:
+    """The normalisation a manifest's ``features`` entry or a checkpoint's ``extra`` records (its ``normalize``;
+    ``none`` when absent): ``power`` without the :data:`POWER_FIT_KEY` marker was written before session 40 and is
+    :data:`POWER_ALL_ROWS`, so that it is reproduced as it was."""
+    how = str(record.get("normalize", "none"))
+    return POWER_ALL_ROWS if how == "power" and record.get(POWER_FIT_KEY) != POWER_FIT else how
+
+
+def mark_normalization(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (a checkpoint's ``extra``) with the :data:`POWER_FIT_KEY` marker added where it says ``power``."""
+    return {**record, POWER_FIT_KEY: POWER_FIT} if record.get("normalize") == "power" else record
+
+
 def manifest_normalization(manifest: dict[str, Any]) -> str:
-    """``manifest["features"]["normalize"]`` of a store; ``none`` for stores written before the key existed."""
+    """The normalisation of a store's features (:func:`recorded_normalization` of ``manifest["features"]``);
+    ``none`` for stores written before the key existed."""
     features = manifest.get("features")
-    return str(features.get("normalize", "none")) if isinstance(features, dict) else "none"
+    return recorded_normalization(features) if isinstance(features, dict) else "none"
 
 
 def describe_normalization(how: str) -> str:
     """A few words for logs and summaries: ``raw``, ``z-scored (standard)`` or ``power-transformed, z-scored (power)``."""
     if how == "none":
         return "raw"
-    return f"power-transformed, z-scored ({how})" if how == "power" else f"z-scored ({how})"
+    return f"power-transformed, z-scored ({how})" if how in ("power", POWER_ALL_ROWS) else f"z-scored ({how})"
 
 
 def _block_rows(num_features: int, block_rows: int | None) -> int:
@@ -384,7 +405,7 @@ def yeo_johnson_mle(z: np.ndarray, mask: np.ndarray | None = None, rows: np.ndar
     return lambdas
 
 
-def fit_power_lambdas(z: np.ndarray, seed: int = 0) -> np.ndarray:
+def fit_power_lambdas(z: np.ndarray, seed: int = 0, exclude_majority: bool = True) -> np.ndarray:
     """Yeo-Johnson exponents [F] of the columns of ``z`` (maximum likelihood: :func:`yeo_johnson_mle`, the
     optimum scikit-learn's ``PowerTransformer`` looks for), on at most :data:`POWER_FIT_ROWS` rows drawn with
     ``seed``; clipped to +-:data:`POWER_LAMBDA_BOUND`; 1 (identity) for a constant column.
@@ -393,23 +414,26 @@ def fit_power_lambdas(z: np.ndarray, seed: int = 0) -> np.ndarray:
     out of its likelihood: a point mass has no Gaussian shape to fit, and with it in the fit the exponent runs to
     an extreme that keeps little more than "zero or not" (inj_cora: 988 of 1,433 columns at -40; 4 without it).
     The exponent is then the one that makes the column's other values most nearly Gaussian, and the transform is
-    applied to the whole column as before."""
+    applied to the whole column as before. ``exclude_majority=False``: every row in the fit (before session 40,
+    :data:`POWER_ALL_ROWS`)."""
     n = int(z.shape[0])
     rows = np.sort(np.random.default_rng(seed).choice(n, POWER_FIT_ROWS, replace=False)) if n > POWER_FIT_ROWS else None
-    lambdas = yeo_johnson_mle(z, rows=rows, exclude_majority=True)
+    lambdas = yeo_johnson_mle(z, rows=rows, exclude_majority=exclude_majority)
     return np.clip(np.nan_to_num(lambdas, nan=1.0), -POWER_LAMBDA_BOUND, POWER_LAMBDA_BOUND)
 
 
-def power_normalize(x: np.ndarray, block_rows: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+def power_normalize(x: np.ndarray, block_rows: int | None = None,
+                    exclude_majority: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
     """``power``: z-score, Yeo-Johnson per column, z-score again; (float32 array, manifest entry with the
     statistics of each step: ``mean``/``std`` of the input, ``lambdas``, ``mean2``/``std2`` after the transform).
+    ``exclude_majority=False``: :data:`POWER_ALL_ROWS`, the exponents fitted on every row (before session 40).
 
     The transformed values stay in float64 until the second z-score (two passes over row blocks: statistics, then
     the output), so an exponent far from 1 cannot overflow float32 before the rescaling."""
     mean, std = feature_stats(x, block_rows)
     scale = np.where(std > 0, std, 1.0)
     z = standardize(x, mean, scale, block_rows)
-    lambdas = fit_power_lambdas(z)
+    lambdas = fit_power_lambdas(z, exclude_majority=exclude_majority)
 
     def transform(b: np.ndarray) -> np.ndarray:
         return yeo_johnson(b, lambdas)
@@ -419,7 +443,8 @@ def power_normalize(x: np.ndarray, block_rows: int | None = None) -> tuple[np.nd
         raise ValueError("the power transform overflowed on these features; use --normalize standard")
     scale2 = np.where(std2 > 0, std2, 1.0)
     standardize(z, mean2, scale2, block_rows, transform, out=z)  # in place: z is a new float32 array
-    return z, {"normalize": "power", "mean": mean.tolist(), "std": scale.tolist(), "lambdas": lambdas.tolist(),
+    how = {"normalize": "power", POWER_FIT_KEY: POWER_FIT} if exclude_majority else {"normalize": POWER_ALL_ROWS}
+    return z, {**how, "mean": mean.tolist(), "std": scale.tolist(), "lambdas": lambdas.tolist(),
                "mean2": mean2.tolist(), "std2": scale2.tolist()}
 
 
@@ -430,12 +455,13 @@ def normalize_store_features(
 
     ``standard``: a new float32 array z-scored per feature; the entry records ``mean`` and ``std``
     (the divisor applied: the unbiased std, 1 for constant features), so that
-    ``stored = (raw - mean) / std``. ``power``: :func:`power_normalize`. ``none``: ``x`` itself, unchanged.
+    ``stored = (raw - mean) / std``. ``power``: :func:`power_normalize` (``power-all-rows``: as before session
+    40). ``none``: ``x`` itself, unchanged.
     """
     if how == "none":
         return x, {"normalize": "none"}
-    if how == "power":
-        return power_normalize(x, block_rows)
+    if how in ("power", POWER_ALL_ROWS):
+        return power_normalize(x, block_rows, exclude_majority=how == "power")
     if how != "standard":
         raise ValueError(f"unknown feature normalisation {how!r} (choose from {', '.join(NORMALIZE_CHOICES)})")
     mean, std = feature_stats(x, block_rows)

@@ -170,7 +170,8 @@ def test_default_build_stores_power_transformed_features(graph_file: Path, tmp_p
     assert r.feature_normalization() == "power" and r.manifest["params"]["normalize"] == "power"
     expect, entry = power_normalize(graph.x)
     f = r.manifest["features"]
-    assert set(f) == {"normalize", "mean", "std", "lambdas", "mean2", "std2"}
+    assert set(f) == {"normalize", "power_fit", "mean", "std", "lambdas", "mean2", "std2"}
+    assert f["power_fit"] == "majority-excluded"
     np.testing.assert_allclose(f["lambdas"], entry["lambdas"])
     torch_expect = normalize_features(torch.from_numpy(graph.x), "power").numpy()
     np.testing.assert_allclose(torch_expect, expect, atol=1e-6)

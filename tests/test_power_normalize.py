@@ -135,7 +135,7 @@ def test_exponents_far_from_one_do_not_overflow_float32(monkeypatch: pytest.Monk
     """(1 + 10) ** 40 is beyond float32; the transform is rescaled in float64 before it is stored as float32."""
     x = np.r_[np.zeros(99), 1.0].astype(np.float32)[:, None].repeat(2, axis=1)  # z of the last row: about 10
     x[:, 1] = np.arange(100)
-    monkeypatch.setattr(feat, "fit_power_lambdas", lambda z, seed=0: np.array([feat.POWER_LAMBDA_BOUND, 1.0]))
+    monkeypatch.setattr(feat, "fit_power_lambdas", lambda z, **_: np.array([feat.POWER_LAMBDA_BOUND, 1.0]))
     out, entry = feat.power_normalize(x)
     assert np.isfinite(out).all() and out[-1, 0] > 9 and entry["std2"][0] > 1e30
     np.testing.assert_allclose(out[:, 1], (x[:, 1] - 49.5) / x[:, 1].std(ddof=1), rtol=1e-5)
@@ -330,3 +330,55 @@ def test_no_majority_when_no_value_holds_half_the_rows() -> None:
     np.testing.assert_array_equal(major, [[False] * 4, [True, True, True, False], [True] * 4])
     assert feat.majority_rows(v[:1]) is None  # half is not more than half
     assert feat.majority_rows(v[:, :2]) is None  # too few rows to tell
+
+
+# --- stores and checkpoints written before the majority value left the fit keep their transform ------------------
+
+
+def _sparse(n: int = 2000, seed: int = 6) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    words = (rng.random((n, 6)) < 0.05) * rng.integers(1, 4, (n, 6))
+    return np.c_[words / np.maximum(words.sum(1, keepdims=True), 1), rng.lognormal(size=n)].astype(np.float32)
+
+
+def test_power_before_session_40_is_read_as_it_was_written() -> None:
+    x = _sparse()
+    new, entry = feat.normalize_store_features(x, "power")
+    old, old_entry = feat.normalize_store_features(x, feat.POWER_ALL_ROWS)
+    assert entry["normalize"] == "power" and entry[feat.POWER_FIT_KEY] == feat.POWER_FIT
+    assert old_entry["normalize"] == feat.POWER_ALL_ROWS and feat.POWER_FIT_KEY not in old_entry
+    assert np.abs(new[:, :6] - old[:, :6]).max() > 0.1  # the sparse columns differ ...
+    np.testing.assert_allclose(new[:, 6], old[:, 6], atol=1e-5)  # ... a column without a majority does not
+    # a manifest of session 39 said "power" with no marker: it is the fit on every row
+    legacy = {k: v for k, v in entry.items() if k != feat.POWER_FIT_KEY}
+    assert feat.manifest_normalization({"features": legacy}) == feat.POWER_ALL_ROWS
+    assert feat.manifest_normalization({"features": entry}) == "power"
+    assert feat.manifest_normalization({"features": old_entry}) == feat.POWER_ALL_ROWS
+    assert feat.manifest_normalization({"features": {"normalize": "standard"}}) == "standard"
+    assert feat.manifest_normalization({}) == "none"
+    assert feat.describe_normalization(feat.POWER_ALL_ROWS).startswith("power-transformed")
+
+
+def test_checkpoints_record_which_power_they_were_trained_with(tmp_path: Path) -> None:
+    """``save_model`` marks today's power; a checkpoint without the mark (session 39's) is scored with the fit on
+    every row, so that its features are those it was trained on."""
+    from gcad_dist.checkpoint import save_model
+    from gcad_dist.model.gccad import GCCAD, GCCADConfig
+    from gcad_dist.score import load_checkpoint_model
+    from gcad_dist.train import normalize_features
+
+    cfg = GCCADConfig(in_dim=7, hidden=8)
+    save_model(tmp_path / "new", GCCAD(cfg), cfg, extra={"normalize": "power"})
+    loaded = load_checkpoint_model(tmp_path / "new")
+    assert loaded.normalize == "power"
+    obj = torch.load(tmp_path / "new" / "model.pt", weights_only=False)
+    obj["extra"].pop(feat.POWER_FIT_KEY)  # as session 39 wrote it
+    (tmp_path / "old").mkdir()
+    torch.save(obj, tmp_path / "old" / "model.pt")
+    assert load_checkpoint_model(tmp_path / "old").normalize == feat.POWER_ALL_ROWS
+    save_model(tmp_path / "std", GCCAD(cfg), cfg, extra={"normalize": "standard"})
+    assert load_checkpoint_model(tmp_path / "std").normalize == "standard"
+    x = torch.from_numpy(_sparse())
+    np.testing.assert_allclose(normalize_features(x, feat.POWER_ALL_ROWS).numpy(),
+                               feat.power_normalize(x.numpy(), exclude_majority=False)[0], atol=1e-6)
+    assert not torch.allclose(normalize_features(x, feat.POWER_ALL_ROWS), normalize_features(x, "power"))

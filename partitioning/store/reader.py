@@ -402,8 +402,9 @@ class StoreReader:
             raise StoreError(self.path, f"array node_part: cannot read ({type(e).__name__}: {e})") from e
 
     def feature_normalization(self) -> str:
-        """How the stored ``x`` was normalised at build time: ``standard`` (z-scored per feature over all
-        source nodes, ``manifest["features"]``) or ``none`` (raw; also stores written before the key existed)."""
+        """How the stored ``x`` was normalised at build time (``manifest["features"]``): ``power`` (the default),
+        ``power-all-rows`` (a ``power`` store written before session 40), ``standard`` (z-scored per feature over
+        all source nodes) or ``none`` (raw; also stores written before the key existed)."""
         from partitioning.features import manifest_normalization
 
         return manifest_normalization(self.manifest)
