@@ -43,6 +43,7 @@ from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run
 from gcad_dist.data.label_inputs import LABEL_COLUMNS
 from partitioning.errors import GraphInputError
 from partitioning.features import NORMALIZE_CHOICES as STORE_NORMALIZATIONS
+from partitioning.features import POWER_ALL_ROWS
 
 log = logging.getLogger("gcad_dist.score")
 
@@ -180,7 +181,9 @@ def _candidate_ensemble(members: list[dict], primary: torch.nn.Module, kind: str
 
 
 def _resolve_normalize(requested: str, loaded: LoadedModel) -> str:
-    if requested not in NORMALIZE_CHOICES:
+    """``auto``: the checkpoint's own normalisation; any other choice as it is (also ``power-all-rows``, which
+    ``auto`` resolves to for a session-39 checkpoint)."""
+    if requested not in NORMALIZE_CHOICES and requested != POWER_ALL_ROWS:
         raise UsageError(f"--normalize: unknown value {requested!r} (choose from {', '.join(NORMALIZE_CHOICES)})")
     return loaded.normalize if requested == "auto" else requested
 

@@ -364,7 +364,9 @@ def test_checkpoints_record_which_power_they_were_trained_with(tmp_path: Path) -
     every row, so that its features are those it was trained on."""
     from gcad_dist.checkpoint import save_model
     from gcad_dist.model.gccad import GCCAD, GCCADConfig
-    from gcad_dist.score import load_checkpoint_model
+    from torch_geometric.data import Data
+
+    from gcad_dist.score import load_checkpoint_model, prepare_data
     from gcad_dist.train import normalize_features
 
     cfg = GCCADConfig(in_dim=7, hidden=8)
@@ -375,10 +377,15 @@ def test_checkpoints_record_which_power_they_were_trained_with(tmp_path: Path) -
     obj["extra"].pop(feat.POWER_FIT_KEY)  # as session 39 wrote it
     (tmp_path / "old").mkdir()
     torch.save(obj, tmp_path / "old" / "model.pt")
-    assert load_checkpoint_model(tmp_path / "old").normalize == feat.POWER_ALL_ROWS
+    old = load_checkpoint_model(tmp_path / "old")
+    assert old.normalize == feat.POWER_ALL_ROWS
+    x = torch.from_numpy(_sparse())
+    data = Data(x=x, edge_index=torch.tensor([[0, 1], [1, 0]]))
+    want = normalize_features(x, feat.POWER_ALL_ROWS)
+    torch.testing.assert_close(prepare_data(data, old).x, want)  # what scoring does (--normalize auto)
+    torch.testing.assert_close(prepare_data(data, old, old.normalize).x, want)  # what fine-tuning does
     save_model(tmp_path / "std", GCCAD(cfg), cfg, extra={"normalize": "standard"})
     assert load_checkpoint_model(tmp_path / "std").normalize == "standard"
-    x = torch.from_numpy(_sparse())
     np.testing.assert_allclose(normalize_features(x, feat.POWER_ALL_ROWS).numpy(),
                                feat.power_normalize(x.numpy(), exclude_majority=False)[0], atol=1e-6)
     assert not torch.allclose(normalize_features(x, feat.POWER_ALL_ROWS), normalize_features(x, "power"))
