@@ -524,7 +524,9 @@ def make_parser() -> argparse.ArgumentParser:
                    "K-means and stored, its statistics recorded in the manifest: standard = z-score (unbiased std; "
                    "constant features divided by 1); power = z-score, then a Yeo-Johnson transform per column "
                    "(exponent fitted by maximum likelihood: heavy-tailed columns such as counts and amounts come out "
-                   "near-Gaussian, Gaussian ones stay as they are), then z-score again; none keeps the raw features")
+                   "near-Gaussian, Gaussian ones stay as they are; a value held by more than half of a column's rows, such as "
+                   "the zeros of sparse counts, is left out of its fit), then z-score again; none keeps the raw features. "
+                   "For pre-training that you will fine-tune on sparse bag-of-words features, standard fine-tunes better")
     p.add_argument("--cluster-hops", type=int, default=d.cluster_hops, metavar="H",
                    help="K-means on the features averaged over the node and its 1..H-hop neighbourhoods (mean over "
                    "neighbours, hop by hop) instead of on its features alone: linked nodes land in the same part "
