@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from partitioning.errors import GraphInputError
+from partitioning.features import mark_normalization
 
 MODEL_FILE = "model.pt"
 TRAIN_STATE_FILE = "train_state.pt"
@@ -101,8 +102,6 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
         model = base_model(model)
     cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)
     state = cpu_state(model.state_dict())
-    from partitioning.features import mark_normalization
-
     # extra["normalize"] == "power" is marked as today's power (partitioning.features.recorded_normalization)
     obj: dict[str, Any] = {"config": cfg, "state_dict": state, "extra": mark_normalization(extra or {})}
     if members:

@@ -43,7 +43,7 @@ from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run
 from gcad_dist.data.label_inputs import LABEL_COLUMNS
 from partitioning.errors import GraphInputError
 from partitioning.features import NORMALIZE_CHOICES as STORE_NORMALIZATIONS
-from partitioning.features import POWER_ALL_ROWS
+from partitioning.features import POWER_ALL_ROWS, recorded_normalization
 
 log = logging.getLogger("gcad_dist.score")
 
@@ -95,8 +95,6 @@ class LoadedModel:
     def normalize(self) -> str:
         """Feature normalisation the model was trained with (``none`` when the checkpoint does not say;
         ``power-all-rows`` for a ``power`` checkpoint written before session 40, which keeps its transform)."""
-        from partitioning.features import recorded_normalization
-
         return recorded_normalization(self.extra)
 
 
