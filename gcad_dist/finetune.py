@@ -16,7 +16,9 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    validation AUPRC. ``--epochs 0`` stops after the zero-shot evaluation.
 5. Which model is fine-tuned (``--model``, :data:`FINETUNE_MODELS`): the checkpoint's own (``checkpoint``);
    ``gcad_dist.train``'s GCCAD started from the checkpoint's input projection (``graph``); or that GCCAD from a
-   random start (``scratch``: what ``gcad_dist.train`` fits on the same labels). The label-free recipe's model
+   random start (``scratch``: what ``gcad_dist.train`` fits on the same labels, but on the checkpoint's feature
+   normalisation, ``power`` for a default store, where ``gcad_dist.train`` z-scores; reading z-scores here was
+   tried in session 41 and not adopted, BENCHMARKS.md). The label-free recipe's model
    (the ``local`` contrast) passes no message: it carries the pre-trained score, and labels cannot teach it the
    graph. So by default (``auto``) such a checkpoint is fitted all three ways, the checkpoint unchanged
    (:data:`ZERO_SHOT`, :func:`zero_shot_fit`) joins them as a fourth candidate, and every one whose validation
@@ -216,13 +218,12 @@ def zero_shot_fit(zs_model: torch.nn.Module, config: Any, scores: np.ndarray, va
     validation and test metrics, no epoch, no history. With ``label_columns`` > 0 (label inputs on) a copy of its
     weights reads that many more input columns with zero weights, so it scores the widened inputs exactly as it scored
     the plain ones, and can join the other candidates' ensemble."""
-    from gcad_dist.model.snapshots import SnapshotEnsemble
+    from gcad_dist.model.snapshots import leaf_models
     from gcad_dist.supervised import FitResult
 
     model = copy.deepcopy(zs_model)
     if label_columns:
-        members = model.members if isinstance(model, SnapshotEnsemble) else [model]
-        for m in members:
+        for m in leaf_models(model):  # every member of a snapshot or candidate ensemble (a fine-tuned checkpoint)
             widen_input_projection(m, label_columns)
             m.config = dataclasses.replace(m.config, in_dim=m.config.in_dim + label_columns)
         config = dataclasses.replace(config, in_dim=config.in_dim + label_columns)
@@ -414,7 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=d.model, choices=FINETUNE_MODELS,
                    help="what is fitted: 'checkpoint' = the checkpoint's own model; 'graph' = gcad_dist.train's GCCAD "
                         "(message passing; its --contrast auto candidates) started from the checkpoint's input "
-                        "projection; 'scratch' = that GCCAD from a random start, as gcad_dist.train fits it; 'auto' = "
+                        "projection; 'scratch' = that GCCAD from a random start, as gcad_dist.train fits it (on the "
+                        "checkpoint's feature normalisation); 'auto' = "
                         "'checkpoint' when that model passes messages, else all three, and the checkpoint unchanged "
                         "(zero-shot) beside them, keeping every one that a paired "
                         "bootstrap over the validation nodes does not place clearly below the best in AUPRC and "

@@ -921,6 +921,18 @@ def test_zero_shot_fit_reads_label_columns_without_changing_its_scores(local_che
     assert all(m.encoder.input_proj.in_features == loaded.in_dim + 2 for m in wide_snap.members)
     assert torch.allclose(predict(wide_snap, wide), plain, atol=1e-6)
     assert all(m.encoder.input_proj.in_features == loaded.in_dim for m in snap.members)
+    # a candidate ensemble of snapshot ensembles and plain models (a checkpoint fine-tuned with --model auto): every
+    # model in it, at any depth
+    from gcad_dist.model.candidate_ensemble import CandidateEnsemble
+    from gcad_dist.model.snapshots import leaf_models
+
+    mp = GCCAD(GCCADConfig(in_dim=loaded.in_dim, hidden=16))  # a message-passing member beside them
+    ens = CandidateEnsemble([snap, mp], [0.1, -0.3], [2.0, 0.5])
+    plain = predict(ens, Data(x=x, edge_index=ei))
+    _, wide_ens, _ = zero_shot_fit(ens, loaded.config, plain.numpy(), {}, {}, 2)
+    assert len(leaf_models(wide_ens)) == 3
+    assert all(m.encoder.input_proj.in_features == loaded.in_dim + 2 for m in leaf_models(wide_ens))
+    assert torch.allclose(predict(wide_ens, wide), plain, atol=1e-5)
 
 
 def test_auto_keeps_the_zero_shot_model_when_validation_prefers_it(small_graph, local_checkpoint, tmp_path, capsys,
@@ -1082,3 +1094,30 @@ def test_train_suggests_pretraining_with_few_labelled_anomalies(small_graph, tmp
     assert code == 0, err
     n = json.loads((tmp_path / "few" / "metrics.json").read_text())["label_budget"]["train_labelled_anomalies"]
     assert n < train.FEW_ANOMALIES and said[-1] == train.few_labels_hint(str(path), n)
+
+
+def test_fine_tuning_a_fine_tuned_ensemble_with_label_inputs(small_graph, local_checkpoint, tmp_path, capsys,
+                                                             monkeypatch) -> None:
+    """A checkpoint written by ``--model auto`` (an average of the label-free model and the graph models) can be
+    fine-tuned again, here with label inputs on, which widen every member of its zero-shot candidate."""
+    import gcad_dist.train as train_mod
+
+    g, path = small_graph
+    real = train_mod.keep_candidates
+
+    def keep_all(fits, y, val_mask, seed=0, names=None):
+        kept, record = real(fits, y, val_mask, seed=seed, names=names)
+        return (list(range(len(fits))), record) if names and "zero-shot" in names else (kept, record)
+
+    monkeypatch.setattr(train_mod, "keep_candidates", keep_all)
+    common = ["--graph", str(path), "--epochs", "2", "--seed", "0", "--no-progress", "--no-plots", "--threads", "1"]
+    code, _, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--out", str(tmp_path / "ft1"),
+                                       "--no-label-inputs", *common], capsys)
+    assert code == 0, err
+    assert len(load_model_file(tmp_path / "ft1" / "final")["candidate_members"]) > 1
+    code, _, err = _run(finetune_main, ["--checkpoint", str(tmp_path / "ft1" / "final"), "--out", str(tmp_path / "ft2"),
+                                       "--label-inputs", *common], capsys)
+    assert code == 0, err
+    m = json.loads((tmp_path / "ft2" / "metrics.json").read_text())
+    assert m["label_inputs"] and "zero-shot" in m["finetuned_model"]
+    assert load_checkpoint_model(tmp_path / "ft2" / "final").in_dim == g.x.shape[1] + 2

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["SnapshotEnsemble", "base_model", "member_states"]
+__all__ = ["SnapshotEnsemble", "base_model", "leaf_models", "member_states"]
 
 
 class SnapshotEnsemble(torch.nn.Module):
@@ -61,6 +61,16 @@ def base_model(model: torch.nn.Module) -> torch.nn.Module:
     while isinstance(model, (SnapshotEnsemble, CandidateEnsemble)):
         model = model.members[0]
     return model
+
+
+def leaf_models(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Every plain model inside ``model``: the members of its snapshot and candidate ensembles, at any depth, or
+    ``model`` itself."""
+    from gcad_dist.model.candidate_ensemble import CandidateEnsemble
+
+    if isinstance(model, (SnapshotEnsemble, CandidateEnsemble)):
+        return [leaf for m in model.members for leaf in leaf_models(m)]
+    return [model]
 
 
 def member_states(model: torch.nn.Module) -> list[dict[str, Tensor]]:
