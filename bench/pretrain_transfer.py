@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store-normalize", default=d.store_normalize, choices=NORMALIZE_CHOICES,
                    help="partitioning.build --normalize of the pre-training store; None = the build's default (power)")
     p.add_argument("--sup-normalize", default=d.sup_normalize, choices=NORMALIZE_CHOICES,
-                   help="feature normalisation of supervised training (fine-tuning uses the checkpoint's: none, as the store holds raw features)")
+                   help="feature normalisation of supervised training from scratch (gcad_dist.train --normalize; "
+                        "fine-tuning reads the checkpoint's, recorded from its store)")
     p.add_argument("--label-inputs", action=argparse.BooleanOptionalAction, default=d.label_inputs,
                    help="fine-tuning and scratch alike read (or, with --no-label-inputs, do not read) the neighbours' "
                         "kept training labels as inputs (default: the CLIs' own, the same rule on both sides: on "

@@ -2,9 +2,9 @@
 
 Reads any gcad-dist checkpoint (pre-training ``runs/pre/final``, fine-tuning ``runs/ft/final``,
 supervised ``gcad_dist.train`` output), applies the feature normalisation the model was trained
-with (``extra["normalize"]`` in the checkpoint: pre-training records the store's, ``standard`` for a
-store built with the default ``partitioning.build --normalize``; ``none`` when absent, i.e. raw
-features), z-scoring the graph with its own statistics for ``standard``, and writes one Parquet row
+with (``extra["normalize"]`` in the checkpoint: pre-training records the store's, ``power`` for a
+store built with the default ``partitioning.build --normalize`` since session 39; ``none`` when absent, i.e. raw
+features), fitted on the scored graph's own statistics, and writes one Parquet row
 per node: ``node_id`` (the node's index in the input graph), ``score`` (higher = more anomalous;
 GCCAD: 1 - cos(h_i, q_g)), ``label`` when the graph has labels (null where unknown on a partly
 labelled graph) and ``graph_id`` for multi-graph data (the part of each node with ``--parts``).
