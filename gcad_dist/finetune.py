@@ -238,6 +238,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.checkpoint import save_model
     from gcad_dist.data.splits import make_split, subsample_split
     from gcad_dist.model import GCCAD
+    from gcad_dist.model.candidate_ensemble import CandidateEnsemble
     from gcad_dist.model.snapshots import base_model, member_states
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
@@ -319,8 +320,11 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     }
     saved_model, saved_config, snapshots = model, ft_config, None
     if cfg.epochs == 0:
-        # the checkpoint unchanged
-        saved_model, saved_config, snapshots = base_model(zs_model), loaded.config, member_states(zs_model)
+        # the checkpoint unchanged: a candidate ensemble (a fine-tuned checkpoint) as a whole, with all its members
+        if isinstance(zs_model, CandidateEnsemble):
+            saved_model, saved_config, snapshots = zs_model, loaded.config, None
+        else:
+            saved_model, saved_config, snapshots = base_model(zs_model), loaded.config, member_states(zs_model)
         scores, history, best_epoch = zs_scores, None, 0
         metrics.update({"best_epoch": 0, "epochs_run": 0, "val": zero_shot["val"], "test": zero_shot["test"]})
     else:

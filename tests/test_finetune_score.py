@@ -1099,7 +1099,8 @@ def test_train_suggests_pretraining_with_few_labelled_anomalies(small_graph, tmp
 def test_fine_tuning_a_fine_tuned_ensemble_with_label_inputs(small_graph, local_checkpoint, tmp_path, capsys,
                                                              monkeypatch) -> None:
     """A checkpoint written by ``--model auto`` (an average of the label-free model and the graph models) can be
-    fine-tuned again, here with label inputs on, which widen every member of its zero-shot candidate."""
+    fine-tuned again, here with label inputs on, which widen every member of its zero-shot candidate; and
+    ``--epochs 0`` writes it as it is, so that the written model scores as the zero-shot figures say."""
     import gcad_dist.train as train_mod
 
     g, path = small_graph
@@ -1115,6 +1116,12 @@ def test_fine_tuning_a_fine_tuned_ensemble_with_label_inputs(small_graph, local_
                                        "--no-label-inputs", *common], capsys)
     assert code == 0, err
     assert len(load_model_file(tmp_path / "ft1" / "final")["candidate_members"]) > 1
+    # --epochs 0 writes that checkpoint unchanged, every member of it (not its first member alone)
+    code, _, err = _run(finetune_main, ["--checkpoint", str(tmp_path / "ft1" / "final"), "--out", str(tmp_path / "zs"),
+                                       "--graph", str(path), "--epochs", "0", "--no-plots", "--threads", "1"],
+                        capsys)
+    assert code == 0, err
+    assert np.array_equal(score_graph(tmp_path / "zs" / "final", path), score_graph(tmp_path / "ft1" / "final", path))
     code, _, err = _run(finetune_main, ["--checkpoint", str(tmp_path / "ft1" / "final"), "--out", str(tmp_path / "ft2"),
                                        "--label-inputs", *common], capsys)
     assert code == 0, err
