@@ -31,6 +31,10 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    the pre-trained start is better on tolokers, worse on inj_cora with all its labels). A checkpoint that passes
    messages is fine-tuned as it is, alone. ``metrics.json`` records the choice (``finetuned_model``,
    ``model_selection``, and each graph model's own candidates kept in ``contrast_selection``).
+   ``--keep-rule cross-fitted`` judges each trained candidate at this level by cross-fitted validation scores
+   (:class:`gcad_dist.selection.CrossFit`: each validation half scored by the evaluations chosen on the other half),
+   so that a fit's own choice of epochs on validation does not flatter it against the zero-shot candidate, which
+   chose nothing there (BENCHMARKS.md, session 44).
 6. Label inputs (``--label-inputs``; by default as ``gcad_dist.train``: on when the kept training labels hold at
    least :data:`~gcad_dist.train.LABEL_INPUTS_MIN_ANOMALIES` anomalies): every fitted model reads two more input
    columns, its neighbours labelled anomalous among the *kept* training labels (:mod:`gcad_dist.data.label_inputs`,
@@ -96,6 +100,9 @@ AUTO_MODELS = ("checkpoint", "graph", "scratch")
 #: it clearly below the best fit, so few labels cannot make a run worse than no label where validation can see it
 #: (BENCHMARKS.md, session 36)
 ZERO_SHOT = "zero-shot"
+#: ``--keep-rule``: how the model-level keep rule judges a trained candidate on validation (its scores, or its
+#: cross-fitted scores, :class:`gcad_dist.selection.CrossFit`)
+KEEP_RULES = ("validation", "cross-fitted")
 
 
 @dataclass
@@ -137,6 +144,7 @@ class FinetuneConfig:
     # write <out>/candidate_scores.npz: every --model auto candidate's scores of every node, with the labels and split
     # masks, for studies of the keep rule (bench/finetune_selection.py)
     candidate_scores: bool = False
+    keep_rule: str = "validation"  # KEEP_RULES
     progress: bool = True
     verbose: bool = False
 
@@ -145,6 +153,8 @@ def _validate(cfg: FinetuneConfig) -> None:
     if cfg.epochs < 0:
         raise UsageError(f"--epochs: must be >= 0 (0 = zero-shot evaluation only), got {cfg.epochs}")
     check_fit_options(cfg)
+    if cfg.keep_rule not in KEEP_RULES:
+        raise UsageError(f"--keep-rule: unknown value {cfg.keep_rule!r} (choose from {', '.join(KEEP_RULES)})")
     if cfg.model not in FINETUNE_MODELS:
         raise UsageError(f"--model: unknown value {cfg.model!r} (choose from {', '.join(FINETUNE_MODELS)})")
     if cfg.link_eval not in LINK_EVALS:
@@ -191,13 +201,17 @@ def widen_input_projection(model: torch.nn.Module, extra: int) -> None:
 CANDIDATE_SCORES = "candidate_scores.npz"
 
 
-def write_candidate_scores(path: Path, names: list[str], scores: list[np.ndarray], y: np.ndarray, split: Any) -> None:
+def write_candidate_scores(path: Path, names: list[str], scores: list[np.ndarray], y: np.ndarray, split: Any,
+                           selection_scores: list[np.ndarray | None] | None = None) -> None:
     """Save the candidates' scores of every node ([C, N], float32) with their names, the labels and the split's
     train / val / test masks: what :func:`gcad_dist.train.keep_candidates` chose from, for offline studies of the rule
-    (``bench/finetune_selection.py``)."""
+    (``bench/finetune_selection.py``, ``bench/keep_rule_holdout.py``). ``selection_scores`` ([C, N]): each
+    candidate's cross-fitted scores (:class:`gcad_dist.selection.CrossFit`; its scores where it has none)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    sel = {} if selection_scores is None else {"selection_scores": np.stack(
+        [np.asarray(s if s is not None else sc, np.float32) for s, sc in zip(selection_scores, scores)])}
     np.savez_compressed(path, names=np.array(names), scores=np.stack([np.asarray(s, np.float32) for s in scores]),
-                        y=np.asarray(y), **{m: torch.as_tensor(getattr(split, m)).cpu().numpy()
+                        y=np.asarray(y), **sel, **{m: torch.as_tensor(getattr(split, m)).cpu().numpy()
                                             for m in ("train", "val", "test")})
     log.info("candidate scores of %s written to %s", " / ".join(names), path)
 
@@ -368,9 +382,11 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             names.append(which)
         kept_name = names[0]
         if cfg.candidate_scores:
-            write_candidate_scores(out / CANDIDATE_SCORES, names, [f[0].scores for f in fits], y_np, split)
+            write_candidate_scores(out / CANDIDATE_SCORES, names, [f[0].scores for f in fits], y_np, split,
+                                   [f[0].selection_scores for f in fits])
         if len(fits) > 1:  # every model validation does not place clearly below the best, scored together
-            kept, selection = keep_candidates(fits, y, split.val, seed=cfg.seed, names=names)
+            kept, selection = keep_candidates(fits, y, split.val, seed=cfg.seed, names=names,
+                                              cross_fitted=cfg.keep_rule == "cross-fitted")
             metrics["model_selection"] = selection
             kept_name = selection["chosen"]
             res, saved_model, saved_config = combine_candidates(fits, kept, data, split)
@@ -471,6 +487,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--candidate-scores", action="store_true",
                    help=f"also write <out>/{CANDIDATE_SCORES}: each fitted candidate's scores of every node, the "
                         "labels and the split masks (for studies of the keep rule: bench/finetune_selection.py)")
+    p.add_argument("--keep-rule", default=d.keep_rule, choices=KEEP_RULES,
+                   help="--model auto: how a trained candidate is judged against the others on validation. "
+                        "'validation': by its validation scores, which its own epoch choice made on the same nodes "
+                        "flatters; 'cross-fitted': each validation half scored by the evaluations the fit chose on "
+                        "the other half (the zero-shot candidate chose nothing and is judged by its scores)")
     add_candidate_options(p, d)
     add_resume_options(p, d)
     add_runtime_options(p, d)

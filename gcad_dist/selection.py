@@ -23,7 +23,7 @@ import numpy as np
 from gcad_dist.metrics import _np
 
 __all__ = ["SWITCH_CONFIDENCE", "MIN_POSITIVES", "SWITCH_RULE", "KEEP_RULE", "BootstrapComparison", "bootstrap_auprc",
-           "compare_auprc"]
+           "compare_auprc", "validation_folds", "CrossFit"]
 
 SWITCH_CONFIDENCE = 0.95  # an alternative replaces the default when P(better AUPRC) >= this
 #: with fewer validation anomalies than this the default is kept: a bootstrap over one or two anomalies says
@@ -128,3 +128,84 @@ def compare_auprc(y: Any, default_scores: Any, alternative_scores: Any, n_boot: 
         p_alternative_better=float((diff > 0).mean()),
         diff_low=float(np.quantile(diff, 0.05)), diff_high=float(np.quantile(diff, 0.95)), n_boot=int(diff.size),
         positives=positives)
+
+
+def validation_folds(y: Any, val_mask: Any, seed: int = 0) -> np.ndarray | None:
+    """Stratified random halves of the labelled validation nodes: int8 [N], 0 or 1 on validation nodes (the anomalies
+    and the normal nodes each dealt alternately after a seeded shuffle), -1 elsewhere. None when a half would hold no
+    anomaly or no normal node (fewer than two of either)."""
+    y = _np(y).ravel()
+    vm = _np(val_mask).astype(bool).ravel() & (y >= 0)
+    folds = np.full(y.shape[0], -1, dtype=np.int8)
+    rng = np.random.default_rng(seed)
+    for cls in (1, 0):
+        idx = rng.permutation(np.flatnonzero(vm & (y == cls)))
+        if idx.size < 2:
+            return None
+        folds[idx] = np.arange(idx.size) % 2
+    return folds
+
+
+def _standardised(s: np.ndarray) -> np.ndarray:
+    s = np.asarray(s, dtype=np.float64)
+    sd = s.std()
+    return ((s - s.mean()) / (sd if sd > 0 else 1.0)).astype(np.float32)
+
+
+class CrossFit:
+    """Validation scores of a fit whose evaluations were chosen on validation, without the choice's optimism.
+
+    A fit keeps its ``k`` best evaluations by validation AUPRC and scores with their mean, so its validation AUPRC is
+    biased upwards against a candidate that chose nothing on validation (the pre-trained model unchanged). Here each
+    half of the validation nodes (:func:`validation_folds`) keeps its own ``k`` best evaluations, ranked on that half
+    alone; :meth:`scores` gives every node the fit's standardised scores, except that each half's nodes get the
+    standardised mean of the evaluations chosen on the *other* half. Judged on validation, those scores were chosen
+    on no node they are judged on. Reads validation labels only.
+    """
+
+    def __init__(self, y: Any, folds: np.ndarray, k: int) -> None:
+        self.y = _np(y).ravel()
+        self.folds = np.asarray(folds)
+        self.k = int(k)
+        # per half: the k best evaluations on that half, best first: (AUPRC on the half, epoch, standardised scores)
+        self.top: list[list[tuple[float, int, np.ndarray]]] = [[], []]
+
+    def update(self, epoch: int, scores: Any) -> None:
+        """Offer one evaluation (scores of every node) to both halves."""
+        from gcad_dist.metrics import auprc
+
+        s = _np(scores).ravel()
+        z = None
+        for h in (0, 1):
+            m = self.folds == h
+            ap = auprc(self.y[m], s[m])
+            ap = -np.inf if not np.isfinite(ap) else float(ap)
+            top = self.top[h]
+            if len(top) < self.k or ap > top[-1][0]:  # ties keep the earlier evaluation, as fit_supervised does
+                z = _standardised(s) if z is None else z
+                top.append((ap, int(epoch), z))
+                top.sort(key=lambda t: (-t[0], t[1]))
+                del top[self.k:]
+
+    def scores(self, full: Any) -> np.ndarray:
+        """``full`` (the fit's scores of every node) standardised, each validation half's nodes replaced by the
+        standardised mean of the evaluations chosen on the other half (unchanged where that half chose none)."""
+        out = _standardised(_np(full).ravel())
+        for h in (0, 1):
+            if self.top[h]:
+                other = self.folds == 1 - h
+                out[other] = _standardised(np.mean([t[2] for t in self.top[h]], axis=0))[other]
+        return out
+
+    def state(self) -> dict[str, Any]:
+        """Tensors and plain data only (a ``weights_only`` checkpoint can hold it)."""
+        import torch
+
+        return {"k": self.k, "folds": torch.from_numpy(self.folds.astype(np.int8)),
+                "top": [[(ap, ep, torch.from_numpy(z)) for ap, ep, z in t] for t in self.top]}
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state` (a resumed fit); the folds must be the same."""
+        if not np.array_equal(state["folds"].numpy(), self.folds) or int(state["k"]) != self.k:
+            raise ValueError("the saved cross-fit state belongs to other validation halves")
+        self.top = [[(float(ap), int(ep), z.numpy()) for ap, ep, z in t] for t in state["top"]]

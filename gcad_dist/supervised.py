@@ -38,6 +38,7 @@ from gcad_dist.model.baselines import BaselineClassifier
 from gcad_dist.model.precision import autocast, resolve_precision
 from gcad_dist.model.snapshots import SnapshotEnsemble
 from gcad_dist.optim import adam
+from gcad_dist.selection import CrossFit, validation_folds
 
 log = logging.getLogger(__name__)
 _CAP_SAID: set[tuple[int, int, float]] = set()  # the in-degree caps already logged in this process
@@ -103,6 +104,9 @@ class FitResult:
     snapshot_states: list[dict[str, Tensor]] = field(default_factory=list)
     snapshot_epochs: list[int] = field(default_factory=list)
     best_scores: np.ndarray | None = None  # the best single state's scores (= scores with one snapshot)
+    # standardised scores whose validation part was chosen on the other validation half (gcad_dist.selection.CrossFit):
+    # what a keep rule judges the fit by without the optimism of its own epoch choice; None on multi-graph data
+    selection_scores: np.ndarray | None = None
 
     def ensemble(self, model: torch.nn.Module) -> torch.nn.Module:
         """``model`` itself with one snapshot or when it is already a candidate ensemble (the fit of
@@ -263,6 +267,9 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     y_np = y.cpu().numpy()
     val_np, test_np = val_mask.cpu().numpy(), test_mask.cpu().numpy()
     is_baseline = isinstance(model, BaselineClassifier)
+    # each validation half's own best evaluations, for selection_scores (per-graph metrics: not cross-fitted)
+    folds = validation_folds(y_np, val_np, cfg.seed) if graph_np is None else None
+    cross = CrossFit(y_np, folds, cfg.snapshots) if folds is not None else None
     weight = _class_weight(y, train_mask) if (is_baseline and cfg.class_weight) else None
 
     cap = None
@@ -319,6 +326,8 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
             history = saved["history"]
             top = [(float(v), int(e), sc.numpy(), {k: t.to(device) for k, t in st.items()})
                    for v, e, sc, st in saved["top"]]
+            if cross is not None and saved.get("cross_fit") is not None:
+                cross.load(saved["cross_fit"])
             log.info("%s: continuing from its saved state (epoch %d%s)", state_name, epoch,
                      ", finished" if done else "")
 
@@ -330,6 +339,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
             "cap_rng": cap_gen.get_state() if cap_gen is not None else None, "history": history,
             "label_rng": labels_in.generator.get_state() if labels_in is not None else None,
             "top": [(v, e, torch.from_numpy(sc), cpu_state(st)) for v, e, sc, st in top],
+            "cross_fit": cross.state() if cross is not None else None,
         })
 
     t0 = time.perf_counter() - elapsed
@@ -378,6 +388,8 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
                     top.sort(key=lambda t: (-t[0], t[1]))
                     del top[cfg.snapshots:]
                 best_epoch = top[0][1]  # the best single evaluation leads the snapshots
+                if cross is not None:
+                    cross.update(epoch, s)
                 bar.set_postfix(loss=f"{history['loss'][-1]:.4f}", val_auprc=f"{m['auprc']:.4f}", best=best_epoch)
                 log.debug("epoch %d loss %.4f val auroc %.4f auprc %.4f", epoch, history["loss"][-1], m["auroc"], m["auprc"])
                 stop = bool(cfg.patience and epoch - best_epoch >= cfg.patience)
@@ -419,4 +431,5 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
         snapshot_states=[t[3] for t in top],
         snapshot_epochs=[t[1] for t in top],
         best_scores=best_s,
+        selection_scores=cross.scores(s) if cross is not None else None,
     )

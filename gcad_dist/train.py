@@ -609,7 +609,7 @@ def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
 
 
 def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any, seed: int = 0,
-                    names: list[str] | None = None) -> tuple[list[int], dict[str, Any]]:
+                    names: list[str] | None = None, cross_fitted: bool = False) -> tuple[list[int], dict[str, Any]]:
     """Keep every candidate whose validation AUPRC is not clearly below the best one's: drop candidate ``i`` only
     if a paired bootstrap over the validation nodes finds the best one better with confidence >=
     :data:`gcad_dist.selection.SWITCH_CONFIDENCE` over >= :data:`gcad_dist.selection.MIN_POSITIVES` validation
@@ -619,22 +619,32 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     order, so the first kept one is the primary) and a JSON-ready record: the rule, each candidate's validation
     AUPRC and its bootstrap against the best, the kept names (``chosen`` joins them with ``+``), and (for reports,
     read after the choice) each candidate's selected epoch and held-out metrics.
+
+    With ``cross_fitted``, a fit is judged by its ``selection_scores`` where it has them
+    (:class:`gcad_dist.selection.CrossFit`: every validation node scored by evaluations chosen on the other
+    validation half), so that a fit's own epoch choice does not flatter it against a candidate that chose nothing on
+    validation; a fit without them (the pre-trained model unchanged) is judged by its scores.
     """
     from gcad_dist.metrics import auprc
     from gcad_dist.selection import MIN_POSITIVES, SWITCH_RULE, compare_auprc
 
     vm, yv, names = _validation_view(fits, y, val_mask, names)
-    val_ap = [auprc(yv, res.scores[vm]) if (yv == 1).any() and (yv == 0).any() else float("nan") for res, _, _ in fits]
+    judged = [res.scores if not cross_fitted or getattr(res, "selection_scores", None) is None
+              else res.selection_scores for res, _, _ in fits]
+    val_ap = [auprc(yv, s[vm]) if (yv == 1).any() and (yv == 0).any() else float("nan") for s in judged]
     best = int(np.nanargmax(val_ap)) if np.isfinite(val_ap).any() else 0  # ties: the first
     record: dict[str, Any] = {
         "rule": "keep every candidate unless the best one's validation AUPRC is higher by paired bootstrap over the "
-                f"validation nodes ({SWITCH_RULE}); score with the mean of the kept candidates' standardised scores",
-        "best": names[best], "val_auprc": dict(zip(names, val_ap)), "bootstrap": {}, "candidates": {}}
+                f"validation nodes ({SWITCH_RULE}); score with the mean of the kept candidates' standardised scores"
+                + ("; each fit judged by cross-fitted scores (its evaluations chosen on the other validation half)"
+                   if cross_fitted else ""),
+        "best": names[best], "val_auprc": dict(zip(names, val_ap)), "bootstrap": {}, "candidates": {},
+        "cross_fitted": bool(cross_fitted)}
     kept = []
     for i, (res, _, _) in enumerate(fits):
         record["candidates"][names[i]] = {"best_epoch": res.best_epoch, "val": res.val, "test": res.test}
         if i != best:
-            cmp = compare_auprc(yv, res.scores[vm], fits[best][0].scores[vm], seed=seed)
+            cmp = compare_auprc(yv, judged[i][vm], judged[best][vm], seed=seed)
             record["bootstrap"][names[i]] = {
                 "auprc": cmp.default_auprc, "best_auprc": cmp.alternative_auprc, "p_best_better": cmp.p_alternative_better,
                 "diff_low": cmp.diff_low, "diff_high": cmp.diff_high, "n_boot": cmp.n_boot, "positives": cmp.positives,
@@ -677,7 +687,10 @@ def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], 
     val = evaluate(y, scores, graph, torch.as_tensor(split.val).cpu().numpy())
     test = evaluate(y, scores, graph, torch.as_tensor(split.test).cpu().numpy())
     primary, _, primary_cfg = fits[kept[0]]
-    res = replace(primary, val=val, test=test, scores=scores, best_scores=None,
+    # the ensemble's cross-fitted scores: the same mean over the members' (their plain scores where they have none)
+    sel, _ = standardised_mean([fits[i][0].selection_scores if getattr(fits[i][0], "selection_scores", None)
+                                is not None else fits[i][0].scores for i in kept])
+    res = replace(primary, val=val, test=test, scores=scores, best_scores=None, selection_scores=sel,
                   extra={**primary.extra, "candidates_kept": len(kept)})
     # a kept fit that is itself a candidate ensemble (gcad_dist.finetune's graph models) joins as its members
     model = flat_ensemble([(fits[i][0].ensemble(fits[i][1]), mu, sd) for i, (mu, sd) in zip(kept, stats)])

@@ -792,11 +792,12 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
     seen = {}
     real = train_mod.keep_candidates
 
-    def spy(fits, y, val_mask, seed=0, names=None):
+    def spy(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
         if names == ["checkpoint", "graph", "scratch", "zero-shot"]:
             seen["val_mask"] = torch.as_tensor(val_mask).clone()
             seen["names"] = names
-        return real(fits, y, val_mask, seed=seed, names=names)
+            seen["cross_fitted"] = cross_fitted
+        return real(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted)
 
     monkeypatch.setattr(train_mod, "keep_candidates", spy)
     out = tmp_path / "ft"
@@ -806,6 +807,7 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
     assert code == 0, err
     m = json.loads((out / "metrics.json").read_text())
     assert seen["names"] == ["checkpoint", "graph", "scratch", "zero-shot"]
+    assert seen["cross_fitted"] is False  # the default keep rule judges by the validation scores
     from gcad_dist.data.splits import make_split
 
     split = make_split(g.to_data(), seed=0)
@@ -944,8 +946,8 @@ def test_auto_keeps_the_zero_shot_model_when_validation_prefers_it(small_graph, 
     g, path = small_graph
     real = train_mod.keep_candidates
 
-    def only_zero_shot(fits, y, val_mask, seed=0, names=None):
-        kept, record = real(fits, y, val_mask, seed=seed, names=names)
+    def only_zero_shot(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
+        kept, record = real(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted)
         if names and "zero-shot" in names:
             kept = [names.index("zero-shot")]
             record.update(kept=["zero-shot"], chosen="zero-shot")
@@ -1106,8 +1108,8 @@ def test_fine_tuning_a_fine_tuned_ensemble_with_label_inputs(small_graph, local_
     g, path = small_graph
     real = train_mod.keep_candidates
 
-    def keep_all(fits, y, val_mask, seed=0, names=None):
-        kept, record = real(fits, y, val_mask, seed=seed, names=names)
+    def keep_all(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
+        kept, record = real(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted)
         return (list(range(len(fits))), record) if names and "zero-shot" in names else (kept, record)
 
     monkeypatch.setattr(train_mod, "keep_candidates", keep_all)
@@ -1128,3 +1130,43 @@ def test_fine_tuning_a_fine_tuned_ensemble_with_label_inputs(small_graph, local_
     m = json.loads((tmp_path / "ft2" / "metrics.json").read_text())
     assert m["label_inputs"] and "zero-shot" in m["finetuned_model"]
     assert load_checkpoint_model(tmp_path / "ft2" / "final").in_dim == g.x.shape[1] + 2
+
+
+def test_cross_fitted_keep_rule_judges_candidates_by_their_selection_scores(small_graph, local_checkpoint, tmp_path,
+                                                                            capsys, monkeypatch) -> None:
+    """``--keep-rule cross-fitted``: the model-level rule gets each trained candidate's cross-fitted scores (every
+    validation node scored by evaluations chosen on the other validation half), the zero-shot one its plain scores;
+    ``--candidate-scores`` writes both, and the record says which rule chose."""
+    import gcad_dist.train as train_mod
+
+    g, path = small_graph
+    seen = {}
+    real = train_mod.keep_candidates
+
+    def spy(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
+        if names and "zero-shot" in names:
+            seen["cross_fitted"] = cross_fitted
+            seen["selection"] = [getattr(f[0], "selection_scores", None) for f in fits]
+            seen["scores"] = [f[0].scores for f in fits]
+        return real(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted)
+
+    monkeypatch.setattr(train_mod, "keep_candidates", spy)
+    out = tmp_path / "ft"
+    code, _, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out", str(out),
+                                       "--epochs", "4", "--eval-every", "1", "--seed", "0", "--keep-rule",
+                                       "cross-fitted", "--candidate-scores", "--no-label-inputs", "--no-progress",
+                                       "--no-plots", "--threads", "1"], capsys)
+    assert code == 0, err
+    assert seen["cross_fitted"] is True
+    trained, zero_shot = seen["selection"][:3], seen["selection"][3]
+    assert zero_shot is None and all(s is not None and np.isfinite(s).all() for s in trained)
+    # a trained candidate's cross-fitted scores differ from its plain scores on validation nodes
+    assert any(not np.allclose(s, (sc - sc.mean()) / sc.std(), atol=1e-4) for s, sc in zip(trained, seen["scores"]))
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["model_selection"]["cross_fitted"] is True and "cross-fitted" in m["model_selection"]["rule"]
+    cs = np.load(out / "candidate_scores.npz")
+    assert cs["selection_scores"].shape == cs["scores"].shape
+    np.testing.assert_allclose(cs["selection_scores"][3], cs["scores"][3])  # zero-shot: its scores
+    code, _, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out",
+                                       str(tmp_path / "bad"), "--keep-rule", "oracle"], capsys)
+    assert code == 2 and "--keep-rule" in err
