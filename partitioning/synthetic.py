@@ -15,10 +15,15 @@ Model (all vectorised NumPy, one ``np.random.default_rng(seed)`` stream, so a se
   ``s = separation * noise / sqrt(2 * features)``, so two centroids lie ``separation`` noise-units apart
   on average (default 6: K-means recovers the communities well, yet the clusters overlap a little);
   node features are ``mu_c + noise * N(0, I)`` (float32).
+  With ``feature_kind="words"`` the features are instead a binary bag of words, as in citation graphs (Cora,
+  the base of inj_cora): community ``c`` has a word distribution ``q_c = 0.7 topic_c + 0.3 background`` over the
+  ``features`` words (``topic_c ~ Dirichlet(0.1)``, ``background ~ Dirichlet(1)``), a node draws
+  ``max(1, Poisson(words))`` words from its community's ``q_c``, and ``x`` is 1 for each word drawn at least once.
 - **Anomalies** (``anomaly_fraction`` of the nodes, default 3%; ``y = 1``), in up to four kinds whose shares
   are ``anomaly_mix`` (default 50% / 25% / 25% / 0%), saved as ``anomaly_type`` (int8):
-  1. *community swap* (the GCCAD kind): features re-drawn around the centroid of another community
-     while the links still tie the node into its own community: locally inconsistent with its context;
+  1. *community swap* (the GCCAD kind): features re-drawn around the centroid of another community (words: from
+     another community's distribution, as many draws) while the links still tie the node into its own
+     community: locally inconsistent with its context;
   2. *contextual* (PyGOD / BOND ``gen_contextual_outlier``): features replaced by those of the farthest
      (Euclidean) of ``contextual_candidates`` (default 50) random nodes;
   3. *structural* (PyGOD / BOND ``gen_structural_outlier``): groups of ``clique_size`` (default 15)
@@ -26,8 +31,9 @@ Model (all vectorised NumPy, one ``np.random.default_rng(seed)`` stream, so a se
   4. *camouflage* (off by default; the fraud pattern of CARE-GNN, Dou et al. 2020): the node keeps its
      community, its links to normal nodes and most of its features, but a few columns (``features // 8``,
      at least one, the same for every such node: a shared behaviour signature) are shifted by
-     ``camouflage_shift`` noise units (default 2.5), each column in a fixed direction. Only a detector that
-     learns the signature, or that compares the node with its own community, sees it.
+     ``camouflage_shift`` noise units (default 2.5), each column in a fixed direction (words: the signature
+     words are present). Only a detector that learns the signature, or that compares the node with its own
+     community, sees it.
 
 CLI::
 
@@ -58,6 +64,7 @@ log = logging.getLogger("partitioning.synthetic")  # same name when run with -m
 
 __all__ = [
     "ANOMALY_TYPES",
+    "FEATURE_KINDS",
     "SyntheticConfig",
     "SyntheticGraph",
     "camouflage_columns",
@@ -68,6 +75,8 @@ __all__ = [
 
 #: ``anomaly_type`` codes.
 ANOMALY_TYPES = {0: "none", 1: "community_swap", 2: "contextual", 3: "structural", 4: "camouflage"}
+#: ``--feature-kind``: Gaussian features around community centroids, or a binary bag of words per community topic
+FEATURE_KINDS = ("gaussian", "words")
 
 
 @dataclass
@@ -88,6 +97,8 @@ class SyntheticConfig:
     clique_size: int = 15
     contextual_candidates: int = 50
     camouflage_shift: float = 2.5  # in units of ``noise``, per signature column
+    feature_kind: str = "gaussian"  # FEATURE_KINDS
+    words: float = 20.0  # feature_kind "words": mean word draws per node
     seed: int = 0
 
     def resolved_communities(self) -> int:
@@ -122,6 +133,9 @@ class SyntheticConfig:
         check_int_range("--clique-size", self.clique_size, low=2)
         check_int_range("--contextual-candidates", self.contextual_candidates, low=1)
         check_positive("--camouflage-shift", self.camouflage_shift)
+        if self.feature_kind not in FEATURE_KINDS:
+            raise GraphInputError("--feature-kind", f"must be one of {', '.join(FEATURE_KINDS)}, got {self.feature_kind!r}")
+        check_positive("--words", self.words)
         check_int_range("--seed", self.seed, low=0)
         return self
 
@@ -300,6 +314,20 @@ def camouflage_columns(features: int, seed: int) -> tuple[np.ndarray, np.ndarray
     return cols, rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=cols.size)
 
 
+def _word_distributions(rng: np.random.Generator, c: int, f: int) -> np.ndarray:
+    """Each community's word distribution [c, f]: 0.7 of its topic (Dirichlet(0.1)) and 0.3 of a shared background."""
+    topics = rng.dirichlet(np.full(f, 0.1), size=c)
+    background = rng.dirichlet(np.ones(f))
+    return (0.7 * topics + 0.3 * background).astype(np.float32)
+
+
+def _bag_of_words(rng: np.random.Generator, q: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Binary bag of words: word j of row i is present iff drawn at least once in ``length[i]`` draws from ``q[i]``
+    (Poissonised: P = 1 - exp(-length * q))."""
+    p = -np.expm1(-length[:, None] * q)
+    return (rng.random(p.shape, dtype=np.float32) < p).astype(np.float32)
+
+
 def synthesize(cfg: SyntheticConfig) -> SyntheticGraph:
     """Generate the graph and its ground truth (anomaly types, communities)."""
     cfg.validate()
@@ -337,12 +365,18 @@ def synthesize(cfg: SyntheticConfig) -> SyntheticGraph:
     del src, dst
     done("csr")
 
-    # 4. features around community centroids
-    scale = cfg.separation * cfg.noise / math.sqrt(2.0 * f)
-    centroids = (rng.standard_normal((c, f)) * scale).astype(np.float32)
-    x = rng.standard_normal((n, f), dtype=np.float32)
-    x *= np.float32(cfg.noise)
-    x += centroids[community]
+    # 4. features around community centroids, or bags of words from community topics
+    words = cfg.feature_kind == "words"
+    if words:
+        q = _word_distributions(rng, c, f)
+        length = np.maximum(rng.poisson(cfg.words, size=n), 1).astype(np.float32)
+        x = _bag_of_words(rng, q[community], length)
+    else:
+        scale = cfg.separation * cfg.noise / math.sqrt(2.0 * f)
+        centroids = (rng.standard_normal((c, f)) * scale).astype(np.float32)
+        x = rng.standard_normal((n, f), dtype=np.float32)
+        x *= np.float32(cfg.noise)
+        x += centroids[community]
     done("features")
 
     # 5. anomalies: community swap, contextual (from the clean features), structural cliques
@@ -351,8 +385,11 @@ def synthesize(cfg: SyntheticConfig) -> SyntheticGraph:
         ctx_x = _farthest_candidates(rng, x, ctx_nodes, cfg.contextual_candidates)
     if n_swap:
         other = (community[swap_nodes] + rng.integers(1, max(c, 2), size=n_swap)) % max(c, 1)
-        noise = rng.standard_normal((n_swap, f), dtype=np.float32) * np.float32(cfg.noise)
-        x[swap_nodes] = centroids[other] + noise
+        if words:
+            x[swap_nodes] = _bag_of_words(rng, q[other], length[swap_nodes])
+        else:
+            noise = rng.standard_normal((n_swap, f), dtype=np.float32) * np.float32(cfg.noise)
+            x[swap_nodes] = centroids[other] + noise
         anomaly_type[swap_nodes] = 1
     if n_ctx:
         x[ctx_nodes] = ctx_x
@@ -360,7 +397,10 @@ def synthesize(cfg: SyntheticConfig) -> SyntheticGraph:
     anomaly_type[cliques.ravel()] = 3
     if n_cam:
         cols, signs = camouflage_columns(f, cfg.seed)
-        x[np.ix_(cam_nodes, cols)] += signs * np.float32(cfg.camouflage_shift * cfg.noise)
+        if words:
+            x[np.ix_(cam_nodes, cols)] = 1.0  # the signature words present
+        else:
+            x[np.ix_(cam_nodes, cols)] += signs * np.float32(cfg.camouflage_shift * cfg.noise)
         anomaly_type[cam_nodes] = 4
     done("anomalies")
 
@@ -423,6 +463,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="random candidates per contextual anomaly; the farthest one's features are copied")
     p.add_argument("--camouflage-shift", type=float, default=d.camouflage_shift,
                    help="shift of each camouflage signature column, in units of --noise")
+    p.add_argument("--feature-kind", default=d.feature_kind, choices=FEATURE_KINDS,
+                   help="gaussian: features around community centroids (--separation, --noise); words: a binary bag "
+                        "of words per node drawn from its community's topic, as in citation graphs")
+    p.add_argument("--words", type=float, default=d.words,
+                   help="--feature-kind words: mean number of word draws per node (Poisson, at least 1)")
     p.add_argument("--seed", type=int, default=d.seed, help="random seed (same seed, same graph)")
     p.add_argument("--compress", action="store_true", help="write a compressed .npz (smaller, much slower)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")

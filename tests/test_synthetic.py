@@ -260,3 +260,29 @@ def test_camouflage_cli(tmp_path) -> None:
         SyntheticConfig(anomaly_mix=(1, 1)).validate()
     with pytest.raises(GraphInputError, match="--camouflage-shift"):
         SyntheticConfig(camouflage_shift=0.0).validate()
+
+
+def test_word_features_are_bags_of_words_of_the_communitys_topic() -> None:
+    """--feature-kind words: binary rows of about --words distinct words; a normal node shares more words with its
+    own community than with others, a swapped node more with another community; the same graph structure and anomaly
+    sets as the Gaussian kind of the same seed; camouflage nodes carry the signature words."""
+    gauss = SyntheticConfig(nodes=3000, avg_degree=8, features=300, anomaly_fraction=0.06,
+                            anomaly_mix=(1, 1, 1, 1), clique_size=10, seed=4)
+    words = dataclasses.replace(gauss, feature_kind="words", words=25.0)
+    a, b = synthesize(gauss), synthesize(words)
+    x, t, comm = b.graph.x, b.anomaly_type, b.community
+    assert set(np.unique(x)) == {0.0, 1.0} and x.dtype == np.float32
+    assert 15 < x[t == 0].sum(1).mean() < 25  # distinct words of 25 draws, some repeated
+    np.testing.assert_array_equal(a.anomaly_type, b.anomaly_type)  # same nodes chosen, same links
+    np.testing.assert_array_equal(a.graph.indices, b.graph.indices)
+    normal = t == 0
+    profile = np.stack([x[normal & (comm == k)].mean(0) for k in range(comm.max() + 1)])  # [C, F]
+    own = (x @ profile.T)  # word overlap with each community's profile
+    nearest = own.argmax(1)
+    assert (nearest[normal] == comm[normal]).mean() > 0.9
+    assert (nearest[t == 1] != comm[t == 1]).mean() > 0.9
+    cols, _ = camouflage_columns(300, words.seed)
+    assert (x[np.ix_(t == 4, cols)] == 1).all() and x[np.ix_(normal, cols)].mean() < 0.5
+    assert synthesize(words).graph.fingerprint() == b.graph.fingerprint()  # a seed fixes the graph
+    with pytest.raises(GraphInputError, match="--feature-kind"):
+        dataclasses.replace(words, feature_kind="bits").validate()
