@@ -144,7 +144,7 @@ class FinetuneConfig:
     # write <out>/candidate_scores.npz: every --model auto candidate's scores of every node, with the labels and split
     # masks, for studies of the keep rule (bench/finetune_selection.py)
     candidate_scores: bool = False
-    keep_rule: str = "validation"  # KEEP_RULES
+    keep_rule: str = "cross-fitted"  # KEEP_RULES; "validation" before session 44
     progress: bool = True
     verbose: bool = False
 
