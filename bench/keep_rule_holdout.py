@@ -60,7 +60,7 @@ class HoldoutConfig:
 
 def prepare(graph_path: str, out: str, seeds: int = 3, train: float = 0.4, val: float = 0.2) -> dict[str, Any]:
     """Write the copy with halved validation masks and its hold masks; returns per-seed counts."""
-    from gcad_dist.data.splits import split_from_masks, stratified_split
+    from gcad_dist.data.splits import make_split
     from gcad_dist.selection import validation_folds
     from partitioning.errors import GraphInputError
     from partitioning.io import load_graph, save_npz
@@ -74,17 +74,12 @@ def prepare(graph_path: str, out: str, seeds: int = 3, train: float = 0.4, val: 
         raise GraphInputError(graph_path, "holds many graphs (graph_id): the cross-fitted rule is per node")
     y = g.y.astype(np.int64)
     n = g.num_nodes
-    given = all(k in g.masks for k in ("train", "val", "test"))
+    data = g.to_data()
     masks = {k: np.zeros((seeds, n), dtype=bool) for k in ("train", "val", "test")}
     hold = np.zeros((seeds, n), dtype=bool)
     counts = []
     for s in range(seeds):
-        if given:
-            m = g.masks
-            S = m["train"].shape[0] if m["train"].ndim == 2 else 1
-            split = split_from_masks(m["train"], m["val"], m["test"], s % S, labelled=y >= 0)
-        else:
-            split = stratified_split(y, seed=s, train=train, val=val)
+        split = make_split(data, seed=s, train=train, val=val)  # what gcad_dist.finetune --seed s splits
         tr, va, te = (np.asarray(split.train), np.asarray(split.val), np.asarray(split.test))
         folds = validation_folds(y, va, seed=HOLD_SEED + s)
         if folds is None:

@@ -147,9 +147,11 @@ def validation_folds(y: Any, val_mask: Any, seed: int = 0) -> np.ndarray | None:
 
 
 def _standardised(s: np.ndarray) -> np.ndarray:
-    s = np.asarray(s, dtype=np.float64)
-    sd = s.std()
-    return ((s - s.mean()) / (sd if sd > 0 else 1.0)).astype(np.float32)
+    """``s`` standardised as a candidate ensemble standardises its members (float32)."""
+    from gcad_dist.model.candidate_ensemble import standardisation
+
+    mu, sd = standardisation(s)
+    return ((np.asarray(s, dtype=np.float64) - mu) / sd).astype(np.float32)
 
 
 class CrossFit:
