@@ -16,6 +16,9 @@ no mask of the copy (``<out stem>.hold.npy``, bool [S, N]). ``evaluate`` reads e
 the run folders (the folder ``<graph>/ft<fraction>-s<seed>``; ``<graph>.hold.npy`` in ``--holds``), lets each rule of
 :data:`RULES` choose on V1 (:func:`gcad_dist.train.keep_candidates`, plain or cross-fitted), and measures the
 kept candidates' standardised mean on V2, with each candidate's own V2 figures beside it. Reads no test label.
+
+``evaluate --on-test`` instead lets both rules choose on each run's whole validation split and measures on its test
+split (runs on the original graph, no ``prepare``): a report read after a rule was chosen, never a way to choose one.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ class HoldoutConfig:
     train_frac: float = 0.4
     val_frac: float = 0.2
     runs: list[str] = field(default_factory=list)
-    holds: str = ""
+    holds: str | None = None
+    on_test: bool = False
     verbose: bool = False
 
 
@@ -120,8 +124,8 @@ def held_out(names: list[str], scores: np.ndarray, selection: np.ndarray, y: np.
     return out
 
 
-def evaluate(runs: list[str], holds: str) -> list[dict[str, Any]]:
-    """One record per run found under ``runs``."""
+def evaluate(runs: list[str], holds: str | None, on_test: bool = False) -> list[dict[str, Any]]:
+    """One record per run found under ``runs``; with ``on_test`` the held-out nodes are each run's test split."""
     files = sorted(f for r in runs for f in Path(r).rglob("candidate_scores.npz"))
     if not files:
         raise UsageError(f"no candidate_scores.npz under {runs} (run gcad_dist.finetune --candidate-scores)")
@@ -132,16 +136,19 @@ def evaluate(runs: list[str], holds: str) -> list[dict[str, Any]]:
             log.warning("%s: not in a ft<fraction>-s<seed> folder; skipped", f)
             continue
         graph, seed = f.parent.parent.name, int(m["seed"])
-        hold_file = Path(holds) / f"{graph}.hold.npy"
-        if not hold_file.exists():
-            raise UsageError(f"--holds: no {hold_file.name} in {holds} (bench.keep_rule_holdout prepare)")
         d = np.load(f)
         if "selection_scores" not in d.files:
             raise UsageError(f"{f}: no selection_scores (written by a gcad_dist.finetune before session 44)")
-        hold = np.load(hold_file)[seed]
         y, val = d["y"].astype(np.int64), d["val"].astype(bool)
-        if (hold & (val | d["train"].astype(bool) | d["test"].astype(bool))).any():
-            raise UsageError(f"{f}: its split overlaps the held-out nodes of {hold_file} (another preparation?)")
+        if on_test:
+            hold = d["test"].astype(bool)
+        else:
+            hold_file = Path(holds) / f"{graph}.hold.npy"
+            if not hold_file.exists():
+                raise UsageError(f"--holds: no {hold_file.name} in {holds} (bench.keep_rule_holdout prepare)")
+            hold = np.load(hold_file)[seed]
+            if (hold & (val | d["train"].astype(bool) | d["test"].astype(bool))).any():
+                raise UsageError(f"{f}: its split overlaps the held-out nodes of {hold_file} (another preparation?)")
         r = held_out([str(n) for n in d["names"]], d["scores"], d["selection_scores"], y, val, hold, seed)
         records.append({"graph": graph, "fraction": m["fraction"], "seed": seed,
                         "v1_anomalies": int((y[val] == 1).sum()), "v2_anomalies": int((y[hold] == 1).sum()), **r})
@@ -150,13 +157,14 @@ def evaluate(runs: list[str], holds: str) -> list[dict[str, Any]]:
     return records
 
 
-def table(records: list[dict[str, Any]]) -> str:
+def table(records: list[dict[str, Any]], on_test: bool = False) -> str:
     """Markdown: per graph, both rules' held-out means and the change; then each candidate's held-out means."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["graph"], r["fraction"]), []).append(r)
     a, b = RULES
-    lines = [f"| graph | labels | runs | V1 / V2 anomalies | held-out, {a} | held-out, {b} | change | kept ({a}) | "
+    v1, v2, held = ("validation", "test", "test") if on_test else ("V1", "V2", "held-out")
+    lines = [f"| graph | labels | runs | {v1} / {v2} anomalies | {held}, {a} | {held}, {b} | change | kept ({a}) | "
              f"kept ({b}) |", "|---|---|---|---|---|---|---|---|---|"]
     changes = []
     for (graph, frac), rs in sorted(groups.items()):
@@ -170,7 +178,7 @@ def table(records: list[dict[str, Any]]) -> str:
     mean = np.mean(changes, 0)
     lines.append(f"\nMean change over the {len(changes)} graphs ({b} - {a}): AUROC {mean[0]:+.4f}, AUPRC {mean[1]:+.4f}")
     names = list(dict.fromkeys(n for r in records for n in r["candidates"]))
-    lines += ["", "Each candidate alone on V2 (mean AUROC / AUPRC over the runs):", "",
+    lines += ["", f"Each candidate alone on {v2} (mean AUROC / AUPRC over the runs):", "",
               "| graph | labels | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
     for (graph, frac), rs in sorted(groups.items()):
         cells = []
@@ -196,7 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     pe = sub.add_parser("evaluate", help="both keep rules on V1, measured on V2",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     pe.add_argument("runs", nargs="+", help="folders searched for candidate_scores.npz")
-    pe.add_argument("--holds", required=True, help="the folder of prepare's NAME.hold.npy files")
+    where = pe.add_mutually_exclusive_group(required=True)
+    where.add_argument("--holds", help="the folder of prepare's NAME.hold.npy files")
+    where.add_argument("--on-test", action="store_true",
+                       help="runs on the original graph: choose on the whole validation split, measure on test "
+                            "(a report after the choice, never a way to make it)")
     for q in (pp, pe):
         q.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
@@ -212,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not cfg.verbose:
         logging.getLogger("gcad_dist.train").setLevel(logging.ERROR)
-    print(table(evaluate(cfg.runs, cfg.holds)))
+    print(table(evaluate(cfg.runs, cfg.holds, cfg.on_test), cfg.on_test))
     return 0
 
 

@@ -96,3 +96,22 @@ def test_held_out_figures_read_no_test_label_and_overlap_is_refused(tmp_path: Pa
         evaluate([str(tmp_path / "runs")], str(tmp_path / "holds"))
     with pytest.raises(UsageError, match="candidate_scores"):
         evaluate([str(tmp_path / "nothing")], str(tmp_path / "holds"))
+
+
+def test_on_test_chooses_on_the_whole_validation_split_and_measures_on_test(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    from gcad_dist.metrics import auprc
+
+    _run(tmp_path / "runs", tmp_path / "holds", 0)
+    r = evaluate([str(tmp_path / "runs")], None, on_test=True)[0]
+    d = np.load(tmp_path / "runs" / "g" / "ft0.1-s0" / "candidate_scores.npz")
+    test, y = d["test"], d["y"]
+    assert r["v2_anomalies"] == int(y[test].sum())
+    # the candidates' figures are their test figures; the zero-shot one alone is kept by the cross-fitted rule
+    assert r["candidates"]["zero-shot"][1] == pytest.approx(auprc(y[test], d["scores"][1][test]))
+    assert r["rules"]["cross-fitted"]["kept"] == "zero-shot"
+    assert main(["evaluate", str(tmp_path / "runs"), "--on-test"]) == 0
+    out = capsys.readouterr().out
+    assert "test, cross-fitted" in out and "Each candidate alone on test" in out
+    with pytest.raises(SystemExit):  # one of --holds / --on-test, not both
+        main(["evaluate", str(tmp_path / "runs"), "--on-test", "--holds", str(tmp_path / "holds")])
