@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--seeds", type=int, default=d.seeds, help="splits 0..S-1, one per fine-tuning --seed")
     pp.add_argument("--train-frac", type=float, default=d.train_frac, help="random split (graphs without masks)")
     pp.add_argument("--val-frac", type=float, default=d.val_frac, help="random split (graphs without masks)")
-    pe = sub.add_parser("evaluate", help="both keep rules on V1, measured on V2",
+    pe = sub.add_parser("evaluate", help="both keep rules on V1, measured on V2 (or on validation, measured on test)",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     pe.add_argument("runs", nargs="+", help="folders searched for candidate_scores.npz")
     where = pe.add_mutually_exclusive_group(required=True)
