@@ -76,7 +76,8 @@ from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options,
-                             add_resume_options, check_fit_options, prepare_run_state)
+                             add_resume_options, add_schedule_options, add_split_options, check_fit_options,
+                             prepare_run_state)
 from gcad_dist.score import NORMALIZE_CHOICES as SCORE_NORMALIZE_CHOICES
 from partitioning.errors import GraphInputError
 
@@ -444,18 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "label-free recipe's model has no message passing: where its score says little about the "
                         "labelled anomalies, a graph model learns what it cannot; where a few labels fit worse than "
                         "none, the zero-shot model stays; costs about 2x gcad_dist.train)")
-    p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch fine-tuning epochs; 0 = zero-shot evaluation only "
-                                                            "(optimiser, epoch and patience defaults are gcad_dist.train's)")
-    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="Adam weight decay")
-    p.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate on the validation split every n epochs")
-    p.add_argument("--patience", type=int, default=d.patience, help="early stop after n epochs without better validation AUPRC (0 = off)")
-    p.add_argument("--snapshots", type=int, default=d.snapshots,
-                   help="score with the mean of the n evaluations with the best validation AUPRC (1 = the single best "
-                   "epoch; as gcad_dist.train). Default: %(default)s")
-    p.add_argument("--max-degree", type=int, default=d.max_degree, metavar="D",
-                   help="message-passing fits on dense graphs: train each epoch on at most about D in-edges a node, "
-                   "sampled afresh (as gcad_dist.train; 0 = every edge). Default: %(default)s")
+    add_schedule_options(p, d, epochs_help="maximum full-batch fine-tuning epochs; 0 = zero-shot evaluation only "
+                         "(optimiser, epoch and patience defaults are gcad_dist.train's)")
     p.add_argument("--input-dropout", type=float, default=d.input_dropout,
                    help="dropout on the input features in the GCCAD fits (default: gcad_dist.train's, 0.2 below 20 "
                    "labelled training anomalies per input feature after --label-fraction, else 0; the fine-tuned "
@@ -474,11 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--score-space", default=d.score_space, choices=SCORE_SPACES,
                    help="GCCAD score 1 - cos(h, q) on the encoder outputs (METHOD.md) or after the projection head "
                         "(fine-tuned model; zero-shot keeps the checkpoint's); default = gcad_dist.train's")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed for the label subsample, the random split and training noise; "
-                                                          "with given split masks, split seed %% S is used")
-    p.add_argument("--split-index", type=int, default=None, help="use this given split (0..S-1) instead of seed %% S")
-    p.add_argument("--train-frac", type=float, default=d.train_frac, help="random split: train fraction (graphs without split masks)")
-    p.add_argument("--val-frac", type=float, default=d.val_frac, help="random split: validation fraction (the rest is test)")
+    add_split_options(p, d, seed_help="seed for the label subsample, the random split and training noise")
     p.add_argument("--normalize", default=d.normalize, choices=SCORE_NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
                         "pre-training records its store's, power by default since session 39; none if unrecorded, e.g. "

@@ -794,31 +794,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "training labels (after --label-fraction) hold at least 10 anomalies (validation AUPRC +0.020 over four graphs, "
                         "BENCHMARKS.md, session 31; with 6 anomalies they cost 0.038, session 32), off for the "
                         "baselines")
-    p.add_argument("--epochs", type=int, default=d.epochs, help="maximum full-batch epochs (one optimiser step each)")
-    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="Adam weight decay")
-    p.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate on the validation split every n epochs")
-    p.add_argument("--patience", type=int, default=d.patience, help="early stop after n epochs without better validation AUPRC (0 = off)")
-    p.add_argument("--snapshots", type=int, default=d.snapshots,
-                   help="score with the mean of the scores of the n evaluations with the best validation AUPRC, a "
-                   "snapshot ensemble that the checkpoint keeps (1 = the single best epoch). Steadier than one epoch "
-                   "picked on a few validation anomalies (BENCHMARKS.md, session 13). Default: %(default)s")
-    p.add_argument("--max-degree", type=int, default=d.max_degree, metavar="D",
-                   help="GCCAD on dense graphs: each training epoch uses every in-edge of a node with at most D of them "
-                   "and a fresh random D / degree share of a busier node's, its sum rescaled to the full degree "
-                   "(GraphSAGE-style sampling; an epoch then costs at most about D edges a node); evaluation and scoring "
-                   "use every edge. No effect where no node has more than D in-edges. 0 = every edge in every epoch. "
-                   "Default: %(default)s")
+    add_schedule_options(p, d)
     p.add_argument("--no-class-weight", dest="class_weight", action="store_false",
                    help="baselines: plain cross-entropy instead of inverse-class-frequency weighting")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation, label-free, over all nodes: standard = z-score; power = z-score, a "
                    "Yeo-Johnson transform per column (heavy tails made near-Gaussian), z-score; none = raw")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed for initialisation, training noise and the random split; "
-                                                          "with given split masks, split seed %% S is used")
-    p.add_argument("--split-index", type=int, default=None, help="use this given split (0..S-1) instead of seed %% S")
-    p.add_argument("--train-frac", type=float, default=d.train_frac, help="random split: train fraction (when the graph has no split masks)")
-    p.add_argument("--val-frac", type=float, default=d.val_frac, help="random split: validation fraction (the rest is test)")
+    add_split_options(p, d, seed_help="seed for initialisation, training noise and the random split")
     p.add_argument("--label-fraction", type=float, default=d.label_fraction,
                    help="train on this fraction of the training split's labels, in (0, 1]: the seeded stratified subsample "
                         "gcad_dist.finetune uses (same split and --seed -> same nodes); validation and test untouched")
@@ -826,6 +808,41 @@ def build_parser() -> argparse.ArgumentParser:
     add_resume_options(p, d)
     add_runtime_options(p, d)
     return p
+
+
+def add_schedule_options(p: argparse.ArgumentParser, defaults: object, epochs_help: str = "") -> None:
+    """--epochs, --lr, --weight-decay, --eval-every, --patience, --snapshots and --max-degree: how each labelled fit
+    is trained and its epochs chosen (gcad_dist.train and gcad_dist.finetune share them)."""
+    g = lambda name: getattr(defaults, name)  # noqa: E731
+    p.add_argument("--epochs", type=int, default=g("epochs"),
+                   help=epochs_help or "maximum full-batch epochs (one optimiser step each)")
+    p.add_argument("--lr", type=float, default=g("lr"), help="peak learning rate (Adam; 10%% warm-up, then linear decay to lr/10)")
+    p.add_argument("--weight-decay", type=float, default=g("weight_decay"), help="Adam weight decay")
+    p.add_argument("--eval-every", type=int, default=g("eval_every"), help="evaluate on the validation split every n epochs")
+    p.add_argument("--patience", type=int, default=g("patience"),
+                   help="early stop after n epochs without better validation AUPRC (0 = off)")
+    p.add_argument("--snapshots", type=int, default=g("snapshots"),
+                   help="score with the mean of the scores of the n evaluations with the best validation AUPRC, a "
+                   "snapshot ensemble that the checkpoint keeps (1 = the single best epoch). Steadier than one epoch "
+                   "picked on a few validation anomalies (BENCHMARKS.md, session 13). Default: %(default)s")
+    p.add_argument("--max-degree", type=int, default=g("max_degree"), metavar="D",
+                   help="GCCAD on dense graphs: each training epoch uses every in-edge of a node with at most D of them "
+                   "and a fresh random D / degree share of a busier node's, its sum rescaled to the full degree "
+                   "(GraphSAGE-style sampling; an epoch then costs at most about D edges a node); evaluation and scoring "
+                   "use every edge. No effect where no node has more than D in-edges. 0 = every edge in every epoch. "
+                   "Default: %(default)s")
+
+
+def add_split_options(p: argparse.ArgumentParser, defaults: object, seed_help: str) -> None:
+    """--seed, --split-index, --train-frac and --val-frac: which labelled split a run uses (gcad_dist.train and
+    gcad_dist.finetune make the same split from the same flags)."""
+    p.add_argument("--seed", type=int, default=getattr(defaults, "seed"),
+                   help=f"{seed_help}; with given split masks, split seed %% S is used")
+    p.add_argument("--split-index", type=int, default=None, help="use this given split (0..S-1) instead of seed %% S")
+    p.add_argument("--train-frac", type=float, default=getattr(defaults, "train_frac"),
+                   help="random split: train fraction (when the graph has no split masks)")
+    p.add_argument("--val-frac", type=float, default=getattr(defaults, "val_frac"),
+                   help="random split: validation fraction (the rest is test)")
 
 
 def add_resume_options(p: argparse.ArgumentParser, defaults: object) -> None:
