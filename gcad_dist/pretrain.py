@@ -86,9 +86,9 @@ PLACEMENT_STRATEGIES = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 #: training and validation labels they cost inj_cora, reddit and tolokers (BENCHMARKS.md, session 30).
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": {"contrast": "graph", "loss": "contrastive", "tau": 0.1, "swap_features": 0.0,
-              "plant_cliques": 0.0, "push_tails": 0.0, "ensemble": 1},
+              "plant_cliques": 0.0, "push_tails": 0.0, "ensemble": 1, "degree_detrend": False},
     "local": {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15, "plant_cliques": 0.0,
-              "push_tails": 0.0, "ensemble": 5},
+              "push_tails": 0.0, "ensemble": 5, "degree_detrend": True},
 }
 
 
@@ -147,8 +147,8 @@ class PretrainConfig:
     conv: str = "gin"
     readout: str = "memory"
     dropout: float = 0.1
-    # "auto" | "paper" | "local": the defaults of contrast, loss, tau, swap_features, ensemble (RECIPES; auto = local
-    # for a store without stored corruption, paper otherwise); an option given explicitly wins
+    # "auto" | "paper" | "local": the defaults of contrast, loss, tau, swap_features, ensemble, degree_detrend (RECIPES;
+    # auto = local for a store without stored corruption, paper otherwise); an option given explicitly wins
     recipe: str = "auto"
     tau: float | None = None
     contrast: str | None = None
@@ -163,6 +163,9 @@ class PretrainConfig:
     ensemble: int | None = None
     # local contrast: the context is the neighbours (1) or the two-hop ball (2; gcad_dist.model.ball)
     context_hops: int = 1
+    # local contrast: the score's trend over log(1 + in-degree) removed when the model scores (recorded in the
+    # checkpoint's model config; gcad_dist.model.degree_trend); None = the recipe's
+    degree_detrend: bool | None = None
     memory_momentum: float = 0.5
     backend: str = "auto"
     sample_on: str = "auto"
@@ -256,6 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
       "normal nodes keep their links, and a tenth of their features (at least one) take values from the far 1%% "
       "tail of their columns (a global outlier, what IsolationForest sees); labelled abnormal (default: the "
       "recipe's, 0)")
+    a("--degree-detrend", action=argparse.BooleanOptionalAction, default=d.degree_detrend,
+      help="local contrast: when the model scores, remove the trend of its scores over log(1 + in-degree) (one "
+      "least-squares line over the nodes with neighbours, no label), so that a node is compared with nodes of "
+      "any degree on the same footing; recorded in the checkpoint, so gcad_dist.score and gcad_dist.finetune "
+      "score the same way. Default: the recipe's, on for local (BENCHMARKS.md, session 46), off for paper")
     a("--context-hops", type=int, choices=(1, 2), default=d.context_hops,
       help="local contrast: each node is contrasted with the mean of its neighbours (1) or of its two-hop ball (2: "
       "its neighbours and up to 10 sampled neighbours of each, itself excluded; minibatches then sample two hops). "
@@ -416,6 +424,9 @@ def validate(cfg: PretrainConfig) -> dict:
         log.warning("--contrast local on a store whose parts keep %.0f%% of the graph's edges: each node's context is "
                     "the part of its neighbourhood inside its part (the local recipe was measured on whole-graph "
                     "stores, 'partitioning.build --k 1'; BENCHMARKS.md, session 10)", 100 * kept)
+    if cfg.degree_detrend and cfg.contrast != "local":
+        log.warning("--degree-detrend: applies to the local contrast's score only (this run's contrast is %s); "
+                    "ignored", cfg.contrast)
     if cfg.context_hops != 1 and cfg.contrast != "local":
         raise UsageError(f"--context-hops {cfg.context_hops}: the two-hop ball is a context of the local contrast "
                          f"only (this run's contrast is {cfg.contrast}); pass --contrast local or --recipe local")

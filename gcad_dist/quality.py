@@ -98,6 +98,7 @@ class QualityConfig:
     pre_batch_size: int | None = None  # None: the local recipe's pretrain --batch-size
     pre_context_hops: int | None = None  # None: the local recipe's pretrain --context-hops (1)
     pre_normalize: str | None = None  # None: partitioning.build's default --normalize (power)
+    pre_degree_detrend: bool | None = None  # None: the local recipe's pretrain --degree-detrend (on)
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
@@ -106,6 +107,7 @@ class QualityConfig:
         return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques,
                 "pre_tails": self.pre_tails, "pre_batch_size": self.pre_batch_size,
                 "pre_context_hops": self.pre_context_hops, "pre_normalize": self.pre_normalize,
+                "pre_degree_detrend": self.pre_degree_detrend,
                 "label_inputs": self.label_inputs}
     device: str = "auto"
     threads: int = 0
@@ -489,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pre-normalize", choices=NORMALIZE_CHOICES, default=d.pre_normalize,
                    help="gccad-pre: partitioning.build --normalize of its store (default: the build's, power; "
                    "standard was the default before session 39)")
+    p.add_argument("--pre-degree-detrend", action=argparse.BooleanOptionalAction, default=d.pre_degree_detrend,
+                   help="gccad-pre: pretrain --degree-detrend, the score's trend over log(1 + degree) removed "
+                   "(default: the recipe's, on since session 46; --no-pre-degree-detrend = earlier sessions' score)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "

@@ -487,6 +487,9 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(loaded.model.config, "context_hops", 1) == 2:
             log.info("context: each node's two-hop ball (its neighbours and up to %d of each one's), as trained "
                      "(pretrain --context-hops 2)", loaded.model.config.context_fanout)
+        if getattr(loaded.model.config, "degree_detrend", False):
+            log.info("the score's trend over log(1 + degree) is removed, as pre-training recorded (pretrain "
+                     "--degree-detrend): a node is compared with nodes of every degree on the same footing")
         alone = int((torch.bincount(data.edge_index[1], minlength=data.num_nodes) == 0).sum())
         if alone:
             log.info("%d node(s) have no neighbour, so no context to contrast with: each is scored at the median of "

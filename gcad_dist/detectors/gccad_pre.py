@@ -58,6 +58,9 @@ LOCAL_CLIQUES = 0.0
 #: sessions). Like the cliques, the tails take their share out of the swaps.
 LOCAL_TAILS = 0.0
 LOCAL_EPOCHS = 3
+#: ``pretrain --degree-detrend`` of the local recipe (the harness's ``--pre-degree-detrend``; False = the run key of
+#: earlier sessions): the score's trend over log(1 + degree) removed (BENCHMARKS.md, session 46)
+LOCAL_DEGREE_DETREND = True
 #: seed nodes per minibatch of the local recipe (``pretrain --batch-size``; the harness's ``--pre-batch-size``)
 LOCAL_BATCH_SIZE = 1024
 #: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
@@ -104,14 +107,16 @@ def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | No
 
 def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, pre_ensemble: int | None = None,
               pre_cliques: float | None = None, pre_tails: float | None = None, pre_batch_size: int | None = None,
-              pre_context_hops: int | None = None, pre_normalize: str | None = None, threads: int = 1,
+              pre_context_hops: int | None = None, pre_normalize: str | None = None,
+              pre_degree_detrend: bool | None = None, threads: int = 1,
               device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
     score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`, ``pre_ensemble`` None = :data:`LOCAL_ENSEMBLE`,
     ``pre_cliques`` (``pretrain --plant-cliques``, with the swaps cut by as much) None = :data:`LOCAL_CLIQUES`,
     ``pre_tails`` (``pretrain --push-tails``, the swaps cut by as much again) None = :data:`LOCAL_TAILS`,
     ``pre_batch_size`` None = :data:`LOCAL_BATCH_SIZE`, ``pre_context_hops`` (``pretrain --context-hops``) None = 1,
-    ``pre_normalize`` (``partitioning.build --normalize``) None = the build's default."""
+    ``pre_normalize`` (``partitioning.build --normalize``) None = the build's default, ``pre_degree_detrend``
+    (``pretrain --degree-detrend``) None = the recipe's (on since session 46)."""
     from gcad_dist.score import score_data
 
     cliques = LOCAL_CLIQUES if pre_cliques is None else pre_cliques
@@ -127,6 +132,7 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
                 "batch_size": LOCAL_BATCH_SIZE if pre_batch_size is None else pre_batch_size}
     if pre_context_hops not in (None, 1):  # absent at 1: the run key of earlier sessions
         pretrain["context_hops"] = pre_context_hops
+    pretrain["degree_detrend"] = LOCAL_DEGREE_DETREND if pre_degree_detrend is None else bool(pre_degree_detrend)
     build = {"k": 1, "corruption_mix": "none"}
     if pre_normalize is not None:
         build["normalize"] = pre_normalize

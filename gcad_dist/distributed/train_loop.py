@@ -93,6 +93,7 @@ def model_config(cfg, in_dim: int) -> GCCADConfig:
         in_dim=in_dim, hidden=cfg.hidden, num_layers=cfg.layers, conv=cfg.conv, readout=cfg.readout,
         dropout=cfg.dropout, tau=cfg.tau, contrast=cfg.contrast, jump=cfg.jump, loss=cfg.loss,
         ensemble=getattr(cfg, "ensemble", None) or 1, context_hops=getattr(cfg, "context_hops", 1),
+        degree_detrend=bool(getattr(cfg, "degree_detrend", False)),
     )
 
 

@@ -51,6 +51,7 @@ from .aggregate import weighted_sum
 from .ball import DEFAULT_FANOUT, ball_mean, two_hop_ball
 from .ball import SCORE_SEED as BALL_SCORE_SEED
 from .context import IDENTITY, ContextSync
+from .degree_trend import remove_degree_trend
 from .edge_update import EVAL_RULES
 from .encoder import GCCADEncoder, check_edges_into, check_seed_mask
 from .heads import ClassifierHead, EnsembleProjectionHead, ProjectionHead
@@ -98,6 +99,9 @@ class GCCADConfig:
     # context_fanout sampled neighbours of each, the node itself excluded; gcad_dist.model.ball)
     context_hops: int = 1
     context_fanout: int = DEFAULT_FANOUT
+    # local contrast: the score's trend over log(1 + in-degree) removed at scoring (gcad_dist.model.degree_trend),
+    # so that a node is not judged by how many neighbours its context averages
+    degree_detrend: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -404,15 +408,19 @@ class GCCAD(torch.nn.Module):
         return c
 
     @staticmethod
-    def _without_context_at_median(s: Tensor, out: GCCADOutput) -> Tensor:
-        """The local score of a node without neighbours set to the median of the other nodes' scores.
+    def _neutral_to_degree(s: Tensor, out: GCCADOutput, detrend: bool) -> Tensor:
+        """The local score made neutral to degree: with ``detrend`` its trend over log(1 + in-degree) removed
+        (:func:`gcad_dist.model.degree_trend.remove_degree_trend`), then a node without neighbours set to the median
+        of the other nodes' scores.
 
         Its context (the mean of no neighbours) is empty, so the contrast says nothing about it; left as it is,
         1 - cos(g(h0_i), g(0)) depends on the head's bias alone, and on graphs with 10% of their nodes cut off it
         put those nodes in 90-99% of the top 5% on two of them (BENCHMARKS.md, session 21). The median is neutral:
         such a node is neither flagged nor cleared. Exact for a whole-graph forward; a minibatch or part uses its
-        own nodes' median."""
+        own nodes' degrees, trend and median."""
         deg = torch.bincount(out.edge_index[1], minlength=out.h0.size(0))[: s.size(0)]
+        if detrend:
+            s = remove_degree_trend(s, deg)
         alone = deg == 0
         if bool(alone.any()) and not bool(alone.all()):
             s = s.masked_fill(alone, float(s[~alone].median()))
@@ -438,7 +446,8 @@ class GCCAD(torch.nn.Module):
                 ctx = ctx.reshape(ctx.size(0), self.config.ensemble, -1)
             s = 1.0 - F.cosine_similarity(own.float(), ctx.float(), dim=-1)
             s = s.mean(-1) if s.dim() == 2 else s  # an ensemble: the mean of its members' scores
-            return self._without_context_at_median(s, out) if self.config.contrast == "local" else s
+            return (self._neutral_to_degree(s, out, self.config.degree_detrend) if self.config.contrast == "local"
+                    else s)
         h, c = out.h, self.graph_context(out)
         if self.config.score_space == "projection":
             h, c = self.head(h), self.head(c)
