@@ -44,17 +44,14 @@ class DetrendConfig:
 
 
 def detrended(scores: np.ndarray, degree: np.ndarray) -> np.ndarray:
-    """``scores`` as the model scores with ``degree_detrend``: the trend removed, lone nodes at the others' median."""
+    """``scores`` as the model scores with ``degree_detrend`` (:func:`gcad_dist.model.degree_trend.neutral_to_degree`:
+    the trend removed, lone nodes at the others' median)."""
     import torch
 
-    from gcad_dist.model.degree_trend import remove_degree_trend
+    from gcad_dist.model.degree_trend import neutral_to_degree
 
-    deg = torch.from_numpy(np.asarray(degree, dtype=np.int64))
-    s = remove_degree_trend(torch.from_numpy(np.asarray(scores, dtype=np.float32)), deg)
-    alone = deg == 0
-    if bool(alone.any()) and not bool(alone.all()):
-        s = s.masked_fill(alone, float(s[~alone].median()))
-    return s.numpy()
+    return neutral_to_degree(torch.from_numpy(np.asarray(scores, dtype=np.float32)),
+                             torch.from_numpy(np.asarray(degree, dtype=np.int64))).numpy()
 
 
 def compare(cfg: DetrendConfig) -> list[dict[str, Any]]:
@@ -79,7 +76,10 @@ def compare(cfg: DetrendConfig) -> list[dict[str, Any]]:
         raw, _ = _load(path)
         y = raw.y.numpy().astype(np.int64)
         deg = np.bincount(raw.edge_index[1].numpy(), minlength=raw.num_nodes)
-        kinds = np.load(path)["anomaly_type"] if cfg.by_kind and "anomaly_type" in np.load(path).files else None
+        kinds = None
+        if cfg.by_kind:
+            with np.load(path) as z:
+                kinds = z["anomaly_type"] if "anomaly_type" in z.files else None
         for f in files:
             seed = int(f.stem.rsplit("-", 1)[1])
             s = np.load(f)

@@ -51,7 +51,7 @@ from .aggregate import weighted_sum
 from .ball import DEFAULT_FANOUT, ball_mean, two_hop_ball
 from .ball import SCORE_SEED as BALL_SCORE_SEED
 from .context import IDENTITY, ContextSync
-from .degree_trend import remove_degree_trend
+from .degree_trend import neutral_to_degree
 from .edge_update import EVAL_RULES
 from .encoder import GCCADEncoder, check_edges_into, check_seed_mask
 from .heads import ClassifierHead, EnsembleProjectionHead, ProjectionHead
@@ -409,22 +409,16 @@ class GCCAD(torch.nn.Module):
 
     @staticmethod
     def _neutral_to_degree(s: Tensor, out: GCCADOutput, detrend: bool) -> Tensor:
-        """The local score made neutral to degree: with ``detrend`` its trend over log(1 + in-degree) removed
-        (:func:`gcad_dist.model.degree_trend.remove_degree_trend`), then a node without neighbours set to the median
-        of the other nodes' scores.
+        """The local score made neutral to degree (:func:`gcad_dist.model.degree_trend.neutral_to_degree`): with
+        ``detrend`` its trend over log(1 + in-degree) removed, then a node without neighbours set to the median of
+        the other nodes' scores.
 
         Its context (the mean of no neighbours) is empty, so the contrast says nothing about it; left as it is,
         1 - cos(g(h0_i), g(0)) depends on the head's bias alone, and on graphs with 10% of their nodes cut off it
-        put those nodes in 90-99% of the top 5% on two of them (BENCHMARKS.md, session 21). The median is neutral:
-        such a node is neither flagged nor cleared. Exact for a whole-graph forward; a minibatch or part uses its
-        own nodes' degrees, trend and median."""
+        put those nodes in 90-99% of the top 5% on two of them (BENCHMARKS.md, session 21). Exact for a whole-graph
+        forward; a minibatch or part uses its own nodes' degrees, trend and median."""
         deg = torch.bincount(out.edge_index[1], minlength=out.h0.size(0))[: s.size(0)]
-        if detrend:
-            s = remove_degree_trend(s, deg)
-        alone = deg == 0
-        if bool(alone.any()) and not bool(alone.all()):
-            s = s.masked_fill(alone, float(s[~alone].median()))
-        return s
+        return neutral_to_degree(s, deg, detrend)
 
     def _con(self, cos: Tensor, y: Tensor, batch: Tensor, num_graphs: int, sync: ContextSync) -> Tensor:
         """The contrastive term from each labelled node's cosine with its context (``loss`` picks the form)."""
