@@ -40,7 +40,7 @@ CLI::
     python -m partitioning.synthetic --nodes 1000000 --avg-degree 20 --out runs/big.npz
 
 writes the ``.npz`` format of :mod:`partitioning.io` plus the extra keys ``anomaly_type`` (int8 [N]:
-0 none, 1 community swap, 2 contextual, 3 structural, 4 camouflage) and ``community`` (int32 [N]).
+0 none, 1 community swap, 2 contextual, 3 structural, 4 camouflage, 5 ring) and ``community`` (int32 [N]).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ log = logging.getLogger("partitioning.synthetic")  # same name when run with -m
 
 __all__ = [
     "ANOMALY_TYPES",
+    "CLIQUE_FEATURES",
     "FEATURE_KINDS",
     "SyntheticConfig",
     "SyntheticGraph",
@@ -74,9 +75,11 @@ __all__ = [
 ]
 
 #: ``anomaly_type`` codes.
-ANOMALY_TYPES = {0: "none", 1: "community_swap", 2: "contextual", 3: "structural", 4: "camouflage"}
+ANOMALY_TYPES = {0: "none", 1: "community_swap", 2: "contextual", 3: "structural", 4: "camouflage", 5: "ring"}
 #: ``--feature-kind``: Gaussian features around community centroids, or a binary bag of words per community topic
 FEATURE_KINDS = ("gaussian", "words")
+#: ``--clique-features``: clique members keep their own features, or share a ring profile (fraud rings)
+CLIQUE_FEATURES = ("own", "shared")
 
 
 @dataclass
@@ -95,6 +98,7 @@ class SyntheticConfig:
     separation: float = 6.0  # mean centroid distance in units of ``noise``
     noise: float = 1.0  # within-community feature standard deviation per dimension
     clique_size: int = 15
+    clique_features: str = "own"  # CLIQUE_FEATURES; "shared": the cliques are fraud rings (anomaly_type 5)
     contextual_candidates: int = 50
     camouflage_shift: float = 2.5  # in units of ``noise``, per signature column
     feature_kind: str = "gaussian"  # FEATURE_KINDS
@@ -131,10 +135,14 @@ class SyntheticConfig:
         check_positive("--separation", self.separation, allow_zero=True)
         check_positive("--noise", self.noise)
         check_int_range("--clique-size", self.clique_size, low=2)
+        if self.clique_features not in CLIQUE_FEATURES:
+            raise GraphInputError("--clique-features",
+                                  f"must be one of {', '.join(CLIQUE_FEATURES)}, got {self.clique_features!r}")
         check_int_range("--contextual-candidates", self.contextual_candidates, low=1)
         check_positive("--camouflage-shift", self.camouflage_shift)
         if self.feature_kind not in FEATURE_KINDS:
-            raise GraphInputError("--feature-kind", f"must be one of {', '.join(FEATURE_KINDS)}, got {self.feature_kind!r}")
+            raise GraphInputError("--feature-kind",
+                                  f"must be one of {', '.join(FEATURE_KINDS)}, got {self.feature_kind!r}")
         check_positive("--words", self.words)
         check_int_range("--seed", self.seed, low=0)
         return self
@@ -402,6 +410,15 @@ def synthesize(cfg: SyntheticConfig) -> SyntheticGraph:
         else:
             x[np.ix_(cam_nodes, cols)] += signs * np.float32(cfg.camouflage_shift * cfg.noise)
         anomaly_type[cam_nodes] = 4
+    if n_cliques and cfg.clique_features == "shared":  # drawn last: the other kinds' draws stay those of "own"
+        members, ring = cliques.ravel(), np.repeat(np.arange(n_cliques), cfg.clique_size)
+        if words:
+            x[members] = _bag_of_words(rng, _word_distributions(rng, n_cliques, f)[ring], length[members])
+        else:
+            profiles = (rng.standard_normal((n_cliques, f)) * scale).astype(np.float32)
+            noise = rng.standard_normal((members.size, f), dtype=np.float32) * np.float32(cfg.noise)
+            x[members] = profiles[ring] + noise
+        anomaly_type[members] = 5
     done("anomalies")
 
     graph = Graph(
@@ -459,6 +476,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--noise", type=float, default=d.noise,
                    help="standard deviation of the features around their community centroid, per dimension")
     p.add_argument("--clique-size", type=int, default=d.clique_size, help="nodes per structural-anomaly clique")
+    p.add_argument("--clique-features", default=d.clique_features, choices=CLIQUE_FEATURES,
+                   help="own: clique members keep their features; shared: each clique is a fraud ring whose members "
+                        "take features around one profile of the ring's own (anomaly_type 5), so that they look "
+                        "alike and like most of their neighbours")
     p.add_argument("--contextual-candidates", type=int, default=d.contextual_candidates,
                    help="random candidates per contextual anomaly; the farthest one's features are copied")
     p.add_argument("--camouflage-shift", type=float, default=d.camouflage_shift,
@@ -506,12 +527,13 @@ def main(argv: list[str] | None = None) -> int:
     save_npz(result.graph, args.out, extra=result.extra_arrays(), compress=args.compress)
     t_all = time.perf_counter() - t0
     g, types = result.graph, result.anomaly_type
-    counts = np.bincount(types, minlength=5)
+    counts = np.bincount(types, minlength=6)
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is KiB on Linux
     print(
         f"wrote {args.out}: {g.num_nodes} nodes, {g.num_edges} undirected edges, {g.num_features} features, "
         f"{cfg.resolved_communities()} communities, {int(g.y.sum())} anomalies "
-        f"(swap {counts[1]}, contextual {counts[2]}, structural {counts[3]}, camouflage {counts[4]}); "
+        f"(swap {counts[1]}, contextual {counts[2]}, structural {counts[3]}, camouflage {counts[4]}, "
+        f"ring {counts[5]}); "
         f"generated in {t_gen:.1f}s, written in {t_all - t_gen:.1f}s; peak RSS {rss_gib:.2f} GiB"
     )
     return 0

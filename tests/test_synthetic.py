@@ -286,3 +286,29 @@ def test_word_features_are_bags_of_words_of_the_communitys_topic() -> None:
     assert synthesize(words).graph.fingerprint() == b.graph.fingerprint()  # a seed fixes the graph
     with pytest.raises(GraphInputError, match="--feature-kind"):
         dataclasses.replace(words, feature_kind="bits").validate()
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "words"])
+def test_shared_clique_features_make_fraud_rings(kind: str) -> None:
+    """--clique-features shared: the cliques (same nodes, same links as "own") become rings (anomaly_type 5) whose
+    members look alike: a member is nearer its fellow members than a random normal node is to its own community's
+    nodes; every other node keeps the features of the "own" graph, so the other kinds are unchanged."""
+    own = SyntheticConfig(nodes=3000, avg_degree=8, features=64, anomaly_fraction=0.06, anomaly_mix=(1, 1, 1),
+                          clique_size=10, feature_kind=kind, seed=6)
+    shared = dataclasses.replace(own, clique_features="shared")
+    a, b = synthesize(own), synthesize(shared)
+    np.testing.assert_array_equal(a.graph.indices, b.graph.indices)  # the same links
+    np.testing.assert_array_equal(np.where(a.anomaly_type == 3, 5, a.anomaly_type), b.anomaly_type)
+    t, x = b.anomaly_type, b.graph.x.astype(np.float64)
+    assert (t == 5).sum() == (a.anomaly_type == 3).sum() > 0 and (t == 3).sum() == 0
+    np.testing.assert_array_equal(a.graph.x[t != 5], b.graph.x[t != 5])  # the rest drawn as before
+    # ring members are alike: fellow members (clique neighbours) nearer than under "own", and than normal pairs
+    ei = b.graph.edge_index()
+    both_ring = (t[ei[0]] == 5) & (t[ei[1]] == 5)
+    fellow = ((x[ei[0, both_ring]] - x[ei[1, both_ring]]) ** 2).sum(1).mean()
+    before = ((a.graph.x[ei[0, both_ring]].astype(np.float64) - a.graph.x[ei[1, both_ring]]) ** 2).sum(1).mean()
+    same_comm = (t[ei[0]] == 0) & (t[ei[1]] == 0) & (b.community[ei[0]] == b.community[ei[1]])
+    normal_pair = ((x[ei[0, same_comm]] - x[ei[1, same_comm]]) ** 2).sum(1).mean()
+    assert fellow < 0.9 * before and fellow < 1.1 * normal_pair
+    with pytest.raises(GraphInputError, match="--clique-features"):
+        dataclasses.replace(own, clique_features="ring").validate()
