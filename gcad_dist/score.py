@@ -66,6 +66,8 @@ class ScoreConfig:
     batch_size: int = 0  # multi-graph data: graphs per forward pass (0 = all at once)
     parts: str | None = None  # store whose K-means parts give each node its context (large graphs)
     context: str = "halo"  # with --parts: "halo", "own" or "links" (see CONTEXTS)
+    # the label-free local model's context when scoring: 1 = the neighbours, 2 = the two-hop ball; None = as trained
+    context_hops: int | None = None
     device: str = "auto"
     normalize: str = "auto"
     threads: int = 0
@@ -453,6 +455,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "scored AUROC 0.33 where links and scoring without --parts gave 0.76, and links fell to "
                         "chance on generated 1M-node graphs. With a labelled sample, compare them (README, "
                         "'Scoring a large graph'; BENCHMARKS.md)")
+    p.add_argument("--context-hops", type=int, default=None, choices=(1, 2),
+                   help="label-free local checkpoints (pretrain's local recipe) only: contrast each node with its "
+                        "neighbours (1) or with its two-hop ball, the neighbours and up to 10 neighbours of each (2). "
+                        "Default: as trained (pretrain --context-hops, 1 by default). If you expect fraud rings "
+                        "(groups of alike accounts that link to one another), try 2: a ring is most of its members' "
+                        "neighbours, and the ball reaches past it. On a generated graph of rings a checkpoint of "
+                        "the default recipe scored AUROC 0.907 with 1 and 0.958 with 2 (DOMINANT: 0.943); on the "
+                        "shared real graphs 2 was lower (BENCHMARKS.md, session 47)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
@@ -462,6 +472,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch default)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
+
+
+def set_context_hops(loaded: LoadedModel, hops: int) -> None:
+    """Score ``loaded``'s label-free local model with ``hops`` (1: the neighbours, 2: the two-hop ball) as its
+    context, whatever it was trained with; :class:`UsageError` for any other model (its context is its layers')."""
+    cfg = getattr(loaded.model, "config", None)
+    if getattr(cfg, "contrast", None) != "local" or getattr(cfg, "passes_messages", True):
+        what = loaded.kind if getattr(cfg, "contrast", None) is None else f"{loaded.kind} ({cfg.contrast} contrast)"
+        raise UsageError(f"--context-hops: applies to label-free local checkpoints (pretrain's local recipe); "
+                         f"{loaded.path} holds a {what} model")
+    if hops not in (1, 2):
+        raise UsageError(f"--context-hops: must be 1 or 2, got {hops}")
+    if hops != cfg.context_hops:
+        log.info("--context-hops %d: scoring with %s, the checkpoint was trained with %s", hops,
+                 "the two-hop ball" if hops == 2 else "the neighbours",
+                 "the two-hop ball" if cfg.context_hops == 2 else "the neighbours")
+    cfg.context_hops = hops
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -482,13 +509,16 @@ def main(argv: list[str] | None = None) -> int:
     _resolve_device(cfg.device)
     t0 = time.perf_counter()
     loaded = load_checkpoint_model(cfg.checkpoint)
+    if cfg.context_hops is not None:
+        set_context_hops(loaded, cfg.context_hops)
     data = prepare_data(cfg.graph, loaded, cfg.normalize)
     log.info("scoring %s (%d nodes, %d directed edges) with %s model from %s",
              cfg.graph, data.num_nodes, data.edge_index.shape[1], loaded.kind, cfg.checkpoint)
     if getattr(getattr(loaded.model, "config", None), "contrast", None) == "local":
         if getattr(loaded.model.config, "context_hops", 1) == 2:
-            log.info("context: each node's two-hop ball (its neighbours and up to %d of each one's), as trained "
-                     "(pretrain --context-hops 2)", loaded.model.config.context_fanout)
+            log.info("context: each node's two-hop ball (its neighbours and up to %d of each one's), %s",
+                     loaded.model.config.context_fanout,
+                     "as trained (pretrain --context-hops 2)" if cfg.context_hops is None else "--context-hops 2")
         if getattr(loaded.model.config, "degree_detrend", False):
             log.info("the score's trend over log(1 + degree) is removed, as pre-training recorded (pretrain "
                      "--degree-detrend): a node is compared with nodes of every degree on the same footing")
