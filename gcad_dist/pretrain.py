@@ -248,12 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     a("--plant-cliques", type=float, default=d.plant_cliques, metavar="FRACTION",
       help="a structural corruption drawn afresh at every step, beside --swap-features: this fraction of each "
       "batch's normal nodes is split into groups of --clique-size nodes, every pair in a group joined by an edge "
-      "(a planted clique, the shape of a fraud ring), and labelled abnormal; a member keeps its features and links. "
+      "(a planted clique of unlike nodes), and labelled abnormal; a member keeps its features and links. "
       "It teaches the local contrast that a neighbourhood mixed with nodes from anywhere is suspect. Try 0.05 "
-      "(with --swap-features 0.10) when the anomalies you expect are dense groups: on a generated graph's planted "
-      "cliques it lifted validation AUROC from 0.81 to 0.95 (test 0.886 -> 0.969), but on the shared real graphs "
-      "it gained little or nothing and cost books and reddit, so the recipes leave it off (BENCHMARKS.md, session "
-      "20) (default: the recipe's, 0)")
+      "(with --swap-features 0.10) when the anomalies you expect are dense groups of unlike nodes: on a generated "
+      "graph's planted cliques it lifted validation AUROC from 0.81 to 0.95 (test 0.886 -> 0.969), but on the shared "
+      "real graphs it gained little or nothing and cost books and reddit, so the recipes leave it off (BENCHMARKS.md, "
+      "session 20). Not for fraud rings, whose members look alike: there it scored 0.737 against the default's "
+      "0.907; score with gcad_dist.score --context-hops 2 instead (0.958; session 47) (default: the recipe's, 0)")
     a("--push-tails", type=float, default=d.push_tails, metavar="FRACTION",
       help="a global corruption drawn afresh at every step, beside --swap-features: this fraction of each batch's "
       "normal nodes keep their links, and a tenth of their features (at least one) take values from the far 1%% "

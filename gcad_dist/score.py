@@ -462,7 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(groups of alike accounts that link to one another), try 2: a ring is most of its members' "
                         "neighbours, and the ball reaches past it. On a generated graph of rings a checkpoint of "
                         "the default recipe scored AUROC 0.907 with 1 and 0.958 with 2 (DOMINANT: 0.943); on the "
-                        "shared real graphs 2 was lower (BENCHMARKS.md, session 47)")
+                        "shared real graphs' training and validation labels 2 was lower on inj_cora (0.845 against "
+                        "0.931), reddit and tolokers, higher on books (BENCHMARKS.md, session 47)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "

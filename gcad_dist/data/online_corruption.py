@@ -7,7 +7,7 @@ model scores real anomalies at chance. A corruption redrawn at every step cannot
 
 :func:`swap_features` is the per-step analogue of the store's ``features`` kind (a contextual
 anomaly): a node keeps its links but carries another node's features. :func:`plant_cliques` is a structural one
-(PyGOD's planted cliques, a fraud ring's shape): groups of nodes keep their features and are joined into cliques.
+(PyGOD's planted cliques of unlike nodes): groups of nodes keep their features and are joined into cliques.
 :func:`push_to_tails` is a global one (what IsolationForest sees): a node keeps its links, and a few of its features
 take values from the far tails of their columns.
 """
@@ -104,8 +104,8 @@ def plant_cliques(edge_index: Tensor, y: Tensor, mask: Tensor | None, fraction: 
                   size: tuple[int, int] = (4, 20), hop1_edges: int | None = None,
                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, int]:
     """(edge_index', y', hop1_edges'): a structural corruption, the per-step analogue of PyGOD's planted cliques
-    (a fraud ring). ``round(fraction * #normal nodes)`` of the nodes with ``y == 0`` (and in ``mask``, default all)
-    are split into groups of a size drawn uniformly from ``size`` (min, max; the last group takes the rest, and a
+    (unlike nodes; not a fraud ring, whose members look alike). ``round(fraction * #normal nodes)`` of the nodes
+    with ``y == 0`` (and in ``mask``, default all) are split into groups of a size drawn uniformly from ``size`` (min, max; the last group takes the rest, and a
     rest of one node is left out) and every pair within a group is joined by an edge, both directions; those nodes
     get the label 1. A clique member keeps its features and its own links, and its neighbours' mean now mixes in
     nodes from anywhere in the graph.
