@@ -106,9 +106,9 @@ def plant_cliques(edge_index: Tensor, y: Tensor, mask: Tensor | None, fraction: 
     """(edge_index', y', hop1_edges'): a structural corruption, the per-step analogue of PyGOD's planted cliques
     (unlike nodes; not a fraud ring, whose members look alike). ``round(fraction * #normal nodes)`` of the nodes
     with ``y == 0`` (and in ``mask``, default all) are split into groups of a size drawn uniformly from ``size``
-    (min, max; the last group takes the rest, and a rest of one node is left out) and every pair within a group is joined by an edge, both directions; those nodes
-    get the label 1. A clique member keeps its features and its own links, and its neighbours' mean now mixes in
-    nodes from anywhere in the graph.
+    (min, max; the last group takes the rest, and a rest of one node is left out) and every pair within a group is
+    joined by an edge, both directions; those nodes get the label 1. A clique member keeps its features and its own
+    links, and its neighbours' mean now mixes in nodes from anywhere in the graph.
 
     The new edges are inserted after the first ``hop1_edges`` edges (a hop-ordered minibatch's edges into its
     seeds; default all edges, i.e. appended), so that with ``mask`` = the seeds they stay in the hop-1 block;
