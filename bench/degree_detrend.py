@@ -56,7 +56,7 @@ def detrended(scores: np.ndarray, degree: np.ndarray) -> np.ndarray:
 
 def compare(cfg: DetrendConfig) -> list[dict[str, Any]]:
     """One record per (dataset, seed): both scores' AUROC / AUPRC on the chosen nodes, the slope, per-kind AUROC."""
-    from gcad_dist.data.splits import make_split
+    from bench.labelfree_pretext import measured_nodes
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.model.degree_trend import degree_slope
     from gcad_dist.quality import _load
@@ -85,8 +85,7 @@ def compare(cfg: DetrendConfig) -> list[dict[str, Any]]:
             s = np.load(f)
             if s.shape != y.shape:
                 raise UsageError(f"{f}: {s.shape[0]} scores for a graph of {y.shape[0]} nodes")
-            split = make_split(raw, seed=seed)
-            mask = (split.test.numpy() if cfg.on_test else split.train.numpy() | split.val.numpy()) & (y >= 0)
+            mask = measured_nodes(raw, seed, cfg.on_test)
             d = detrended(s, deg)
             r: dict[str, Any] = {"dataset": ds, "seed": seed,
                                  "slope": degree_slope(torch.from_numpy(s), torch.from_numpy(deg)),

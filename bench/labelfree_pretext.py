@@ -76,16 +76,24 @@ def run_one(data_dir: Path, dataset: str, seed: int, options: dict[str, Any], ou
     return s
 
 
+def measured_nodes(raw: Any, seed: int, on_test: bool = False) -> np.ndarray:
+    """The labelled nodes a label-free bench measures on: the training + validation nodes of the harness's split
+    ``seed`` (no test label), or with ``on_test`` its test nodes (a report after a choice); bool [N]."""
+    from gcad_dist.data.splits import make_split
+
+    split = make_split(raw, seed=seed)
+    part = split.test.numpy() if on_test else split.train.numpy() | split.val.numpy()
+    return part & (raw.y.numpy() >= 0)
+
+
 def evaluate_train_val(data_dir: Path, dataset: str, seed: int, scores: np.ndarray) -> dict[str, float]:
     """AUROC / AUPRC over the labelled training and validation nodes of the harness's split ``seed``."""
-    from gcad_dist.data.splits import make_split
     from gcad_dist.metrics import evaluate
     from gcad_dist.quality import _load
 
     raw, _ = _load(data_dir / f"{dataset}.npz")
-    split = make_split(raw, seed=seed)
     y = raw.y.numpy().astype(np.int64)
-    mask = (split.train.numpy() | split.val.numpy()) & (y >= 0)
+    mask = measured_nodes(raw, seed)
     r = evaluate(y, scores, None, mask)
     return {"auroc": float(r["auroc"]), "auprc": float(r["auprc"]), "anomalies": int((y[mask] == 1).sum())}
 

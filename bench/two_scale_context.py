@@ -65,8 +65,9 @@ def two_scale(s1: np.ndarray, s2: np.ndarray, degree: np.ndarray) -> tuple[np.nd
 
 
 def score_both(data: Any, seed: int, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Pre-train the local recipe on ``data`` (as ``gcad_dist.quality --models gccad-pre``) and score the checkpoint
-    with the 1-hop and with the two-hop-ball context, both before the detrend."""
+    """Pre-train the local recipe on ``data`` (:func:`gcad_dist.detectors.gccad_pre.fit_score`, as ``gcad_dist.quality
+    --models gccad-pre``) and score the checkpoint with the 1-hop and with the two-hop-ball context, both before the
+    detrend."""
     from gcad_dist.detectors import gccad_pre
     from gcad_dist.score import score_data
 
@@ -78,17 +79,14 @@ def score_both(data: Any, seed: int, threads: int = 1) -> tuple[np.ndarray, np.n
         s2 = score_data(model, prepared, device=dev)
         return np.stack([s1, s2])
 
-    pretrain = {**gccad_pre.LOCAL_PRETRAIN, "epochs": gccad_pre.LOCAL_EPOCHS, "ensemble": gccad_pre.LOCAL_ENSEMBLE,
-                "plant_cliques": gccad_pre.LOCAL_CLIQUES, "push_tails": gccad_pre.LOCAL_TAILS,
-                "batch_size": gccad_pre.LOCAL_BATCH_SIZE, "degree_detrend": True}
-    both = gccad_pre._pipeline(data, seed, threads, "cpu", None, {"k": 1, "corruption_mix": "none"}, pretrain, score)
+    both = gccad_pre.fit_score(data, None, seed, threads=threads, scorer=score)
     return both[0], both[1]
 
 
 def run(cfg: TwoScaleConfig) -> list[dict[str, Any]]:
     """Score what is missing (unless ``no_train``), then one record per (dataset, seed) with the three scores'
     AUROC / AUPRC on the chosen nodes."""
-    from gcad_dist.data.splits import make_split
+    from bench.labelfree_pretext import measured_nodes
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.quality import _load
 
@@ -113,8 +111,7 @@ def run(cfg: TwoScaleConfig) -> list[dict[str, Any]]:
                 s1, s2 = z["s1"], z["s2"]
             if s1.shape != y.shape:
                 raise UsageError(f"{f}: {s1.shape[0]} scores for a graph of {y.shape[0]} nodes")
-            split = make_split(raw, seed=seed)
-            mask = (split.test.numpy() if cfg.on_test else split.train.numpy() | split.val.numpy()) & (y >= 0)
+            mask = measured_nodes(raw, seed, cfg.on_test)
             scores = dict(zip(("1-hop", "2-hop", "two-scale"), two_scale(s1, s2, deg)))
             records.append({"dataset": ds, "seed": seed,
                             **{k: (auroc(y[mask], v[mask]), auprc(y[mask], v[mask])) for k, v in scores.items()}})

@@ -109,14 +109,16 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
               pre_cliques: float | None = None, pre_tails: float | None = None, pre_batch_size: int | None = None,
               pre_context_hops: int | None = None, pre_normalize: str | None = None,
               pre_degree_detrend: bool | None = None, threads: int = 1,
-              device: str = "cpu", workdir: str | None = None, **_: Any) -> np.ndarray:
+              device: str = "cpu", workdir: str | None = None,
+              scorer: Callable[[Any, Any, Path, str], np.ndarray] | None = None, **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
     score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`, ``pre_ensemble`` None = :data:`LOCAL_ENSEMBLE`,
     ``pre_cliques`` (``pretrain --plant-cliques``, with the swaps cut by as much) None = :data:`LOCAL_CLIQUES`,
     ``pre_tails`` (``pretrain --push-tails``, the swaps cut by as much again) None = :data:`LOCAL_TAILS`,
     ``pre_batch_size`` None = :data:`LOCAL_BATCH_SIZE`, ``pre_context_hops`` (``pretrain --context-hops``) None = 1,
     ``pre_normalize`` (``partitioning.build --normalize``) None = the build's default, ``pre_degree_detrend``
-    (``pretrain --degree-detrend``) None = the recipe's (on since session 46)."""
+    (``pretrain --degree-detrend``) None = the recipe's (on since session 46). ``scorer(loaded checkpoint, prepared
+    data, store path, device)`` replaces the whole-graph score (``bench.two_scale_context`` scores twice)."""
     from gcad_dist.score import score_data
 
     cliques = LOCAL_CLIQUES if pre_cliques is None else pre_cliques
@@ -136,8 +138,11 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     build = {"k": 1, "corruption_mix": "none"}
     if pre_normalize is not None:
         build["normalize"] = pre_normalize
-    return _pipeline(data, seed, threads, device, workdir, build, pretrain,
-                     lambda loaded, prepared, _store, dev: score_data(loaded.model, prepared, device=dev))
+    if scorer is None:
+        def scorer(loaded: Any, prepared: Any, _store: Path, dev: str) -> np.ndarray:
+            return score_data(loaded.model, prepared, device=dev)
+
+    return _pipeline(data, seed, threads, device, workdir, build, pretrain, scorer)
 
 
 def fit_score_paper(data: Any, split: Any, seed: int, pre_epochs: int | None = None, threads: int = 1,
