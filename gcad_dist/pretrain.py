@@ -86,9 +86,10 @@ PLACEMENT_STRATEGIES = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 #: training and validation labels they cost inj_cora, reddit and tolokers (BENCHMARKS.md, session 30).
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": {"contrast": "graph", "loss": "contrastive", "tau": 0.1, "swap_features": 0.0,
-              "plant_cliques": 0.0, "push_tails": 0.0, "ensemble": 1, "degree_detrend": False},
+              "plant_cliques": 0.0, "push_tails": 0.0, "ensemble": 1, "degree_detrend": False,
+              "loose_context": False},
     "local": {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15, "plant_cliques": 0.0,
-              "push_tails": 0.0, "ensemble": 5, "degree_detrend": True},
+              "push_tails": 0.0, "ensemble": 5, "degree_detrend": True, "loose_context": False},
 }
 
 
@@ -147,7 +148,8 @@ class PretrainConfig:
     conv: str = "gin"
     readout: str = "memory"
     dropout: float = 0.1
-    # "auto" | "paper" | "local": the defaults of contrast, loss, tau, swap_features, ensemble, degree_detrend (RECIPES;
+    # "auto" | "paper" | "local": the defaults of contrast, loss, tau, swap_features, ensemble, degree_detrend and
+    # loose_context (RECIPES;
     # auto = local for a store without stored corruption, paper otherwise); an option given explicitly wins
     recipe: str = "auto"
     tau: float | None = None
@@ -166,6 +168,9 @@ class PretrainConfig:
     # local contrast: the score's trend over log(1 + in-degree) removed when the model scores (recorded in the
     # checkpoint's model config; gcad_dist.model.degree_trend); None = the recipe's
     degree_detrend: bool | None = None
+    # local contrast: also score each node against its loose context (neighbours weighted by (1 + common
+    # neighbours)^-2) and keep the larger robust z-score (gcad_dist.model.loose_context); None = the recipe's
+    loose_context: bool | None = None
     memory_momentum: float = 0.5
     backend: str = "auto"
     sample_on: str = "auto"
@@ -265,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
       "least-squares line over the nodes with neighbours, no label), so that a node is compared with nodes of "
       "any degree on the same footing; recorded in the checkpoint, so gcad_dist.score and gcad_dist.finetune "
       "score the same way. Default: the recipe's, on for local (BENCHMARKS.md, session 46), off for paper")
+    a("--loose-context", action=argparse.BooleanOptionalAction, default=d.loose_context,
+      help="local contrast: when the model scores, also contrast each node with its loose context (its neighbours, "
+      "each weighted by (1 + their common neighbours)^-2, so that links inside a dense group count little) and keep "
+      "the larger of the two robust z-scores: fraud rings, whose alike members are most of one another's "
+      "neighbours, then stand out, and groups of unlike nodes still do. Recorded in the checkpoint. Default: the "
+      "recipe's, off (BENCHMARKS.md, session 48)")
     a("--context-hops", type=int, choices=(1, 2), default=d.context_hops,
       help="local contrast: each node is contrasted with the mean of its neighbours (1) or of its two-hop ball (2: "
       "its neighbours and up to 10 sampled neighbours of each, itself excluded; minibatches then sample two hops). "
@@ -428,6 +439,9 @@ def validate(cfg: PretrainConfig) -> dict:
     if cfg.degree_detrend and cfg.contrast != "local":
         log.warning("--degree-detrend: applies to the local contrast's score only (this run's contrast is %s); "
                     "ignored", cfg.contrast)
+    if cfg.loose_context and (cfg.contrast != "local" or cfg.context_hops != 1):
+        raise UsageError("--loose-context: a second context of the local contrast with --context-hops 1 (this run: "
+                         f"--contrast {cfg.contrast} --context-hops {cfg.context_hops}); leave it off")
     if cfg.context_hops != 1 and cfg.contrast != "local":
         raise UsageError(f"--context-hops {cfg.context_hops}: the two-hop ball is a context of the local contrast "
                          f"only (this run's contrast is {cfg.contrast}); pass --contrast local or --recipe local")

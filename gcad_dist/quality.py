@@ -99,6 +99,7 @@ class QualityConfig:
     pre_context_hops: int | None = None  # None: the local recipe's pretrain --context-hops (1)
     pre_normalize: str | None = None  # None: partitioning.build's default --normalize (power)
     pre_degree_detrend: bool | None = None  # None: the local recipe's pretrain --degree-detrend (on)
+    pre_loose_context: bool | None = None  # None: the local recipe's pretrain --loose-context
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
@@ -107,7 +108,7 @@ class QualityConfig:
         return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques,
                 "pre_tails": self.pre_tails, "pre_batch_size": self.pre_batch_size,
                 "pre_context_hops": self.pre_context_hops, "pre_normalize": self.pre_normalize,
-                "pre_degree_detrend": self.pre_degree_detrend,
+                "pre_degree_detrend": self.pre_degree_detrend, "pre_loose_context": self.pre_loose_context,
                 "label_inputs": self.label_inputs}
     device: str = "auto"
     threads: int = 0
@@ -494,6 +495,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pre-degree-detrend", action=argparse.BooleanOptionalAction, default=d.pre_degree_detrend,
                    help="gccad-pre: pretrain --degree-detrend, the score's trend over log(1 + degree) removed "
                    "(default: the recipe's, on since session 46; --no-pre-degree-detrend = earlier sessions' score)")
+    p.add_argument("--pre-loose-context", action=argparse.BooleanOptionalAction, default=d.pre_loose_context,
+                   help="gccad-pre: pretrain --loose-context, each node also scored against its loose context "
+                   "(neighbours weighted by (1 + common neighbours)^-2), the larger robust z kept (default: the "
+                   "recipe's)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "

@@ -68,6 +68,8 @@ class ScoreConfig:
     context: str = "halo"  # with --parts: "halo", "own" or "links" (see CONTEXTS)
     # the label-free local model's context when scoring: 1 = the neighbours, 2 = the two-hop ball; None = as trained
     context_hops: int | None = None
+    # the label-free local model: also scored against the loose context, larger robust z kept; None = as trained
+    loose_context: bool | None = None
     device: str = "auto"
     normalize: str = "auto"
     threads: int = 0
@@ -464,6 +466,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "the default recipe scored AUROC 0.907 with 1 and 0.958 with 2 (DOMINANT: 0.943); on the "
                         "shared real graphs' training and validation labels 2 was lower on inj_cora (0.845 against "
                         "0.931), reddit and tolokers, higher on books (BENCHMARKS.md, session 47)")
+    p.add_argument("--loose-context", action=argparse.BooleanOptionalAction, default=d.loose_context,
+                   help="label-free local checkpoints with --context-hops 1 only: also contrast each node with its "
+                        "loose context (its neighbours weighted by (1 + their common neighbours)^-2: links inside a "
+                        "dense group count little) and keep the larger of the two robust z-scores. Default: as "
+                        "trained (pretrain --loose-context, off by default) (BENCHMARKS.md, session 48)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
@@ -475,14 +482,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def set_context_hops(loaded: LoadedModel, hops: int) -> None:
-    """Score ``loaded``'s label-free local model with ``hops`` (1: the neighbours, 2: the two-hop ball) as its
-    context, whatever it was trained with; :class:`UsageError` for any other model (its context is its layers')."""
+def _local_config(loaded: LoadedModel, option: str) -> Any:
+    """The model config of ``loaded``'s label-free local model; :class:`UsageError` naming ``option`` for any other
+    model (its context is its layers')."""
     cfg = getattr(loaded.model, "config", None)
     if getattr(cfg, "contrast", None) != "local" or getattr(cfg, "passes_messages", True):
         what = loaded.kind if getattr(cfg, "contrast", None) is None else f"{loaded.kind} ({cfg.contrast} contrast)"
-        raise UsageError(f"--context-hops: applies to label-free local checkpoints (pretrain's local recipe); "
+        raise UsageError(f"{option}: applies to label-free local checkpoints (pretrain's local recipe); "
                          f"{loaded.path} holds a {what} model")
+    return cfg
+
+
+def set_context_hops(loaded: LoadedModel, hops: int) -> None:
+    """Score ``loaded``'s label-free local model with ``hops`` (1: the neighbours, 2: the two-hop ball) as its
+    context, whatever it was trained with; :class:`UsageError` for any other model (its context is its layers')."""
+    cfg = _local_config(loaded, "--context-hops")
     if hops not in (1, 2):
         raise UsageError(f"--context-hops: must be 1 or 2, got {hops}")
     if hops != cfg.context_hops:
@@ -490,6 +504,20 @@ def set_context_hops(loaded: LoadedModel, hops: int) -> None:
                  "the two-hop ball" if hops == 2 else "the neighbours",
                  "the two-hop ball" if cfg.context_hops == 2 else "the neighbours")
     cfg.context_hops = hops
+
+
+def set_loose_context(loaded: LoadedModel, on: bool) -> None:
+    """Score ``loaded``'s label-free local model with (``on``) or without the loose context beside its neighbours
+    (:mod:`gcad_dist.model.loose_context`), whatever it was trained with; :class:`UsageError` for any other model or
+    with the two-hop ball as context."""
+    cfg = _local_config(loaded, "--loose-context")
+    if on and cfg.context_hops != 1:
+        raise UsageError("--loose-context: a second context beside the neighbours; this checkpoint scores with the "
+                         "two-hop ball (--context-hops 2): pass --context-hops 1 too, or leave --loose-context off")
+    if on != cfg.loose_context:
+        log.info("--%sloose-context: scoring %s the loose context, the checkpoint recorded %s", "" if on else "no-",
+                 "with" if on else "without", "it" if cfg.loose_context else "none")
+    cfg.loose_context = on
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -512,6 +540,8 @@ def main(argv: list[str] | None = None) -> int:
     loaded = load_checkpoint_model(cfg.checkpoint)
     if cfg.context_hops is not None:
         set_context_hops(loaded, cfg.context_hops)
+    if cfg.loose_context is not None:
+        set_loose_context(loaded, cfg.loose_context)
     data = prepare_data(cfg.graph, loaded, cfg.normalize)
     log.info("scoring %s (%d nodes, %d directed edges) with %s model from %s",
              cfg.graph, data.num_nodes, data.edge_index.shape[1], loaded.kind, cfg.checkpoint)
@@ -520,6 +550,10 @@ def main(argv: list[str] | None = None) -> int:
             log.info("context: each node's two-hop ball (its neighbours and up to %d of each one's), %s",
                      loaded.model.config.context_fanout,
                      "as trained (pretrain --context-hops 2)" if cfg.context_hops is None else "--context-hops 2")
+        if getattr(loaded.model.config, "loose_context", False):
+            log.info("each node is also contrasted with its loose context (neighbours weighted by (1 + common "
+                     "neighbours)^-2), and the larger of the two robust z-scores kept (%s)",
+                     "as trained (pretrain --loose-context)" if cfg.loose_context is None else "--loose-context")
         if getattr(loaded.model.config, "degree_detrend", False):
             log.info("the score's trend over log(1 + degree) is removed, as pre-training recorded (pretrain "
                      "--degree-detrend): a node is compared with nodes of every degree on the same footing")

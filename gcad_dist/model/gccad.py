@@ -55,6 +55,7 @@ from .degree_trend import neutral_to_degree
 from .edge_update import EVAL_RULES
 from .encoder import GCCADEncoder, check_edges_into, check_seed_mask
 from .heads import ClassifierHead, EnsembleProjectionHead, ProjectionHead
+from .loose_context import embedded_link_weights, larger_z
 from .loss import ce_loss, contrastive_loss_from_cosines, link_loss, logistic_loss_from_cosines
 from .node_update import CONVS, NORMS
 from .readout import READOUTS, neighbour_context
@@ -102,6 +103,9 @@ class GCCADConfig:
     # local contrast: the score's trend over log(1 + in-degree) removed at scoring (gcad_dist.model.degree_trend),
     # so that a node is not judged by how many neighbours its context averages
     degree_detrend: bool = False
+    # local contrast: each node also scored against its loose context (its neighbours weighted by (1 + common
+    # neighbours)^-2), and the larger of the two robust z-scores kept (gcad_dist.model.loose_context)
+    loose_context: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -123,6 +127,9 @@ class GCCADConfig:
             (self.context_hops == 1 or (self.contrast == "local" and not self.passes_messages),
              "context_hops 2 needs the local contrast (and not the ce loss)"),
             (self.context_fanout >= 1 or self.context_fanout == -1, "context_fanout must be >= 1 or -1 (all)"),
+            (not self.loose_context or (self.contrast == "local" and not self.passes_messages
+                                        and self.context_hops == 1),
+             "loose_context needs the local contrast with context_hops 1 (and not the ce loss)"),
             (self.tau > 0 and self.gumbel_temperature > 0, "tau and gumbel_temperature must be > 0"),
             (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
             (0.0 <= self.input_dropout < 1.0, "input_dropout must be in [0, 1)"),
@@ -328,14 +335,15 @@ class GCCAD(torch.nn.Module):
         h0 = torch.baddbmm(proj.bias.view(k, 1, -1), x.transpose(0, 1), w.transpose(1, 2))  # [K, N, h]
         return h0.transpose(0, 1).reshape(x.size(0), -1)
 
-    def local_pair(self, out: GCCADOutput, idx: Tensor | None = None, project: bool = True) -> tuple[Tensor, Tensor]:
+    def local_pair(self, out: GCCADOutput, idx: Tensor | None = None, project: bool = True,
+                   context: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(self, context) rows of the local contrasts for nodes ``idx`` (default all): the node's h^(L)
         (``neighbors``) or h^(0) (``ego``, ``local``) and the mean of its neighbours' h^(L) (h^(0) for
-        ``local``), through the projection head if ``project``."""
+        ``local``; ``context``, rows of every node, replaces it), through the projection head if ``project``."""
         contrast = self.config.contrast
         if contrast == "local":
             assert out.h0 is not None
-            ctx = out.local_context
+            ctx = out.local_context if context is None else context
             if ctx is None:
                 ctx = neighbour_context(out.h0, out.edge_index, out.h0.size(0))
         else:
@@ -407,6 +415,17 @@ class GCCAD(torch.nn.Module):
             c = torch.cat([local.to(c.dtype), c[:, self.config.hidden:]], dim=-1)
         return c
 
+    def _local_score(self, out: GCCADOutput, context: Tensor | None = None) -> Tensor:
+        """1 - cos(self, context) of every node of a non-graph contrast (an ensemble: the mean over its members);
+        ``context`` replaces the local contrast's (see :meth:`local_pair`)."""
+        project = self.config.contrast in ("ego", "local") or self.config.score_space == "projection"
+        own, ctx = self.local_pair(out, project=project, context=context)
+        if self.config.ensemble > 1 and not project:  # per member: block k of h^(0) and of its context
+            own = own.reshape(own.size(0), self.config.ensemble, -1)
+            ctx = ctx.reshape(ctx.size(0), self.config.ensemble, -1)
+        s = 1.0 - F.cosine_similarity(own.float(), ctx.float(), dim=-1)
+        return s.mean(-1) if s.dim() == 2 else s  # an ensemble: the mean of its members' scores
+
     @staticmethod
     def _neutral_to_degree(s: Tensor, out: GCCADOutput, detrend: bool) -> Tensor:
         """The local score made neutral to degree (:func:`gcad_dist.model.degree_trend.neutral_to_degree`): with
@@ -433,15 +452,19 @@ class GCCAD(torch.nn.Module):
             assert out.logits is not None
             return torch.softmax(out.logits.float(), dim=-1)[:, 1]
         if self.config.contrast != "graph":
-            project = self.config.contrast in ("ego", "local") or self.config.score_space == "projection"
-            own, ctx = self.local_pair(out, project=project)
-            if self.config.ensemble > 1 and not project:  # per member: block k of h^(0) and of its context
-                own = own.reshape(own.size(0), self.config.ensemble, -1)
-                ctx = ctx.reshape(ctx.size(0), self.config.ensemble, -1)
-            s = 1.0 - F.cosine_similarity(own.float(), ctx.float(), dim=-1)
-            s = s.mean(-1) if s.dim() == 2 else s  # an ensemble: the mean of its members' scores
-            return (self._neutral_to_degree(s, out, self.config.degree_detrend) if self.config.contrast == "local"
-                    else s)
+            s = self._local_score(out)
+            if self.config.contrast != "local":
+                return s
+            s = self._neutral_to_degree(s, out, self.config.degree_detrend)
+            if self.config.loose_context:  # the larger of the plain and the loose context's robust z-scores
+                n = out.h0.size(0)
+                weights = embedded_link_weights(out.edge_index, n)
+                loose = self._neutral_to_degree(
+                    self._local_score(out, neighbour_context(out.h0, out.edge_index, n, weights)), out,
+                    self.config.degree_detrend)
+                has = torch.bincount(out.edge_index[1], minlength=n)[: s.size(0)] > 0
+                s = larger_z(s, loose, has)
+            return s
         h, c = out.h, self.graph_context(out)
         if self.config.score_space == "projection":
             h, c = self.head(h), self.head(c)

@@ -103,12 +103,18 @@ class Readout(nn.Module):
         return max_context(h, batch, num_graphs, context_mask)
 
 
-def neighbour_context(h: Tensor, edge_index: Tensor, num_nodes: int | None = None) -> Tensor:
+def neighbour_context(h: Tensor, edge_index: Tensor, num_nodes: int | None = None,
+                      edge_weight: Tensor | None = None) -> Tensor:
     """Local context of every node: the mean of its in-neighbours' rows of ``h`` ([N, h]; 0 for a node
-    without neighbours). Edges ``j -> i`` with ``j = edge_index[0]``; self-loops count as neighbours."""
+    without neighbours), or with ``edge_weight`` [E] (> 0) their weighted mean. Edges ``j -> i`` with
+    ``j = edge_index[0]``; self-loops count as neighbours."""
     from .aggregate import weighted_sum
 
     n = h.size(0) if num_nodes is None else num_nodes
-    total = weighted_sum(h, edge_index, None, n)
-    deg = torch.bincount(edge_index[1], minlength=n).clamp_min(1).to(total.dtype)
+    total = weighted_sum(h, edge_index, edge_weight, n)
+    if edge_weight is None:
+        deg = torch.bincount(edge_index[1], minlength=n).clamp_min(1).to(total.dtype)
+    else:
+        deg = torch.zeros(n, dtype=total.dtype, device=total.device).index_add_(
+            0, edge_index[1], edge_weight.to(total.dtype)).clamp_min(1e-12)
     return total / deg.unsqueeze(-1)
