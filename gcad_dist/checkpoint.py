@@ -197,7 +197,8 @@ def load_train_state(directory: str | Path) -> dict[str, Any] | None:
 # GCCADConfig field -> the pretrain option that sets it (for --resume errors)
 RESUME_OPTIONS = {"in_dim": "feature width of --store", "hidden": "--hidden", "num_layers": "--layers",
                   "conv": "--conv", "readout": "--readout", "dropout": "--dropout", "tau": "--tau",
-                  "context_hops": "--context-hops", "loose_context": "--loose-context"}
+                  "context_hops": "--context-hops", "loose_context": "--loose-context",
+                  "ball_switch": "--ball-switch"}
 
 
 def checkpoint_dirs(run_dir: str | Path) -> list[Path]:

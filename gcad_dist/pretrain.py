@@ -87,9 +87,10 @@ PLACEMENT_STRATEGIES = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": {"contrast": "graph", "loss": "contrastive", "tau": 0.1, "swap_features": 0.0,
               "plant_cliques": 0.0, "push_tails": 0.0, "ensemble": 1, "degree_detrend": False,
-              "loose_context": False},
+              "loose_context": False, "ball_switch": False},
     "local": {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15, "plant_cliques": 0.0,
-              "push_tails": 0.0, "ensemble": 5, "degree_detrend": True, "loose_context": False},
+              "push_tails": 0.0, "ensemble": 5, "degree_detrend": True, "loose_context": False,
+              "ball_switch": False},
 }
 
 
@@ -100,7 +101,11 @@ def apply_recipe(cfg: "PretrainConfig", store_corrupted: bool) -> "PretrainConfi
         cfg.recipe = "paper" if store_corrupted else "local"
     for name, value in RECIPES[cfg.recipe].items():
         if getattr(cfg, name) is None:
-            setattr(cfg, name, 1 if name == "ensemble" and cfg.contrast != "local" else value)
+            if name == "ensemble" and cfg.contrast != "local":
+                value = 1
+            elif name == "ball_switch" and (cfg.contrast != "local" or cfg.context_hops != 1 or cfg.loose_context):
+                value = False  # the switch chooses between the neighbours and the ball: not with another context
+            setattr(cfg, name, value)
     return cfg
 
 
@@ -148,8 +153,8 @@ class PretrainConfig:
     conv: str = "gin"
     readout: str = "memory"
     dropout: float = 0.1
-    # "auto" | "paper" | "local": the defaults of contrast, loss, tau, swap_features, ensemble, degree_detrend and
-    # loose_context (RECIPES;
+    # "auto" | "paper" | "local": the defaults of contrast, loss, tau, swap_features, ensemble, degree_detrend,
+    # loose_context and ball_switch (RECIPES;
     # auto = local for a store without stored corruption, paper otherwise); an option given explicitly wins
     recipe: str = "auto"
     tau: float | None = None
@@ -171,6 +176,9 @@ class PretrainConfig:
     # local contrast: also score each node against its loose context (neighbours weighted by (1 + common
     # neighbours)^-2) and keep the larger robust z-score (gcad_dist.model.loose_context); None = the recipe's
     loose_context: bool | None = None
+    # local contrast with --context-hops 1: at scoring, switch to the two-hop ball when it makes a group of nodes stand
+    # out that the neighbours hide (gcad_dist.model.ball.ball_reveals_group); None = the recipe's
+    ball_switch: bool | None = None
     memory_momentum: float = 0.5
     backend: str = "auto"
     sample_on: str = "auto"
@@ -276,6 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
       "the larger of the two robust z-scores: fraud rings, whose alike members are most of one another's "
       "neighbours, then stand out, and groups of unlike nodes still do. Recorded in the checkpoint. Default: the "
       "recipe's, off (BENCHMARKS.md, session 48)")
+    a("--ball-switch", action=argparse.BooleanOptionalAction, default=d.ball_switch,
+      help="local contrast with --context-hops 1: when the model scores, it also scores each node against its two-hop "
+      "ball, and uses that score when the ball makes a group of nodes stand out (robust z > 3: at least 2%% more of "
+      "the nodes, and twice as many) that the neighbours hide, which is what alike anomalies that are one another's "
+      "neighbours do (fraud rings); the choice is logged. No label is read. Recorded in the checkpoint. Default: the "
+      "recipe's (BENCHMARKS.md, session 48)")
     a("--context-hops", type=int, choices=(1, 2), default=d.context_hops,
       help="local contrast: each node is contrasted with the mean of its neighbours (1) or of its two-hop ball (2: "
       "its neighbours and up to 10 sampled neighbours of each, itself excluded; minibatches then sample two hops). "
@@ -442,6 +456,11 @@ def validate(cfg: PretrainConfig) -> dict:
     if cfg.loose_context and (cfg.contrast != "local" or cfg.context_hops != 1):
         raise UsageError("--loose-context: a second context of the local contrast with --context-hops 1 (this run: "
                          f"--contrast {cfg.contrast} --context-hops {cfg.context_hops}); leave it off")
+    if cfg.ball_switch and (cfg.contrast != "local" or cfg.context_hops != 1 or cfg.loose_context):
+        raise UsageError("--ball-switch: a choice between the neighbours and the two-hop ball at scoring, for the "
+                         f"local contrast with --context-hops 1 and without --loose-context (this run: --contrast "
+                         f"{cfg.contrast} --context-hops {cfg.context_hops}"
+                         f"{' --loose-context' if cfg.loose_context else ''}); leave it off")
     if cfg.context_hops != 1 and cfg.contrast != "local":
         raise UsageError(f"--context-hops {cfg.context_hops}: the two-hop ball is a context of the local contrast "
                          f"only (this run's contrast is {cfg.contrast}); pass --contrast local or --recipe local")

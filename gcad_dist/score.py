@@ -66,8 +66,9 @@ class ScoreConfig:
     batch_size: int = 0  # multi-graph data: graphs per forward pass (0 = all at once)
     parts: str | None = None  # store whose K-means parts give each node its context (large graphs)
     context: str = "halo"  # with --parts: "halo", "own" or "links" (see CONTEXTS)
-    # the label-free local model's context when scoring: 1 = the neighbours, 2 = the two-hop ball; None = as trained
-    context_hops: int | None = None
+    # the label-free local model's context when scoring: "1" = the neighbours, "2" = the two-hop ball, "auto" = the
+    # ball switch (the ball when it makes a group stand out that the neighbours hide); None = as trained
+    context_hops: str | None = None
     # the label-free local model: also scored against the loose context, larger robust z kept; None = as trained
     loose_context: bool | None = None
     device: str = "auto"
@@ -457,10 +458,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "scored AUROC 0.33 where links and scoring without --parts gave 0.76, and links fell to "
                         "chance on generated 1M-node graphs. With a labelled sample, compare them (README, "
                         "'Scoring a large graph'; BENCHMARKS.md)")
-    p.add_argument("--context-hops", type=int, default=None, choices=(1, 2),
+    p.add_argument("--context-hops", default=None, choices=("1", "2", "auto"),
                    help="label-free local checkpoints (pretrain's local recipe) only: contrast each node with its "
-                        "neighbours (1) or with its two-hop ball, the neighbours and up to 10 neighbours of each (2). "
-                        "Default: as trained (pretrain --context-hops, 1 by default). If you expect fraud rings "
+                        "neighbours (1) or with its two-hop ball, the neighbours and up to 10 neighbours of each (2), "
+                        "or choose between them without labels (auto: the ball when it makes a group of nodes stand "
+                        "out that the neighbours hide, pretrain --ball-switch; the choice is logged and written to the "
+                        "metrics file). Default: as trained (pretrain --context-hops and --ball-switch). If you expect fraud rings "
                         "(groups of alike accounts that link to one another), try 2: a ring is most of its members' "
                         "neighbours, and the ball reaches past it. On a generated graph of rings a checkpoint of "
                         "the default recipe scored AUROC 0.907 with 1 and 0.958 with 2 (DOMINANT: 0.943); on the "
@@ -493,17 +496,23 @@ def _local_config(loaded: LoadedModel, option: str) -> Any:
     return cfg
 
 
-def set_context_hops(loaded: LoadedModel, hops: int) -> None:
-    """Score ``loaded``'s label-free local model with ``hops`` (1: the neighbours, 2: the two-hop ball) as its
-    context, whatever it was trained with; :class:`UsageError` for any other model (its context is its layers')."""
+def set_context_hops(loaded: LoadedModel, hops: int | str) -> None:
+    """Score ``loaded``'s label-free local model with ``hops`` (1: the neighbours, 2: the two-hop ball, "auto": the
+    ball switch between them, :func:`gcad_dist.model.ball.ball_reveals_group`) as its context, whatever it was
+    trained with; :class:`UsageError` for any other model (its context is its layers')."""
     cfg = _local_config(loaded, "--context-hops")
-    if hops not in (1, 2):
-        raise UsageError(f"--context-hops: must be 1 or 2, got {hops}")
-    if hops != cfg.context_hops:
-        log.info("--context-hops %d: scoring with %s, the checkpoint was trained with %s", hops,
-                 "the two-hop ball" if hops == 2 else "the neighbours",
-                 "the two-hop ball" if cfg.context_hops == 2 else "the neighbours")
-    cfg.context_hops = hops
+    auto = str(hops) == "auto"
+    if not auto and str(hops) not in ("1", "2"):
+        raise UsageError(f"--context-hops: must be 1, 2 or auto, got {hops}")
+    n = 1 if auto else int(hops)
+    if n != cfg.context_hops or auto != cfg.ball_switch:
+        log.info("--context-hops %s: scoring with %s, the checkpoint recorded %s", hops,
+                 "the ball switch" if auto else "the two-hop ball" if n == 2 else "the neighbours",
+                 "the ball switch" if cfg.ball_switch else "the two-hop ball" if cfg.context_hops == 2
+                 else "the neighbours")
+    cfg.context_hops, cfg.ball_switch = n, auto
+    if auto:
+        cfg.loose_context = False
 
 
 def set_loose_context(loaded: LoadedModel, on: bool) -> None:
@@ -517,6 +526,10 @@ def set_loose_context(loaded: LoadedModel, on: bool) -> None:
     if on != cfg.loose_context:
         log.info("--%sloose-context: scoring %s the loose context, the checkpoint recorded %s", "" if on else "no-",
                  "with" if on else "without", "it" if cfg.loose_context else "none")
+    if on and cfg.ball_switch:
+        log.info("--loose-context: the ball switch the checkpoint recorded is off (pass --context-hops auto without "
+                 "--loose-context for it)")
+        cfg.ball_switch = False
     cfg.loose_context = on
 
 
@@ -538,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     _resolve_device(cfg.device)
     t0 = time.perf_counter()
     loaded = load_checkpoint_model(cfg.checkpoint)
+    if cfg.context_hops == "auto" and cfg.loose_context:
+        raise UsageError("--context-hops auto chooses between the neighbours and the two-hop ball; --loose-context is "
+                         "another context: pass one of them")
     if cfg.context_hops is not None:
         set_context_hops(loaded, cfg.context_hops)
     if cfg.loose_context is not None:
@@ -550,6 +566,10 @@ def main(argv: list[str] | None = None) -> int:
             log.info("context: each node's two-hop ball (its neighbours and up to %d of each one's), %s",
                      loaded.model.config.context_fanout,
                      "as trained (pretrain --context-hops 2)" if cfg.context_hops is None else "--context-hops 2")
+        if getattr(loaded.model.config, "ball_switch", False):
+            log.info("context: the neighbours, or the two-hop ball where it makes a group stand out that the neighbours "
+                     "hide (%s)", "as trained (pretrain --ball-switch)" if cfg.context_hops is None
+                     else "--context-hops auto")
         if getattr(loaded.model.config, "loose_context", False):
             log.info("each node is also contrasted with its loose context (neighbours weighted by (1 + common "
                      "neighbours)^-2), and the larger of the two robust z-scores kept (%s)",
@@ -582,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{head} ({why}: no metrics)")
         return 0
     m["seconds"] = round(secs, 3)
+    if getattr(loaded.model, "last_context", None) is not None:
+        m["context"] = loaded.model.last_context  # the ball switch's choice (of the last graph or part scored)
     if cfg.parts:
         m["parts"]["context"] = cfg.context
         log.info("per K-means part (a diagnostic, not a figure of the graph): %s",

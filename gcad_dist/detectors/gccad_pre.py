@@ -64,6 +64,9 @@ LOCAL_DEGREE_DETREND = True
 #: ``pretrain --loose-context`` of the local recipe (the harness's ``--pre-loose-context``; False = the run key of
 #: earlier sessions): each node also scored against its loose context, the larger robust z kept (session 48)
 LOCAL_LOOSE_CONTEXT = False
+#: ``pretrain --ball-switch`` of the local recipe (the harness's ``--pre-ball-switch``; False = the run key of earlier
+#: sessions): at scoring, the two-hop ball where it makes a group stand out that the neighbours hide (session 48)
+LOCAL_BALL_SWITCH = False
 #: seed nodes per minibatch of the local recipe (``pretrain --batch-size``; the harness's ``--pre-batch-size``)
 LOCAL_BATCH_SIZE = 1024
 #: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
@@ -111,7 +114,8 @@ def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | No
 def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, pre_ensemble: int | None = None,
               pre_cliques: float | None = None, pre_tails: float | None = None, pre_batch_size: int | None = None,
               pre_context_hops: int | None = None, pre_normalize: str | None = None,
-              pre_degree_detrend: bool | None = None, pre_loose_context: bool | None = None, threads: int = 1,
+              pre_degree_detrend: bool | None = None, pre_loose_context: bool | None = None,
+              pre_ball_switch: bool | None = None, threads: int = 1,
               device: str = "cpu", workdir: str | None = None,
               scorer: Callable[[Any, Any, Path, str], np.ndarray] | None = None, **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
@@ -121,7 +125,8 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     ``pre_batch_size`` None = :data:`LOCAL_BATCH_SIZE`, ``pre_context_hops`` (``pretrain --context-hops``) None = 1,
     ``pre_normalize`` (``partitioning.build --normalize``) None = the build's default, ``pre_degree_detrend``
     (``pretrain --degree-detrend``) None = the recipe's (on since session 46), ``pre_loose_context`` (``pretrain
-    --loose-context``) None = the recipe's. ``scorer(loaded checkpoint, prepared
+    --loose-context``) None = the recipe's, ``pre_ball_switch`` (``pretrain --ball-switch``) None = the recipe's.
+    ``scorer(loaded checkpoint, prepared
     data, store path, device)`` replaces the whole-graph score (``bench.two_scale_context`` scores twice)."""
     from gcad_dist.score import score_data
 
@@ -142,6 +147,9 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     loose = LOCAL_LOOSE_CONTEXT if pre_loose_context is None else bool(pre_loose_context)
     if loose:  # absent when off: the run key of earlier sessions
         pretrain["loose_context"] = True
+    switch = LOCAL_BALL_SWITCH if pre_ball_switch is None else bool(pre_ball_switch)
+    if switch or LOCAL_BALL_SWITCH:  # absent when off and the recipe's is off (earlier sessions' pre-training)
+        pretrain["ball_switch"] = switch and not loose and pretrain.get("context_hops", 1) == 1
     build = {"k": 1, "corruption_mix": "none"}
     if pre_normalize is not None:
         build["normalize"] = pre_normalize

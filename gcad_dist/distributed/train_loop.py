@@ -95,6 +95,7 @@ def model_config(cfg, in_dim: int) -> GCCADConfig:
         ensemble=getattr(cfg, "ensemble", None) or 1, context_hops=getattr(cfg, "context_hops", 1),
         degree_detrend=bool(getattr(cfg, "degree_detrend", False)),
         loose_context=bool(getattr(cfg, "loose_context", False)),
+        ball_switch=bool(getattr(cfg, "ball_switch", False)),
     )
 
 

@@ -98,3 +98,25 @@ def ball_mean(h: Tensor, edge_index: Tensor, num_nodes: int, fanout: int = DEFAU
         size += torch.bincount(ball[1], minlength=num_nodes)
         start = stop
     return total / size.clamp_min(1).to(total.dtype).unsqueeze(-1), size
+
+
+#: the ball switch (:func:`ball_reveals_group`): a node stands out at robust z above ``SWITCH_Z``; the ball is used when
+#: it makes at least ``SWITCH_SHARE`` more of the nodes stand out than the neighbours do, and at least ``SWITCH_RATIO``
+#: times as many (BENCHMARKS.md, session 48)
+SWITCH_Z, SWITCH_SHARE, SWITCH_RATIO = 3.0, 0.02, 2.0
+
+
+def ball_reveals_group(plain: Tensor, ball: Tensor, has: Tensor) -> tuple[bool, float, float]:
+    """Whether to score with the two-hop ball rather than the neighbours: (decision, share of the nodes ``has`` that
+    stand out with the neighbours as context, share with the ball). A node stands out when its robust z-score
+    (:func:`gcad_dist.model.loose_context.robust_z`) is above :data:`SWITCH_Z`. The ball is used when it makes a group of
+    at least :data:`SWITCH_SHARE` more of the nodes stand out, and :data:`SWITCH_RATIO` times as many: what alike
+    anomalies that are most of one another's neighbours do (fraud rings, bursts of alike accounts), since a mean over
+    their neighbours is then mostly themselves. No label is read."""
+    from .loose_context import robust_z
+
+    if not bool(has.any()):
+        return False, 0.0, 0.0
+    t1 = float((robust_z(plain, has)[has] > SWITCH_Z).double().mean())
+    t2 = float((robust_z(ball, has)[has] > SWITCH_Z).double().mean())
+    return (t2 - t1 >= SWITCH_SHARE and t2 >= SWITCH_RATIO * t1), t1, t2

@@ -41,6 +41,7 @@ Choices where METHOD.md leaves room (all documented here, tested in tests/test_m
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -48,7 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .aggregate import weighted_sum
-from .ball import DEFAULT_FANOUT, ball_mean, two_hop_ball
+from .ball import DEFAULT_FANOUT, ball_mean, ball_reveals_group, two_hop_ball
 from .ball import SCORE_SEED as BALL_SCORE_SEED
 from .context import IDENTITY, ContextSync
 from .degree_trend import neutral_to_degree
@@ -59,6 +60,8 @@ from .loose_context import embedded_link_weights, larger_z
 from .loss import ce_loss, contrastive_loss_from_cosines, link_loss, logistic_loss_from_cosines
 from .node_update import CONVS, NORMS
 from .readout import READOUTS, neighbour_context
+
+log = logging.getLogger(__name__)
 
 __all__ = ["GCCADConfig", "GCCADOutput", "GCCAD"]
 
@@ -106,6 +109,9 @@ class GCCADConfig:
     # local contrast: each node also scored against its loose context (its neighbours weighted by (1 + common
     # neighbours)^-2), and the larger of the two robust z-scores kept (gcad_dist.model.loose_context)
     loose_context: bool = False
+    # local contrast with context_hops 1: at scoring, the same model also scores with the two-hop ball, and the ball's
+    # score is used when it makes a group of nodes stand out that the neighbours hide (gcad_dist.model.ball)
+    ball_switch: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -130,6 +136,9 @@ class GCCADConfig:
             (not self.loose_context or (self.contrast == "local" and not self.passes_messages
                                         and self.context_hops == 1),
              "loose_context needs the local contrast with context_hops 1 (and not the ce loss)"),
+            (not self.ball_switch or (self.contrast == "local" and not self.passes_messages
+                                      and self.context_hops == 1 and not self.loose_context),
+             "ball_switch needs the local contrast with context_hops 1, without loose_context (and not the ce loss)"),
             (self.tau > 0 and self.gumbel_temperature > 0, "tau and gumbel_temperature must be > 0"),
             (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
             (0.0 <= self.input_dropout < 1.0, "input_dropout must be in [0, 1)"),
@@ -426,6 +435,24 @@ class GCCAD(torch.nn.Module):
         s = 1.0 - F.cosine_similarity(own.float(), ctx.float(), dim=-1)
         return s.mean(-1) if s.dim() == 2 else s  # an ensemble: the mean of its members' scores
 
+    def _switch_to_ball(self, out: GCCADOutput, plain: Tensor) -> Tensor:
+        """``ball_switch``: the score with the two-hop ball as context (the same model; a fixed sample of the second
+        hop) when :func:`gcad_dist.model.ball.ball_reveals_group` says so, else ``plain``; the choice is logged and
+        kept in ``self.last_context`` ("neighbours" or "ball", with both shares of nodes that stand out)."""
+        n = out.h0.size(0)
+        gen = torch.Generator().manual_seed(BALL_SCORE_SEED)
+        ctx = ball_mean(out.h0, out.edge_index, n, self.config.context_fanout, gen)[0]
+        ball = self._neutral_to_degree(self._local_score(out, ctx), out, self.config.degree_detrend)
+        has = torch.bincount(out.edge_index[1], minlength=n)[: plain.size(0)] > 0
+        use, t1, t2 = ball_reveals_group(plain, ball, has)
+        self.last_context = {"context": "ball" if use else "neighbours", "stand_out_neighbours": t1,
+                             "stand_out_ball": t2}
+        log.info("ball switch: %.1f%% of the nodes stand out (robust z > 3) against their neighbours, %.1f%% against "
+                 "their two-hop ball: %s", 100 * t1, 100 * t2,
+                 "scored with the ball (a group the neighbours hide, such as fraud rings)" if use
+                 else "scored with the neighbours")
+        return ball if use else plain
+
     @staticmethod
     def _neutral_to_degree(s: Tensor, out: GCCADOutput, detrend: bool) -> Tensor:
         """The local score made neutral to degree (:func:`gcad_dist.model.degree_trend.neutral_to_degree`): with
@@ -464,6 +491,8 @@ class GCCAD(torch.nn.Module):
                     self.config.degree_detrend)
                 has = torch.bincount(out.edge_index[1], minlength=n)[: s.size(0)] > 0
                 s = larger_z(s, loose, has)
+            elif self.config.ball_switch:
+                s = self._switch_to_ball(out, s)
             return s
         h, c = out.h, self.graph_context(out)
         if self.config.score_space == "projection":

@@ -1,0 +1,126 @@
+"""The ball switch (gcad_dist.model.ball.ball_reveals_group; GCCADConfig.ball_switch; pretrain --ball-switch;
+score --context-hops auto): the two-hop ball as context where it makes a group stand out that the neighbours hide."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gcad_dist.model import GCCAD, GCCADConfig
+from gcad_dist.model import ball as ball_module
+from gcad_dist.model.ball import ball_reveals_group
+
+
+def _with_outliers(n: int, share: float, seed: int) -> torch.Tensor:
+    """Gaussian scores with ``share`` of the nodes pushed far out (robust z well above 3)."""
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(n, generator=g)
+    s[: int(share * n)] += 20.0
+    return s
+
+
+def test_the_switch_needs_a_group_the_neighbours_hide() -> None:
+    n = 2000
+    has = torch.ones(n, dtype=torch.bool)
+    use, t1, t2 = ball_reveals_group(_with_outliers(n, 0.0, 0), _with_outliers(n, 0.06, 1), has)
+    assert use and t1 < 0.01 and t2 >= 0.06
+    # the ball sees no more than the neighbours: no switch
+    assert not ball_reveals_group(_with_outliers(n, 0.06, 0), _with_outliers(n, 0.07, 1), has)[0]
+    # a few more nodes stand out with the ball, under 2% of them: no switch
+    assert not ball_reveals_group(_with_outliers(n, 0.0, 0), _with_outliers(n, 0.01, 1), has)[0]
+    # 2% more but not twice as many: no switch
+    assert not ball_reveals_group(_with_outliers(n, 0.05, 0), _with_outliers(n, 0.08, 1), has)[0]
+    # nodes without neighbours are not counted
+    alone = torch.zeros(n, dtype=torch.bool)
+    assert ball_reveals_group(_with_outliers(n, 0.0, 0), _with_outliers(n, 0.5, 1), alone) == (False, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("use", [True, False])
+def test_the_model_scores_with_the_ball_or_the_neighbours_as_the_switch_says(use: bool, monkeypatch) -> None:
+    torch.manual_seed(0)
+    n = 80
+    src, dst = torch.randint(0, n, (300,)), torch.randint(0, n, (300,))
+    ei = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
+    x = torch.randn(n, 5)
+    kw = dict(in_dim=5, contrast="local", loss="logistic", ensemble=2, degree_detrend=True)
+    plain = GCCAD(GCCADConfig(**kw)).eval()
+    hops2 = GCCAD(GCCADConfig(**kw, context_hops=2)).eval()
+    switch = GCCAD(GCCADConfig(**kw, ball_switch=True)).eval()
+    hops2.load_state_dict(plain.state_dict())
+    switch.load_state_dict(plain.state_dict())
+    monkeypatch.setattr("gcad_dist.model.gccad.ball_reveals_group", lambda a, b, h: (use, 0.01, 0.05))
+    with torch.no_grad():
+        want = (hops2 if use else plain).score((hops2 if use else plain)(x, ei))
+        got = switch.score(switch(x, ei))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert switch.last_context["context"] == ("ball" if use else "neighbours")
+    with pytest.raises(ValueError, match="ball_switch needs"):
+        GCCADConfig(**kw, context_hops=2, ball_switch=True)
+    with pytest.raises(ValueError, match="ball_switch needs"):
+        GCCADConfig(**kw, loose_context=True, ball_switch=True)
+
+
+def test_pretrain_option_and_recipe() -> None:
+    from gcad_dist.distributed.train_loop import model_config
+    from gcad_dist.pretrain import PretrainConfig, RECIPES, apply_recipe, parse_config
+
+    local = apply_recipe(PretrainConfig(store="s"), store_corrupted=False)
+    assert local.ball_switch is RECIPES["local"]["ball_switch"]
+    assert apply_recipe(PretrainConfig(store="s"), store_corrupted=True).ball_switch is False
+    # the recipe's switch gives way to another context asked for
+    assert apply_recipe(PretrainConfig(store="s", context_hops=2), store_corrupted=False).ball_switch is False
+    assert apply_recipe(PretrainConfig(store="s", loose_context=True), store_corrupted=False).ball_switch is False
+    on = apply_recipe(PretrainConfig(store="s", ball_switch=True), store_corrupted=False)
+    assert model_config(on, in_dim=4).ball_switch is True
+    assert parse_config(["--store", "s", "--no-ball-switch"]).ball_switch is False
+    assert parse_config(["--store", "s"]).ball_switch is None
+    assert (ball_module.SWITCH_Z, ball_module.SWITCH_SHARE, ball_module.SWITCH_RATIO) == (3.0, 0.02, 2.0)  # documented
+
+
+def test_harness_option_keeps_earlier_run_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gcad_dist.detectors import gccad_pre, settings_of
+
+    old = settings_of("gccad-pre", {"pre_ball_switch": False})
+    assert "pre_ball_switch" not in old
+    assert settings_of("gccad-pre", {"pre_ball_switch": True}) == {**old, "pre_ball_switch": True}
+    seen: list[dict] = []
+    monkeypatch.setattr(gccad_pre, "_pipeline", lambda *a: seen.append(a[6]) or np.zeros(1))
+    gccad_pre.fit_score(None, None, 0, pre_ball_switch=True)
+    gccad_pre.fit_score(None, None, 0, pre_ball_switch=True, pre_context_hops=2)
+    assert seen[0]["ball_switch"] is True and seen[1]["ball_switch"] is False
+
+
+pd = pytest.importorskip("pandas")
+pytest.importorskip("pyarrow")
+
+
+def test_score_context_hops_auto_records_its_choice(tmp_path: Path, capsys) -> None:
+    from gcad_dist.checkpoint import save_model
+    from gcad_dist.cli import run_cli
+    from gcad_dist.score import main as score_main
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    g = generate(SyntheticConfig(nodes=400, avg_degree=6, features=8, anomaly_fraction=0.1, anomaly_mix=(0, 0, 1),
+                                 clique_size=8, clique_features="shared", seed=2))
+    save_npz(g, tmp_path / "rings.npz")
+    torch.manual_seed(0)
+    cfg = GCCADConfig(in_dim=8, hidden=16, contrast="local", loss="logistic", tau=0.2, degree_detrend=True)
+    save_model(tmp_path / "ck", GCCAD(cfg), cfg, extra={"stage": "pretrain"})
+
+    def score(*extra: str) -> tuple[int, str]:
+        with pytest.raises(SystemExit) as e:
+            run_cli(score_main, ["--checkpoint", str(tmp_path / "ck"), "--graph", str(tmp_path / "rings.npz"),
+                                 "--out", str(tmp_path / "s.parquet"), *extra])
+        return int(e.value.code or 0), capsys.readouterr().err
+
+    code, err = score("--context-hops", "auto")
+    assert code == 0, err
+    m = json.loads((tmp_path / "s.parquet.metrics.json").read_text())
+    assert m["context"]["context"] in ("ball", "neighbours") and 0 <= m["context"]["stand_out_ball"] <= 1
+    code, err = score("--context-hops", "auto", "--loose-context")
+    assert code == 2 and "pass one of them" in err

@@ -1,0 +1,69 @@
+"""bench.loose_context: the table from saved scores (no pre-training), and the scorer's three scores of a local model."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from bench.loose_context import LooseContextConfig, main, run, score_three, table
+from gcad_dist.cli import UsageError
+
+
+def _saved(tmp_path, n: int = 300) -> None:
+    """A random labelled graph, and saved scores for seeds 0 and 1 in the bench's layout: anomalies (a tenth) stand
+    out in the loose score, a third of them in the plain score too."""
+    rng = np.random.default_rng(0)
+    y = np.zeros(n, dtype=np.int64)
+    y[rng.choice(n, n // 10, replace=False)] = 1
+    src = np.repeat(np.arange(n), rng.integers(1, 6, n))
+    dst = rng.integers(0, n, src.size)
+    ei = np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])])
+    np.savez(tmp_path / "toy.npz", x=rng.normal(size=(n, 4)).astype(np.float32), edge_index=ei, y=y)
+    (tmp_path / "lc").mkdir()
+    for s in (0, 1):
+        some = rng.normal(size=n) < -0.4
+        np.savez(tmp_path / "lc" / f"toy-{s}.npz", plain=rng.normal(size=n) + 3.0 * y * some,
+                 loose=rng.normal(size=n) + 3.0 * y, ball=rng.normal(size=n))
+
+
+def test_run_tabulates_saved_scores(tmp_path, capsys) -> None:
+    _saved(tmp_path)
+    cfg = LooseContextConfig(out=str(tmp_path / "lc"), datasets=["toy"], seeds=[0, 1], data_dir=str(tmp_path),
+                             no_train=True)
+    recs = run(cfg)
+    assert [r["seed"] for r in recs] == [0, 1]
+    assert all(r["loose"][0] > r["plain"][0] + 0.05 for r in recs)
+    test = run(LooseContextConfig(**{**cfg.__dict__, "on_test": True}))
+    assert [r["plain"] for r in test] != [r["plain"] for r in recs]  # other nodes
+    t = table(recs).splitlines()
+    assert t[0].startswith("| graph (training + validation) |") and t[2].startswith("| toy | 2 |")
+    assert main(["--out", str(tmp_path / "lc"), "--datasets", "toy", "--seeds", "0", "--data-dir", str(tmp_path),
+                 "--no-train", "--on-test"]) == 0
+    assert "| graph (test) |" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="no toy-2.npz"):
+        run(LooseContextConfig(**{**cfg.__dict__, "seeds": [2]}))
+    with pytest.raises(UsageError, match="no other.npz"):
+        run(LooseContextConfig(**{**cfg.__dict__, "datasets": ["other"]}))
+
+
+def test_the_scorer_gives_the_default_the_loose_and_the_ball_scores() -> None:
+    from torch_geometric.data import Data
+
+    from gcad_dist.model.gccad import GCCAD, GCCADConfig
+    from gcad_dist.score import score_data
+
+    torch.manual_seed(0)
+    n = 60
+    src, dst = torch.randint(0, n, (240,)), torch.randint(0, n, (240,))
+    data = Data(x=torch.randn(n, 5), edge_index=torch.stack([torch.cat([src, dst]), torch.cat([dst, src])]))
+    model = GCCAD(GCCADConfig(in_dim=5, contrast="local", loss="logistic", ensemble=2, degree_detrend=True))
+    got = score_three(SimpleNamespace(model=model), data, None, "cpu")
+    assert got.shape == (3, n)
+    model.config.loose_context, model.config.context_hops = False, 1
+    np.testing.assert_array_equal(got[0], score_data(model, data, device="cpu"))
+    model.config.loose_context = True
+    np.testing.assert_array_equal(got[1], score_data(model, data, device="cpu"))
+    assert not np.allclose(got[0], got[1]) and not np.allclose(got[0], got[2])
