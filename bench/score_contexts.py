@@ -1,18 +1,19 @@
-"""The label-free score with and without the loose context, from the same checkpoints (session 48).
-``python -m bench.loose_context``.
+"""The label-free score with each context of session 48, from the same checkpoints. ``python -m bench.score_contexts``.
 
 The local recipe scores a node against the mean of its neighbours. A fraud ring's members look alike and are most of
 one another's neighbours, so that mean is partly the ring. ``pretrain --loose-context`` also scores each node against
 its neighbours weighted by (1 + common neighbours)^-2, where links inside a dense group count little, and keeps the
 larger of the two robust z-scores (:mod:`gcad_dist.model.loose_context`). This bench pre-trains the local recipe
 (``gcad_dist.detectors.gccad_pre``, the harness's pipeline and seeds: the same checkpoints as ``gcad_dist.quality
---models gccad-pre``) and scores each checkpoint three ways: the default score, the loose-context score, and (for
-reference) the two-hop ball as context (``score --context-hops 2``). Scores are saved as ``OUT/DATASET-SEED.npz``
-(``plain``, ``loose``, ``ball``), so a rerun only tabulates. By default the table reads the training + validation
+--models gccad-pre``) and scores each checkpoint three ways: the default score, the loose-context score, and the
+two-hop ball as context (``score --context-hops 2``). A fourth column is the ball switch (``pretrain --ball-switch``,
+``score --context-hops auto``): the ball's score where :func:`gcad_dist.model.ball.ball_reveals_group` says the ball
+makes a group stand out that the neighbours hide, else the default; the table marks the seeds where it chose the
+ball. Scores are saved as ``OUT/DATASET-SEED.npz`` (``plain``, ``loose``, ``ball``), so a rerun only tabulates. By default the table reads the training + validation
 nodes of the harness's split of each seed (no test label); ``--on-test`` reads the test split, a report after a
 choice.
 
-    python -m bench.loose_context --datasets inj_cora books reddit tolokers --seeds 0 1 2 --out runs/loose_context
+    python -m bench.score_contexts --datasets inj_cora books reddit tolokers --seeds 0 1 2 --out runs/score_contexts
 """
 
 from __future__ import annotations
@@ -30,17 +31,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 
-log = logging.getLogger("bench.loose_context")
+log = logging.getLogger("bench.score_contexts")
 
 #: the saved scores of each checkpoint, in the table's order
 SCORES = ("plain", "loose", "ball")
 
 
 @dataclass
-class LooseContextConfig:
-    """Settings of ``python -m bench.loose_context``."""
+class ScoreContextsConfig:
+    """Settings of ``python -m bench.score_contexts``."""
 
-    out: str = "runs/loose_context"
+    out: str = "runs/score_contexts"
     datasets: list[str] = field(default_factory=lambda: ["inj_cora", "books", "reddit", "tolokers"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     data_dir: str = "../shared/data"
@@ -63,11 +64,14 @@ def score_three(loaded: Any, prepared: Any, _store: Path, device: str) -> np.nda
     return np.stack(out)
 
 
-def run(cfg: LooseContextConfig) -> list[dict[str, Any]]:
+def run(cfg: ScoreContextsConfig) -> list[dict[str, Any]]:
     """Score what is missing (unless ``no_train``), then one record per (dataset, seed) with each score's AUROC /
     AUPRC on the chosen nodes."""
+    import torch
+
     from bench.labelfree_pretext import measured_nodes
     from gcad_dist.detectors import gccad_pre
+    from gcad_dist.model.ball import ball_reveals_group
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.quality import _load
 
@@ -80,6 +84,7 @@ def run(cfg: LooseContextConfig) -> list[dict[str, Any]]:
             raise UsageError(f"--datasets: no {ds}.npz in {data_dir}")
         raw, _ = _load(path)
         y = raw.y.numpy().astype(np.int64)
+        deg = np.bincount(raw.edge_index[1].numpy(), minlength=raw.num_nodes)
         for seed in cfg.seeds:
             f = out / f"{ds}-{seed}.npz"
             if not f.is_file():
@@ -91,30 +96,35 @@ def run(cfg: LooseContextConfig) -> list[dict[str, Any]]:
                 scores = {k: z[k] for k in SCORES}
             if scores["plain"].shape != y.shape:
                 raise UsageError(f"{f}: {scores['plain'].shape[0]} scores for a graph of {y.shape[0]} nodes")
+            use, _, _ = ball_reveals_group(torch.from_numpy(scores["plain"]), torch.from_numpy(scores["ball"]),
+                                           torch.from_numpy(deg > 0))
+            scores["switch"] = scores["ball"] if use else scores["plain"]
             mask = measured_nodes(raw, seed, cfg.on_test)
-            records.append({"dataset": ds, "seed": seed,
+            records.append({"dataset": ds, "seed": seed, "ball_chosen": use,
                             **{k: (auroc(y[mask], v[mask]), auprc(y[mask], v[mask])) for k, v in scores.items()}})
     return records
 
 
 def table(records: list[dict[str, Any]], on_test: bool = False) -> str:
-    """Markdown: per dataset each score's mean AUROC / AUPRC, the loose context's change and the seeds it is ahead."""
+    """Markdown: per dataset each score's mean AUROC / AUPRC, the loose context's and the switch's AUROC change against
+    the default, and on how many seeds the switch chose the ball."""
     where = "test" if on_test else "training + validation"
-    lines = [f"| graph ({where}) | seeds | default | loose context | two-hop ball | change | seeds ahead (AUROC) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [f"| graph ({where}) | seeds | default | loose context | two-hop ball | ball switch | loose: change "
+             "(seeds ahead) | switch: change (ball chosen) |", "|---|---|---|---|---|---|---|---|"]
     for ds in dict.fromkeys(r["dataset"] for r in records):
         rs = [r for r in records if r["dataset"] == ds]
-        a, b, c = (np.array([r[k] for r in rs]) for k in SCORES)
-        d = b - a
-        lines.append(f"| {ds} | {len(rs)} | {a[:, 0].mean():.3f} / {a[:, 1].mean():.3f} | {b[:, 0].mean():.3f} / "
-                     f"{b[:, 1].mean():.3f} | {c[:, 0].mean():.3f} / {c[:, 1].mean():.3f} | {d[:, 0].mean():+.4f} / "
-                     f"{d[:, 1].mean():+.4f} | {int((d[:, 0] > 0).sum())}/{len(rs)} |")
+        a, b, c, w = (np.array([r[k] for r in rs]) for k in (*SCORES, "switch"))
+        cells = " | ".join(f"{v[:, 0].mean():.3f} / {v[:, 1].mean():.3f}" for v in (a, b, c, w))
+        d = b[:, 0] - a[:, 0]
+        chosen = sum(bool(r["ball_chosen"]) for r in rs)
+        lines.append(f"| {ds} | {len(rs)} | {cells} | {d.mean():+.4f} ({int((d > 0).sum())}/{len(rs)}) | "
+                     f"{(w[:, 0] - a[:, 0]).mean():+.4f} ({chosen}/{len(rs)}) |")
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = LooseContextConfig()
-    p = ArgumentParser(prog="python -m bench.loose_context", description=__doc__.split("\n\n")[0],
+    d = ScoreContextsConfig()
+    p = ArgumentParser(prog="python -m bench.score_contexts", description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--out", default=d.out, help="folder of the saved scores (DATASET-SEED.npz)")
     p.add_argument("--datasets", nargs="+", default=d.datasets, help="graphs under --data-dir (NAME.npz)")
@@ -128,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = LooseContextConfig(**vars(build_parser().parse_args(argv)))
+    cfg = ScoreContextsConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
     print(table(run(cfg), cfg.on_test))
     return 0
