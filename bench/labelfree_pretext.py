@@ -86,6 +86,48 @@ def measured_nodes(raw: Any, seed: int, on_test: bool = False) -> np.ndarray:
     return part & (raw.y.numpy() >= 0)
 
 
+def saved_scores(cfg: Any, keys: tuple[str, ...], fit: Any) -> Any:
+    """For each dataset and seed of a saved-scores bench's settings ``cfg`` (``out``, ``data_dir``, ``datasets``,
+    ``seeds``, ``no_train``, ``threads``): yield (dataset, labelled graph, seed, {key: scores [N]}), the scores read
+    from ``OUT/DATASET-SEED.npz`` and fitted first where missing (``fit(graph, seed, threads)`` -> [len(keys), N];
+    :class:`UsageError` instead with ``no_train``)."""
+    from gcad_dist.quality import _load
+
+    out, data_dir = Path(cfg.out), Path(cfg.data_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for ds in cfg.datasets:
+        path = data_dir / f"{ds}.npz"
+        if not path.is_file():
+            raise UsageError(f"--datasets: no {ds}.npz in {data_dir}")
+        raw, _ = _load(path)
+        for seed in cfg.seeds:
+            f = out / f"{ds}-{seed}.npz"
+            if not f.is_file():
+                if cfg.no_train:
+                    raise UsageError(f"--no-train: no {f.name} in {out}")
+                np.savez(f, **dict(zip(keys, fit(raw, seed, cfg.threads))))
+            with np.load(f) as z:
+                scores = {k: z[k] for k in keys}
+            if scores[keys[0]].shape != (raw.num_nodes,):
+                raise UsageError(f"{f}: {scores[keys[0]].shape[0]} scores for a graph of {raw.num_nodes} nodes")
+            yield ds, raw, seed, scores
+
+
+def saved_scores_parser(prog: str, doc: str, d: Any) -> argparse.ArgumentParser:
+    """The command line of a saved-scores bench (:func:`saved_scores`) whose settings' defaults are ``d``."""
+    p = ArgumentParser(prog=prog, description=doc.split("\n\n")[0],
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--out", default=d.out, help="folder of the saved scores (DATASET-SEED.npz)")
+    p.add_argument("--datasets", nargs="+", default=d.datasets, help="graphs under --data-dir (NAME.npz)")
+    p.add_argument("--seeds", nargs="+", type=int, default=d.seeds, help="the harness's seeds (split and training)")
+    p.add_argument("--data-dir", default=d.data_dir, help="folder of the labelled graphs")
+    p.add_argument("--on-test", action="store_true", help="measure on the test split (a report after the choice)")
+    p.add_argument("--no-train", action="store_true", help="only tabulate saved scores (a missing one is an error)")
+    p.add_argument("--threads", type=int, default=d.threads, help="CPU threads of each pre-training run")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
 def evaluate_train_val(data_dir: Path, dataset: str, seed: int, scores: np.ndarray) -> dict[str, float]:
     """AUROC / AUPRC over the labelled training and validation nodes of the harness's split ``seed``."""
     from gcad_dist.metrics import evaluate

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.two_scale_context")
 
@@ -86,35 +86,17 @@ def score_both(data: Any, seed: int, threads: int = 1) -> tuple[np.ndarray, np.n
 def run(cfg: TwoScaleConfig) -> list[dict[str, Any]]:
     """Score what is missing (unless ``no_train``), then one record per (dataset, seed) with the three scores'
     AUROC / AUPRC on the chosen nodes."""
-    from bench.labelfree_pretext import measured_nodes
+    from bench.labelfree_pretext import measured_nodes, saved_scores
     from gcad_dist.metrics import auprc, auroc
-    from gcad_dist.quality import _load
 
-    out, data_dir = Path(cfg.out), Path(cfg.data_dir)
-    out.mkdir(parents=True, exist_ok=True)
     records = []
-    for ds in cfg.datasets:
-        path = data_dir / f"{ds}.npz"
-        if not path.is_file():
-            raise UsageError(f"--datasets: no {ds}.npz in {data_dir}")
-        raw, _ = _load(path)
+    for ds, raw, seed, z in saved_scores(cfg, ("s1", "s2"), lambda g, s, t: score_both(g, s, t)):
         y = raw.y.numpy().astype(np.int64)
         deg = np.bincount(raw.edge_index[1].numpy(), minlength=raw.num_nodes)
-        for seed in cfg.seeds:
-            f = out / f"{ds}-{seed}.npz"
-            if not f.is_file():
-                if cfg.no_train:
-                    raise UsageError(f"--no-train: no {f.name} in {out}")
-                s1, s2 = score_both(raw, seed, cfg.threads)
-                np.savez(f, s1=s1, s2=s2)
-            with np.load(f) as z:
-                s1, s2 = z["s1"], z["s2"]
-            if s1.shape != y.shape:
-                raise UsageError(f"{f}: {s1.shape[0]} scores for a graph of {y.shape[0]} nodes")
-            mask = measured_nodes(raw, seed, cfg.on_test)
-            scores = dict(zip(("1-hop", "2-hop", "two-scale"), two_scale(s1, s2, deg)))
-            records.append({"dataset": ds, "seed": seed,
-                            **{k: (auroc(y[mask], v[mask]), auprc(y[mask], v[mask])) for k, v in scores.items()}})
+        mask = measured_nodes(raw, seed, cfg.on_test)
+        scores = dict(zip(("1-hop", "2-hop", "two-scale"), two_scale(z["s1"], z["s2"], deg)))
+        records.append({"dataset": ds, "seed": seed,
+                        **{k: (auroc(y[mask], v[mask]), auprc(y[mask], v[mask])) for k, v in scores.items()}})
     return records
 
 
@@ -134,18 +116,9 @@ def table(records: list[dict[str, Any]], on_test: bool = False) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = TwoScaleConfig()
-    p = ArgumentParser(prog="python -m bench.two_scale_context", description=__doc__.split("\n\n")[0],
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--out", default=d.out, help="folder of the saved scores (DATASET-SEED.npz)")
-    p.add_argument("--datasets", nargs="+", default=d.datasets, help="graphs under --data-dir (NAME.npz)")
-    p.add_argument("--seeds", nargs="+", type=int, default=d.seeds, help="the harness's seeds (split and training)")
-    p.add_argument("--data-dir", default=d.data_dir, help="folder of the labelled graphs")
-    p.add_argument("--on-test", action="store_true", help="measure on the test split (a report after the choice)")
-    p.add_argument("--no-train", action="store_true", help="only tabulate saved scores (a missing one is an error)")
-    p.add_argument("--threads", type=int, default=d.threads, help="CPU threads of each pre-training run")
-    p.add_argument("-v", "--verbose", action="store_true")
-    return p
+    from bench.labelfree_pretext import saved_scores_parser
+
+    return saved_scores_parser("python -m bench.two_scale_context", __doc__, TwoScaleConfig())
 
 
 def main(argv: list[str] | None = None) -> int:

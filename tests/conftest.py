@@ -22,3 +22,49 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def rings_graph(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 400-node generated graph of fraud rings (``--clique-features shared``), saved as .npz."""
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    g = generate(SyntheticConfig(nodes=400, avg_degree=6, features=8, anomaly_fraction=0.1, anomaly_mix=(0, 0, 1),
+                                 clique_size=8, clique_features="shared", seed=2))
+    path = tmp_path_factory.mktemp("graph") / "rings.npz"
+    save_npz(g, path)
+    return path
+
+
+@pytest.fixture
+def make_checkpoint(tmp_path: Path):
+    """``make_checkpoint(name, **GCCADConfig fields)``: an untrained GCCAD (8 features, hidden 16, torch seed 0) saved
+    as a pre-training checkpoint ``TMP/name/final``; returns that folder."""
+    import torch
+
+    from gcad_dist.checkpoint import save_model
+    from gcad_dist.model import GCCAD, GCCADConfig
+
+    def make(name: str, **kw) -> Path:
+        torch.manual_seed(0)
+        cfg = GCCADConfig(in_dim=8, hidden=16, **kw)
+        d = tmp_path / name / "final"
+        save_model(d, GCCAD(cfg), cfg, extra={"stage": "pretrain"})
+        return d
+
+    return make
+
+
+@pytest.fixture
+def run_score(capsys: pytest.CaptureFixture):
+    """``run_score(argv)``: ``gcad_dist.score``'s command line; returns (exit code, stderr)."""
+    from gcad_dist.cli import run_cli
+    from gcad_dist.score import main
+
+    def score(argv: list[str]) -> tuple[int, str]:
+        with pytest.raises(SystemExit) as e:
+            run_cli(main, argv)
+        return int(e.value.code or 0), capsys.readouterr().err
+
+    return score

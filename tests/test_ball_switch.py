@@ -4,7 +4,6 @@ score --context-hops auto): the two-hop ball as context where it makes a group s
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,33 +93,14 @@ def test_harness_option_keeps_earlier_run_keys(monkeypatch: pytest.MonkeyPatch) 
     assert seen[0]["ball_switch"] is True and seen[1]["ball_switch"] is False
 
 
-pd = pytest.importorskip("pandas")
-pytest.importorskip("pyarrow")
-
-
-def test_score_context_hops_auto_records_its_choice(tmp_path: Path, capsys) -> None:
-    from gcad_dist.checkpoint import save_model
-    from gcad_dist.cli import run_cli
-    from gcad_dist.score import main as score_main
-    from partitioning.io import save_npz
-    from partitioning.synthetic import SyntheticConfig, generate
-
-    g = generate(SyntheticConfig(nodes=400, avg_degree=6, features=8, anomaly_fraction=0.1, anomaly_mix=(0, 0, 1),
-                                 clique_size=8, clique_features="shared", seed=2))
-    save_npz(g, tmp_path / "rings.npz")
-    torch.manual_seed(0)
-    cfg = GCCADConfig(in_dim=8, hidden=16, contrast="local", loss="logistic", tau=0.2, degree_detrend=True)
-    save_model(tmp_path / "ck", GCCAD(cfg), cfg, extra={"stage": "pretrain"})
-
-    def score(*extra: str) -> tuple[int, str]:
-        with pytest.raises(SystemExit) as e:
-            run_cli(score_main, ["--checkpoint", str(tmp_path / "ck"), "--graph", str(tmp_path / "rings.npz"),
-                                 "--out", str(tmp_path / "s.parquet"), *extra])
-        return int(e.value.code or 0), capsys.readouterr().err
-
-    code, err = score("--context-hops", "auto")
+def test_score_context_hops_auto_records_its_choice(rings_graph, tmp_path, make_checkpoint, run_score) -> None:
+    pytest.importorskip("pyarrow")
+    ck = make_checkpoint("local", contrast="local", loss="logistic", tau=0.2, degree_detrend=True)
+    argv = ["--checkpoint", str(ck), "--graph", str(rings_graph), "--out", str(tmp_path / "s.parquet"), "--context-hops",
+            "auto"]
+    code, err = run_score(argv)
     assert code == 0, err
     m = json.loads((tmp_path / "s.parquet.metrics.json").read_text())
     assert m["context"]["context"] in ("ball", "neighbours") and 0 <= m["context"]["stand_out_ball"] <= 1
-    code, err = score("--context-hops", "auto", "--loose-context")
+    code, err = run_score(argv + ["--loose-context"])
     assert code == 2 and "pass one of them" in err

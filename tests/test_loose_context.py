@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from gcad_dist.checkpoint import save_model
-from gcad_dist.cli import run_cli
 from gcad_dist.model import GCCAD, GCCADConfig
 from gcad_dist.model.loose_context import common_neighbours, embedded_link_weights, larger_z, robust_z
 from gcad_dist.model.readout import neighbour_context
@@ -126,49 +123,20 @@ def test_harness_option_keeps_earlier_run_keys(monkeypatch: pytest.MonkeyPatch) 
     assert "loose_context" not in seen[0] and seen[1]["loose_context"] is True
 
 
-pd = pytest.importorskip("pandas")
-pytest.importorskip("pyarrow")
-
-
-@pytest.fixture(scope="module")
-def graph(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 400-node generated graph of fraud rings (--clique-features shared), saved as .npz."""
-    from partitioning.io import save_npz
-    from partitioning.synthetic import SyntheticConfig, generate
-
-    g = generate(SyntheticConfig(nodes=400, avg_degree=6, features=8, anomaly_fraction=0.1, anomaly_mix=(0, 0, 1),
-                                 clique_size=8, clique_features="shared", seed=2))
-    path = tmp_path_factory.mktemp("graph") / "rings.npz"
-    save_npz(g, path)
-    return path
-
-
-def _checkpoint(root: Path, name: str, **kw) -> Path:
-    torch.manual_seed(0)
-    cfg = GCCADConfig(in_dim=8, hidden=16, **kw)
-    d = root / name / "final"
-    save_model(d, GCCAD(cfg), cfg, extra={"stage": "pretrain"})
-    return d
-
-
-def _score(argv: list[str], capsys) -> tuple[int, str]:
-    from gcad_dist.score import main as score_main
-
-    with pytest.raises(SystemExit) as e:
-        run_cli(score_main, argv)
-    return int(e.value.code or 0), capsys.readouterr().err
-
-
-def test_score_option_scores_a_checkpoint_with_the_loose_context(graph, tmp_path, capsys, caplog) -> None:
+def test_score_option_scores_a_checkpoint_with_the_loose_context(rings_graph, tmp_path, make_checkpoint, run_score,
+                                                                 caplog) -> None:
+    pytest.importorskip("pyarrow")
+    pd = pytest.importorskip("pandas")
     from gcad_dist.score import load_checkpoint_model, prepare_data, score_data
 
+    graph = rings_graph
     caplog.set_level(logging.INFO, logger="gcad_dist.score")
-    ck = _checkpoint(tmp_path, "local", contrast="local", loss="logistic", tau=0.2, degree_detrend=True)
+    ck = make_checkpoint("local", contrast="local", loss="logistic", tau=0.2, degree_detrend=True)
     outs = {}
     for flag in (None, "--no-loose-context", "--loose-context"):
         out = tmp_path / f"s{flag}.parquet"
-        code, err = _score(["--checkpoint", str(ck), "--graph", str(graph), "--out", str(out)]
-                           + ([] if flag is None else [flag]), capsys)
+        code, err = run_score(["--checkpoint", str(ck), "--graph", str(graph), "--out", str(out)]
+                              + ([] if flag is None else [flag]))
         assert code == 0, err
         outs[flag] = pd.read_parquet(out)["score"].to_numpy()
     assert "--loose-context: scoring with the loose context" in caplog.text
@@ -178,10 +146,10 @@ def test_score_option_scores_a_checkpoint_with_the_loose_context(graph, tmp_path
     np.testing.assert_allclose(outs["--loose-context"],
                                score_data(loaded.model, prepare_data(str(graph), loaded), device="cpu"),
                                rtol=1e-5, atol=1e-5)
-    paper = _checkpoint(tmp_path, "paper")
-    code, err = _score(["--checkpoint", str(paper), "--graph", str(graph), "--out", str(tmp_path / "p.parquet"),
-                        "--loose-context"], capsys)
+    paper = make_checkpoint("paper")
+    code, err = run_score(["--checkpoint", str(paper), "--graph", str(graph), "--out", str(tmp_path / "p.parquet"),
+                           "--loose-context"])
     assert code == 2 and "--loose-context: applies to label-free local checkpoints" in err
-    code, err = _score(["--checkpoint", str(ck), "--graph", str(graph), "--out", str(tmp_path / "b.parquet"),
-                        "--context-hops", "2", "--loose-context"], capsys)
+    code, err = run_score(["--checkpoint", str(ck), "--graph", str(graph), "--out", str(tmp_path / "b.parquet"),
+                           "--context-hops", "2", "--loose-context"])
     assert code == 2 and "pass --context-hops 1 too" in err

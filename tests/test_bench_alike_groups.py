@@ -1,4 +1,4 @@
-"""bench.score_contexts: the table from saved scores (no pre-training), and the scorer's three scores of a local model."""
+"""bench.alike_groups: the table from saved scores (no pre-training), and the scorer's three scores of a local model."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.score_contexts import ScoreContextsConfig, main, run, score_three, table
+from bench.alike_groups import AlikeGroupsConfig, main, run, score_three, table
 from gcad_dist.cli import UsageError
 
 
@@ -31,12 +31,12 @@ def _saved(tmp_path, n: int = 300) -> None:
 
 def test_run_tabulates_saved_scores(tmp_path, capsys) -> None:
     _saved(tmp_path)
-    cfg = ScoreContextsConfig(out=str(tmp_path / "lc"), datasets=["toy"], seeds=[0, 1], data_dir=str(tmp_path),
+    cfg = AlikeGroupsConfig(out=str(tmp_path / "lc"), datasets=["toy"], seeds=[0, 1], data_dir=str(tmp_path),
                              no_train=True)
     recs = run(cfg)
     assert [r["seed"] for r in recs] == [0, 1]
     assert all(r["loose"][0] > r["plain"][0] + 0.05 for r in recs)
-    test = run(ScoreContextsConfig(**{**cfg.__dict__, "on_test": True}))
+    test = run(AlikeGroupsConfig(**{**cfg.__dict__, "on_test": True}))
     assert [r["plain"] for r in test] != [r["plain"] for r in recs]  # other nodes
     t = table(recs).splitlines()
     assert t[0].startswith("| graph (training + validation) |") and t[2].startswith("| toy | 2 |")
@@ -46,9 +46,9 @@ def test_run_tabulates_saved_scores(tmp_path, capsys) -> None:
                  "--no-train", "--on-test"]) == 0
     assert "| graph (test) |" in capsys.readouterr().out
     with pytest.raises(UsageError, match="no toy-2.npz"):
-        run(ScoreContextsConfig(**{**cfg.__dict__, "seeds": [2]}))
+        run(AlikeGroupsConfig(**{**cfg.__dict__, "seeds": [2]}))
     with pytest.raises(UsageError, match="no other.npz"):
-        run(ScoreContextsConfig(**{**cfg.__dict__, "datasets": ["other"]}))
+        run(AlikeGroupsConfig(**{**cfg.__dict__, "datasets": ["other"]}))
 
 
 def test_the_scorer_gives_the_default_the_loose_and_the_ball_scores() -> None:
@@ -77,6 +77,6 @@ def test_the_switch_column_takes_the_ball_where_it_reveals_a_group(tmp_path) -> 
     rng = np.random.default_rng(5)
     np.savez(tmp_path / "lc" / "toy-0.npz", plain=rng.normal(size=y.size), loose=rng.normal(size=y.size),
              ball=rng.normal(size=y.size) + 20.0 * y)  # a tenth of the nodes stand out with the ball only
-    rec = run(ScoreContextsConfig(out=str(tmp_path / "lc"), datasets=["toy"], seeds=[0], data_dir=str(tmp_path),
+    rec = run(AlikeGroupsConfig(out=str(tmp_path / "lc"), datasets=["toy"], seeds=[0], data_dir=str(tmp_path),
                                   no_train=True))[0]
     assert rec["ball_chosen"] and rec["switch"] == rec["ball"] and rec["switch"][0] > 0.95

@@ -1,4 +1,5 @@
-"""The label-free score with each context of session 48, from the same checkpoints. ``python -m bench.score_contexts``.
+"""The label-free score with session 48's contexts for groups of alike anomalies, from the same checkpoints.
+``python -m bench.alike_groups``.
 
 The local recipe scores a node against the mean of its neighbours. A fraud ring's members look alike and are most of
 one another's neighbours, so that mean is partly the ring. ``pretrain --loose-context`` also scores each node against
@@ -13,7 +14,7 @@ ball. Scores are saved as ``OUT/DATASET-SEED.npz`` (``plain``, ``loose``, ``ball
 nodes of the harness's split of each seed (no test label); ``--on-test`` reads the test split, a report after a
 choice.
 
-    python -m bench.score_contexts --datasets inj_cora books reddit tolokers --seeds 0 1 2 --out runs/score_contexts
+    python -m bench.alike_groups --datasets inj_cora books reddit tolokers --seeds 0 1 2 --out runs/alike_groups
 """
 
 from __future__ import annotations
@@ -29,19 +30,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import run_cli, setup_logging  # noqa: E402
 
-log = logging.getLogger("bench.score_contexts")
+log = logging.getLogger("bench.alike_groups")
 
 #: the saved scores of each checkpoint, in the table's order
 SCORES = ("plain", "loose", "ball")
 
 
 @dataclass
-class ScoreContextsConfig:
-    """Settings of ``python -m bench.score_contexts``."""
+class AlikeGroupsConfig:
+    """Settings of ``python -m bench.alike_groups``."""
 
-    out: str = "runs/score_contexts"
+    out: str = "runs/alike_groups"
     datasets: list[str] = field(default_factory=lambda: ["inj_cora", "books", "reddit", "tolokers"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     data_dir: str = "../shared/data"
@@ -64,44 +65,28 @@ def score_three(loaded: Any, prepared: Any, _store: Path, device: str) -> np.nda
     return np.stack(out)
 
 
-def run(cfg: ScoreContextsConfig) -> list[dict[str, Any]]:
+def run(cfg: AlikeGroupsConfig) -> list[dict[str, Any]]:
     """Score what is missing (unless ``no_train``), then one record per (dataset, seed) with each score's AUROC /
-    AUPRC on the chosen nodes."""
+    AUPRC on the chosen nodes, and whether the ball switch chose the ball."""
     import torch
 
-    from bench.labelfree_pretext import measured_nodes
+    from bench.labelfree_pretext import measured_nodes, saved_scores
     from gcad_dist.detectors import gccad_pre
-    from gcad_dist.model.ball import ball_reveals_group
     from gcad_dist.metrics import auprc, auroc
-    from gcad_dist.quality import _load
+    from gcad_dist.model.ball import ball_reveals_group
 
-    out, data_dir = Path(cfg.out), Path(cfg.data_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    def fit(raw: Any, seed: int, threads: int) -> np.ndarray:
+        return gccad_pre.fit_score(raw, None, seed, threads=threads, scorer=score_three)
+
     records = []
-    for ds in cfg.datasets:
-        path = data_dir / f"{ds}.npz"
-        if not path.is_file():
-            raise UsageError(f"--datasets: no {ds}.npz in {data_dir}")
-        raw, _ = _load(path)
+    for ds, raw, seed, scores in saved_scores(cfg, SCORES, fit):
         y = raw.y.numpy().astype(np.int64)
-        deg = np.bincount(raw.edge_index[1].numpy(), minlength=raw.num_nodes)
-        for seed in cfg.seeds:
-            f = out / f"{ds}-{seed}.npz"
-            if not f.is_file():
-                if cfg.no_train:
-                    raise UsageError(f"--no-train: no {f.name} in {out}")
-                scores = gccad_pre.fit_score(raw, None, seed, threads=cfg.threads, scorer=score_three)
-                np.savez(f, **dict(zip(SCORES, scores)))
-            with np.load(f) as z:
-                scores = {k: z[k] for k in SCORES}
-            if scores["plain"].shape != y.shape:
-                raise UsageError(f"{f}: {scores['plain'].shape[0]} scores for a graph of {y.shape[0]} nodes")
-            use, _, _ = ball_reveals_group(torch.from_numpy(scores["plain"]), torch.from_numpy(scores["ball"]),
-                                           torch.from_numpy(deg > 0))
-            scores["switch"] = scores["ball"] if use else scores["plain"]
-            mask = measured_nodes(raw, seed, cfg.on_test)
-            records.append({"dataset": ds, "seed": seed, "ball_chosen": use,
-                            **{k: (auroc(y[mask], v[mask]), auprc(y[mask], v[mask])) for k, v in scores.items()}})
+        has = torch.bincount(raw.edge_index[1], minlength=raw.num_nodes) > 0
+        use, _, _ = ball_reveals_group(torch.from_numpy(scores["plain"]), torch.from_numpy(scores["ball"]), has)
+        scores["switch"] = scores["ball"] if use else scores["plain"]
+        mask = measured_nodes(raw, seed, cfg.on_test)
+        records.append({"dataset": ds, "seed": seed, "ball_chosen": use,
+                        **{k: (auroc(y[mask], v[mask]), auprc(y[mask], v[mask])) for k, v in scores.items()}})
     return records
 
 
@@ -123,22 +108,13 @@ def table(records: list[dict[str, Any]], on_test: bool = False) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = ScoreContextsConfig()
-    p = ArgumentParser(prog="python -m bench.score_contexts", description=__doc__.split("\n\n")[0],
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--out", default=d.out, help="folder of the saved scores (DATASET-SEED.npz)")
-    p.add_argument("--datasets", nargs="+", default=d.datasets, help="graphs under --data-dir (NAME.npz)")
-    p.add_argument("--seeds", nargs="+", type=int, default=d.seeds, help="the harness's seeds (split and training)")
-    p.add_argument("--data-dir", default=d.data_dir, help="folder of the labelled graphs")
-    p.add_argument("--on-test", action="store_true", help="measure on the test split (a report after the choice)")
-    p.add_argument("--no-train", action="store_true", help="only tabulate saved scores (a missing one is an error)")
-    p.add_argument("--threads", type=int, default=d.threads, help="CPU threads of each pre-training run")
-    p.add_argument("-v", "--verbose", action="store_true")
-    return p
+    from bench.labelfree_pretext import saved_scores_parser
+
+    return saved_scores_parser("python -m bench.alike_groups", __doc__, AlikeGroupsConfig())
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = ScoreContextsConfig(**vars(build_parser().parse_args(argv)))
+    cfg = AlikeGroupsConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
     print(table(run(cfg), cfg.on_test))
     return 0
