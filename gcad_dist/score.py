@@ -466,9 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "metrics file). Default: as trained (pretrain --context-hops and --ball-switch). If you expect fraud rings "
                         "(groups of alike accounts that link to one another), try 2: a ring is most of its members' "
                         "neighbours, and the ball reaches past it. On a generated graph of rings a checkpoint of "
-                        "the default recipe scored AUROC 0.907 with 1 and 0.958 with 2 (DOMINANT: 0.943); on the "
-                        "shared real graphs' training and validation labels 2 was lower on inj_cora (0.845 against "
-                        "0.931), reddit and tolokers, higher on books (BENCHMARKS.md, session 47)")
+                        "the default recipe scored AUROC 0.907 with 1 and 0.958 with 2 (DOMINANT: 0.943), and on three "
+                        "weibo-like graphs (6-10%% of the nodes in dense groups of alike accounts) 0.52-0.84 with 1 "
+                        "and 0.99 with 2 (DOMINANT: 0.90-0.92); on the shared real graphs' training and validation "
+                        "labels 2 was lower on inj_cora (0.845 against 0.931), reddit and tolokers, higher on books "
+                        "(BENCHMARKS.md, sessions 47 and 48). auto never chose the ball on the shared graphs, and "
+                        "chose it on two of the three weibo-like graphs")
     p.add_argument("--loose-context", action=argparse.BooleanOptionalAction, default=d.loose_context,
                    help="label-free local checkpoints with --context-hops 1 only: also contrast each node with its "
                         "loose context (its neighbours weighted by (1 + their common neighbours)^-2: links inside a "
