@@ -518,6 +518,24 @@ def set_context_hops(loaded: LoadedModel, hops: int | str) -> None:
         cfg.loose_context = False
 
 
+def _report_ball_switch(model: torch.nn.Module) -> dict[str, Any] | None:
+    """Log the ball switch's choices of a scoring (once, however many graphs or parts were scored) and return them
+    for the metrics file; None when the model has no ball switch."""
+    from gcad_dist.model.ball import switch_phrase
+
+    last, counts = getattr(model, "last_context", None), getattr(model, "context_choices", None)
+    if last is None or counts is None:
+        return None
+    total = sum(counts.values())
+    if total == 1:
+        log.info("ball switch: %s", switch_phrase(last["context"] == "ball", last["stand_out_neighbours"],
+                                                   last["stand_out_ball"]))
+        return dict(last)
+    log.info("ball switch: %d of %d graphs or parts scored with the two-hop ball, %d with the neighbours (each part "
+             "chooses from its own nodes' scores)", counts["ball"], total, counts["neighbours"])
+    return {"context": "per part", "ball": counts["ball"], "neighbours": counts["neighbours"]}
+
+
 def set_loose_context(loaded: LoadedModel, on: bool) -> None:
     """Score ``loaded``'s label-free local model with (``on``) or without the loose context beside its neighbours
     (:mod:`gcad_dist.model.loose_context`), whatever it was trained with; :class:`UsageError` for any other model or
@@ -592,6 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         scores = score_parts_halo(loaded.model, data, data.graph_id.numpy(), device=cfg.device)
     else:
         scores = score_data(loaded.model, data, device=cfg.device, batch_size=batch_size)
+    context = _report_ball_switch(loaded.model)
     y = None if getattr(data, "y", None) is None else data.y.numpy()
     gid = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()
     write_scores(out, scores, y, gid)
@@ -605,8 +624,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{head} ({why}: no metrics)")
         return 0
     m["seconds"] = round(secs, 3)
-    if getattr(loaded.model, "last_context", None) is not None:
-        m["context"] = loaded.model.last_context  # the ball switch's choice (of the last graph or part scored)
+    if context is not None:
+        m["context"] = context
     if cfg.parts:
         m["parts"]["context"] = cfg.context
         log.info("per K-means part (a diagnostic, not a figure of the graph): %s",

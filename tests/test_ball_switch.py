@@ -57,6 +57,9 @@ def test_the_model_scores_with_the_ball_or_the_neighbours_as_the_switch_says(use
         got = switch.score(switch(x, ei))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert switch.last_context["context"] == ("ball" if use else "neighbours")
+    with torch.no_grad():
+        switch.score(switch(x, ei))  # a second graph or part: the choices are counted over calls
+    assert switch.context_choices == {"ball": 2 * use, "neighbours": 2 * (not use)}
     with pytest.raises(ValueError, match="ball_switch needs"):
         GCCADConfig(**kw, context_hops=2, ball_switch=True)
     with pytest.raises(ValueError, match="ball_switch needs"):
@@ -104,3 +107,20 @@ def test_score_context_hops_auto_records_its_choice(rings_graph, tmp_path, make_
     assert m["context"]["context"] in ("ball", "neighbours") and 0 <= m["context"]["stand_out_ball"] <= 1
     code, err = run_score(argv + ["--loose-context"])
     assert code == 2 and "pass one of them" in err
+
+
+def test_the_score_command_reports_the_choices_once(caplog) -> None:
+    """``gcad_dist.score`` logs the switch once: the shares for one graph, the counts for a scoring part by part."""
+    import logging
+    from types import SimpleNamespace
+
+    from gcad_dist.score import _report_ball_switch
+
+    caplog.set_level(logging.INFO, logger="gcad_dist.score")
+    assert _report_ball_switch(SimpleNamespace()) is None  # a model without the switch
+    one = {"context": "ball", "stand_out_neighbours": 0.01, "stand_out_ball": 0.08}
+    assert _report_ball_switch(SimpleNamespace(last_context=one, context_choices={"ball": 1, "neighbours": 0})) == one
+    assert "1.0% of the nodes stand out" in caplog.text and "scored with the ball" in caplog.text
+    parts = _report_ball_switch(SimpleNamespace(last_context=one, context_choices={"ball": 2, "neighbours": 5}))
+    assert parts == {"context": "per part", "ball": 2, "neighbours": 5}
+    assert "2 of 7 graphs or parts scored with the two-hop ball" in caplog.text

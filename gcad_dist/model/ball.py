@@ -120,3 +120,11 @@ def ball_reveals_group(plain: Tensor, ball: Tensor, has: Tensor) -> tuple[bool, 
     t1 = float((robust_z(plain, has)[has] > SWITCH_Z).double().mean())
     t2 = float((robust_z(ball, has)[has] > SWITCH_Z).double().mean())
     return (t2 - t1 >= SWITCH_SHARE and t2 >= SWITCH_RATIO * t1), t1, t2
+
+
+def switch_phrase(use: bool, stand_out_neighbours: float, stand_out_ball: float) -> str:
+    """The ball switch's choice in words, with both shares (:func:`ball_reveals_group`)."""
+    return (f"{100 * stand_out_neighbours:.1f}% of the nodes stand out (robust z > {SWITCH_Z:g}) against their "
+            f"neighbours, {100 * stand_out_ball:.1f}% against their two-hop ball: "
+            + ("scored with the ball (a group the neighbours hide, such as fraud rings)" if use
+               else "scored with the neighbours"))

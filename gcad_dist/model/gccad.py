@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .aggregate import weighted_sum
-from .ball import DEFAULT_FANOUT, ball_mean, ball_reveals_group, two_hop_ball
+from .ball import DEFAULT_FANOUT, ball_mean, ball_reveals_group, switch_phrase, two_hop_ball
 from .ball import SCORE_SEED as BALL_SCORE_SEED
 from .context import IDENTITY, ContextSync
 from .degree_trend import neutral_to_degree
@@ -437,20 +437,21 @@ class GCCAD(torch.nn.Module):
 
     def _switch_to_ball(self, out: GCCADOutput, plain: Tensor) -> Tensor:
         """``ball_switch``: the score with the two-hop ball as context (the same model; a fixed sample of the second
-        hop) when :func:`gcad_dist.model.ball.ball_reveals_group` says so, else ``plain``; the choice is logged and
-        kept in ``self.last_context`` ("neighbours" or "ball", with both shares of nodes that stand out)."""
+        hop) when :func:`gcad_dist.model.ball.ball_reveals_group` says so, else ``plain``. The choice is kept in
+        ``self.last_context`` ("neighbours" or "ball", with both shares of nodes that stand out) and counted over
+        calls in ``self.context_choices`` (a part-by-part scoring calls once a part)."""
         n = out.h0.size(0)
         gen = torch.Generator().manual_seed(BALL_SCORE_SEED)
         ctx = ball_mean(out.h0, out.edge_index, n, self.config.context_fanout, gen)[0]
         ball = self._neutral_to_degree(self._local_score(out, ctx), out, self.config.degree_detrend)
         has = torch.bincount(out.edge_index[1], minlength=n)[: plain.size(0)] > 0
         use, t1, t2 = ball_reveals_group(plain, ball, has)
-        self.last_context = {"context": "ball" if use else "neighbours", "stand_out_neighbours": t1,
-                             "stand_out_ball": t2}
-        log.info("ball switch: %.1f%% of the nodes stand out (robust z > 3) against their neighbours, %.1f%% against "
-                 "their two-hop ball: %s", 100 * t1, 100 * t2,
-                 "scored with the ball (a group the neighbours hide, such as fraud rings)" if use
-                 else "scored with the neighbours")
+        choice = "ball" if use else "neighbours"
+        self.last_context = {"context": choice, "stand_out_neighbours": t1, "stand_out_ball": t2}
+        counts = getattr(self, "context_choices", None) or {"ball": 0, "neighbours": 0}
+        counts[choice] += 1  # over every graph or part scored (gcad_dist.score reports them once)
+        self.context_choices = counts
+        log.debug("ball switch: %s", switch_phrase(use, t1, t2))
         return ball if use else plain
 
     @staticmethod
