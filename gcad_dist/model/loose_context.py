@@ -8,10 +8,10 @@ Groups of *unlike* nodes linked together (PyGOD's planted cliques) are the oppos
 the loose context hides them. :func:`larger_z` keeps both: each score is put on a robust z scale over the nodes with
 neighbours, and a node takes the larger of its two (``GCCADConfig.loose_context``; BENCHMARKS.md, session 48).
 
-Common neighbours are counted on the undirected simple view of the graph (self-loops and repeats dropped), exactly: each edge's
-lower-degree end's neighbours are looked up in the other end's neighbour list (one ``searchsorted`` over the sorted
-edge keys), a bounded chunk of lookups at a time, so that memory stays bounded on a large graph. Work: the sum over
-edges of the lower end degree, as in triangle counting. All vectorised.
+Common neighbours are counted exactly on the undirected simple view of the graph (self-loops and repeats dropped):
+each edge's lower-degree end's neighbours are looked up in the other end's neighbour list (one ``searchsorted`` over
+the sorted edge keys), a bounded chunk of lookups at a time, so that memory stays bounded on a large graph. Work: the
+sum over edges of the lower end degree, as in triangle counting. All vectorised.
 """
 
 from __future__ import annotations
