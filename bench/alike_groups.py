@@ -10,8 +10,9 @@ larger of the two robust z-scores (:mod:`gcad_dist.model.loose_context`). This b
 two-hop ball as context (``score --context-hops 2``). A fourth column is the ball switch (``pretrain --ball-switch``,
 ``score --context-hops auto``): the ball's score where :func:`gcad_dist.model.ball.ball_reveals_group` says the ball
 makes a group stand out that the neighbours hide, else the default; the table marks the seeds where it chose the
-ball. Scores are saved as ``OUT/DATASET-SEED.npz`` (``plain``, ``loose``, ``ball``), so a rerun only tabulates. By default the table reads the training + validation
-nodes of the harness's split of each seed (no test label); ``--on-test`` reads the test split, a report after a
+ball. Scores are saved as ``OUT/DATASET-SEED.npz`` (``plain``, ``loose``, ``ball``), so a rerun only tabulates. By
+default the table reads the training + validation nodes of the harness's split of each seed (no test label);
+``--on-test`` reads the test split, a report after a
 choice.
 
     python -m bench.alike_groups --datasets inj_cora books reddit tolokers --seeds 0 1 2 --out runs/alike_groups

@@ -463,7 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "neighbours (1) or with its two-hop ball, the neighbours and up to 10 neighbours of each (2), "
                         "or choose between them without labels (auto: the ball when it makes a group of nodes stand "
                         "out that the neighbours hide, pretrain --ball-switch; the choice is logged and written to the "
-                        "metrics file). Default: as trained (pretrain --context-hops and --ball-switch). If you expect fraud rings "
+                        "metrics file). Default: as trained (pretrain --context-hops and --ball-switch). If you "
+                        "expect fraud rings "
                         "(groups of alike accounts that link to one another), try 2: a ring is most of its members' "
                         "neighbours, and the ball reaches past it. On a generated graph of rings a checkpoint of "
                         "the default recipe scored AUROC 0.907 with 1 and 0.958 with 2 (DOMINANT: 0.943), and on three "
@@ -588,8 +589,8 @@ def main(argv: list[str] | None = None) -> int:
                      loaded.model.config.context_fanout,
                      "as trained (pretrain --context-hops 2)" if cfg.context_hops is None else "--context-hops 2")
         if getattr(loaded.model.config, "ball_switch", False):
-            log.info("context: the neighbours, or the two-hop ball where it makes a group stand out that the neighbours "
-                     "hide (%s)", "as trained (pretrain --ball-switch)" if cfg.context_hops is None
+            log.info("context: the neighbours, or the two-hop ball where it makes a group stand out that the "
+                     "neighbours hide (%s)", "as trained (pretrain --ball-switch)" if cfg.context_hops is None
                      else "--context-hops auto")
         if getattr(loaded.model.config, "loose_context", False):
             log.info("each node is also contrasted with its loose context (neighbours weighted by (1 + common "

@@ -99,8 +99,8 @@ def test_harness_option_keeps_earlier_run_keys(monkeypatch: pytest.MonkeyPatch) 
 def test_score_context_hops_auto_records_its_choice(rings_graph, tmp_path, make_checkpoint, run_score) -> None:
     pytest.importorskip("pyarrow")
     ck = make_checkpoint("local", contrast="local", loss="logistic", tau=0.2, degree_detrend=True)
-    argv = ["--checkpoint", str(ck), "--graph", str(rings_graph), "--out", str(tmp_path / "s.parquet"), "--context-hops",
-            "auto"]
+    argv = ["--checkpoint", str(ck), "--graph", str(rings_graph), "--out", str(tmp_path / "s.parquet"),
+            "--context-hops", "auto"]
     code, err = run_score(argv)
     assert code == 0, err
     m = json.loads((tmp_path / "s.parquet.metrics.json").read_text())

@@ -109,8 +109,8 @@ SWITCH_Z, SWITCH_SHARE, SWITCH_RATIO = 3.0, 0.02, 2.0
 def ball_reveals_group(plain: Tensor, ball: Tensor, has: Tensor) -> tuple[bool, float, float]:
     """Whether to score with the two-hop ball rather than the neighbours: (decision, share of the nodes ``has`` that
     stand out with the neighbours as context, share with the ball). A node stands out when its robust z-score
-    (:func:`gcad_dist.model.loose_context.robust_z`) is above :data:`SWITCH_Z`. The ball is used when it makes a group of
-    at least :data:`SWITCH_SHARE` more of the nodes stand out, and :data:`SWITCH_RATIO` times as many: what alike
+    (:func:`gcad_dist.model.loose_context.robust_z`) is above :data:`SWITCH_Z`. The ball is used when it makes a group
+    of at least :data:`SWITCH_SHARE` more of the nodes stand out, and :data:`SWITCH_RATIO` times as many: what alike
     anomalies that are most of one another's neighbours do (fraud rings, bursts of alike accounts), since a mean over
     their neighbours is then mostly themselves. No label is read."""
     from .loose_context import robust_z
