@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .loose_context import robust_z
+
 #: the second hop's neighbours per neighbour (``GCCADConfig.context_fanout``'s default)
 DEFAULT_FANOUT = 10
 #: the generator seed of the second hop's sample when scoring (so a checkpoint scores a graph the same way twice)
@@ -113,8 +115,6 @@ def ball_reveals_group(plain: Tensor, ball: Tensor, has: Tensor) -> tuple[bool, 
     of at least :data:`SWITCH_SHARE` more of the nodes stand out, and :data:`SWITCH_RATIO` times as many: what alike
     anomalies that are most of one another's neighbours do (fraud rings, bursts of alike accounts), since a mean over
     their neighbours is then mostly themselves. No label is read."""
-    from .loose_context import robust_z
-
     if not bool(has.any()):
         return False, 0.0, 0.0
     t1 = float((robust_z(plain, has)[has] > SWITCH_Z).double().mean())

@@ -179,6 +179,8 @@ class GCCADOutput:
     num_graphs: int = 1
     h0: Tensor | None = None
     local_context: Tensor | None = None
+    # the two-hop ball's context rows when the ball switch scores with the neighbours as context (else None)
+    ball_context: Tensor | None = None
 
 
 class GCCAD(torch.nn.Module):
@@ -246,18 +248,21 @@ class GCCAD(torch.nn.Module):
                 pick, donor, col = self._swap_index(member_swaps)
                 v = h0.view(h0.size(0), self.config.ensemble, -1)
                 h0 = v.index_put((pick, col), v[donor, col]).reshape(h0.shape)
-            ctx = None
-            if self.config.context_hops == 2:  # the context: the mean over each node's two-hop ball
+            ctx = ball = None
+            if self.config.context_hops == 2 or (self.config.ball_switch and not self.training):
+                # the mean over each node's two-hop ball: the context, or the ball switch's other one at scoring
                 gen = None if self.training else torch.Generator().manual_seed(BALL_SCORE_SEED)
                 fan = self.config.context_fanout
                 if member_swaps is None and x.dim() == 2 and x.size(1) < h0.size(1):
                     # one input for every member: average the narrower features, then project (exact: affine)
                     mean, size = ball_mean(x, edge_index, n, fan, gen)
-                    ctx = self.input_projection(mean) * (size > 0).to(h0.dtype).unsqueeze(-1)
+                    ball = self.input_projection(mean) * (size > 0).to(h0.dtype).unsqueeze(-1)
                 else:
-                    ctx = ball_mean(h0, edge_index, n, fan, gen)[0]
+                    ball = ball_mean(h0, edge_index, n, fan, gen)[0]
+                if self.config.context_hops == 2:
+                    ctx, ball = ball, None
             return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch, edge_index=edge_index,
-                               num_graphs=num_graphs, h0=h0, local_context=ctx)
+                               num_graphs=num_graphs, h0=h0, local_context=ctx, ball_context=ball)
         if self.config.contrast != "graph":  # the neighbours' final embeddings are needed: no hop trimming
             num_sampled_nodes = num_sampled_edges = None
         h, q, probs, logits, w, h0 = self.encoder(
@@ -437,12 +442,15 @@ class GCCAD(torch.nn.Module):
 
     def _switch_to_ball(self, out: GCCADOutput, plain: Tensor) -> Tensor:
         """``ball_switch``: the score with the two-hop ball as context (the same model; a fixed sample of the second
-        hop) when :func:`gcad_dist.model.ball.ball_reveals_group` says so, else ``plain``. The choice is kept in
+        hop, which forward computes at scoring as ``out.ball_context``) when
+        :func:`gcad_dist.model.ball.ball_reveals_group` says so, else ``plain``. The choice is kept in
         ``self.last_context`` ("neighbours" or "ball", with both shares of nodes that stand out) and counted over
         calls in ``self.context_choices`` (a part-by-part scoring calls once a part)."""
         n = out.h0.size(0)
-        gen = torch.Generator().manual_seed(BALL_SCORE_SEED)
-        ctx = ball_mean(out.h0, out.edge_index, n, self.config.context_fanout, gen)[0]
+        ctx = out.ball_context
+        if ctx is None:  # an output not made by forward's whole-graph path: the ball from h^(0) (same rows)
+            gen = torch.Generator().manual_seed(BALL_SCORE_SEED)
+            ctx = ball_mean(out.h0, out.edge_index, n, self.config.context_fanout, gen)[0]
         ball = self._neutral_to_degree(self._local_score(out, ctx), out, self.config.degree_detrend)
         has = torch.bincount(out.edge_index[1], minlength=n)[: plain.size(0)] > 0
         use, t1, t2 = ball_reveals_group(plain, ball, has)
