@@ -6,13 +6,14 @@ one another's neighbours, so that mean is partly the ring. ``pretrain --loose-co
 its neighbours weighted by (1 + common neighbours)^-2, where links inside a dense group count little, and keeps the
 larger of the two robust z-scores (:mod:`gcad_dist.model.loose_context`). This bench pre-trains the local recipe
 (``gcad_dist.detectors.gccad_pre``, the harness's pipeline and seeds: the same checkpoints as ``gcad_dist.quality
---models gccad-pre``) and scores each checkpoint three ways: the default score, the loose-context score, and the
-two-hop ball as context (``score --context-hops 2``). A fourth column is the ball switch (``pretrain --ball-switch``,
-``score --context-hops auto``): the ball's score where :func:`gcad_dist.model.ball.ball_reveals_group` says the ball
-makes a group stand out that the neighbours hide, else the default; the table marks the seeds where it chose the
-ball. Scores are saved as ``OUT/DATASET-SEED.npz`` (``plain``, ``loose``, ``ball``), so a rerun only tabulates. By
-default the table reads the training + validation nodes of the harness's split of each seed (no test label);
-``--on-test`` reads the test split, a report after a
+--models gccad-pre``; the switch below changes scoring only) and scores each checkpoint three ways: against its
+neighbours (the default score before session 49), against its loose context, and against its two-hop ball
+(``score --context-hops 2``). A fourth column is the ball switch (``pretrain --ball-switch``, the local recipe's
+default since session 49; ``score --context-hops auto``): the ball's score where
+:func:`gcad_dist.model.ball.ball_reveals_group` says the ball makes a group stand out that the neighbours hide, else
+the neighbours'; the table marks the seeds where it chose the ball. Scores are saved as ``OUT/DATASET-SEED.npz``
+(``plain``, ``loose``, ``ball``), so a rerun only tabulates. By default the table reads the training + validation
+nodes of the harness's split of each seed (no test label); ``--on-test`` reads the test split, a report after a
 choice.
 
     python -m bench.alike_groups --datasets inj_cora books reddit tolokers --seeds 0 1 2 --out runs/alike_groups
@@ -54,11 +55,12 @@ class AlikeGroupsConfig:
 
 
 def score_three(loaded: Any, prepared: Any, _store: Path, device: str) -> np.ndarray:
-    """[3, N]: the checkpoint's default score, its loose-context score and its two-hop-ball score (a
+    """[3, N]: the checkpoint's score against its neighbours, its loose-context score and its two-hop-ball score (a
     ``gccad_pre.fit_score`` scorer)."""
     from gcad_dist.score import score_data
 
     cfg = loaded.model.config
+    cfg.ball_switch = False  # each context on its own; the switch is tabulated from the first and third
     out = []
     for loose, hops in ((False, 1), (True, 1), (False, 2)):
         cfg.loose_context, cfg.context_hops = loose, hops
@@ -77,7 +79,7 @@ def run(cfg: AlikeGroupsConfig) -> list[dict[str, Any]]:
     from gcad_dist.model.ball import ball_reveals_group
 
     def fit(raw: Any, seed: int, threads: int) -> np.ndarray:
-        return gccad_pre.fit_score(raw, None, seed, threads=threads, scorer=score_three)
+        return gccad_pre.fit_score(raw, None, seed, threads=threads, scorer=score_three, pre_ball_switch=False)
 
     records = []
     for ds, raw, seed, scores in saved_scores(cfg, SCORES, fit):
@@ -93,9 +95,9 @@ def run(cfg: AlikeGroupsConfig) -> list[dict[str, Any]]:
 
 def table(records: list[dict[str, Any]], on_test: bool = False) -> str:
     """Markdown: per dataset each score's mean AUROC / AUPRC, the loose context's and the switch's AUROC change against
-    the default, and on how many seeds the switch chose the ball."""
+    the neighbours' score, and on how many seeds the switch chose the ball (the switch is the default)."""
     where = "test" if on_test else "training + validation"
-    lines = [f"| graph ({where}) | seeds | default | loose context | two-hop ball | ball switch | loose: change "
+    lines = [f"| graph ({where}) | seeds | neighbours | loose context | two-hop ball | ball switch | loose: change "
              "(seeds ahead) | switch: change (ball chosen) |", "|---|---|---|---|---|---|---|---|"]
     for ds in dict.fromkeys(r["dataset"] for r in records):
         rs = [r for r in records if r["dataset"] == ds]

@@ -74,12 +74,13 @@ def score_both(data: Any, seed: int, threads: int = 1) -> tuple[np.ndarray, np.n
     def score(loaded: Any, prepared: Any, _store: Path, dev: str) -> np.ndarray:
         model = loaded.model
         model.config.degree_detrend = False  # raw scores: the detrend is applied in two_scale
+        model.config.ball_switch = False  # each context on its own (the switch is the local recipe's since session 49)
         s1 = score_data(model, prepared, device=dev)
         model.config.context_hops = 2
         s2 = score_data(model, prepared, device=dev)
         return np.stack([s1, s2])
 
-    both = gccad_pre.fit_score(data, None, seed, threads=threads, scorer=score)
+    both = gccad_pre.fit_score(data, None, seed, threads=threads, scorer=score, pre_ball_switch=False)
     return both[0], both[1]
 
 

@@ -296,8 +296,11 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     zs_model = loaded.model
     zs_settings = {"link_eval": getattr(loaded.config, "link_eval", "threshold"),
                    "score_space": getattr(loaded.config, "score_space", "encoder")}
-    # Fine-tuning, validation and test: the same weights under the supervised evaluation settings.
-    ft_config = dataclasses.replace(loaded.config, link_eval=cfg.link_eval, score_space=cfg.score_space)
+    # Fine-tuning, validation and test: the same weights under the supervised evaluation settings. The label-free
+    # ball switch stays with the zero-shot score: a fine-tuned model is scored against its neighbours, as before
+    # session 49 (the switch would recompute the two-hop ball at every evaluation).
+    ft_config = dataclasses.replace(loaded.config, link_eval=cfg.link_eval, score_space=cfg.score_space,
+                                    ball_switch=False)
     model = GCCAD(ft_config)
     model.load_state_dict(base_model(zs_model).state_dict())  # a snapshot ensemble starts from its best state
     graph_np = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()

@@ -61,9 +61,11 @@ def test_the_scorer_gives_the_default_the_loose_and_the_ball_scores() -> None:
     n = 60
     src, dst = torch.randint(0, n, (240,)), torch.randint(0, n, (240,))
     data = Data(x=torch.randn(n, 5), edge_index=torch.stack([torch.cat([src, dst]), torch.cat([dst, src])]))
-    model = GCCAD(GCCADConfig(in_dim=5, contrast="local", loss="logistic", ensemble=2, degree_detrend=True))
+    model = GCCAD(GCCADConfig(in_dim=5, contrast="local", loss="logistic", ensemble=2, degree_detrend=True,
+                              ball_switch=True))  # as the local recipe's checkpoints since session 49
     got = score_three(SimpleNamespace(model=model), data, None, "cpu")
     assert got.shape == (3, n)
+    assert model.config.ball_switch is False  # each column is one context, never the switch's choice
     model.config.loose_context, model.config.context_hops = False, 1
     np.testing.assert_array_equal(got[0], score_data(model, data, device="cpu"))
     model.config.loose_context = True

@@ -64,9 +64,9 @@ LOCAL_DEGREE_DETREND = True
 #: ``pretrain --loose-context`` of the local recipe (the harness's ``--pre-loose-context``; False = the run key of
 #: earlier sessions): each node also scored against its loose context, the larger robust z kept (session 48)
 LOCAL_LOOSE_CONTEXT = False
-#: ``pretrain --ball-switch`` of the local recipe (the harness's ``--pre-ball-switch``; False = the run key of earlier
-#: sessions): at scoring, the two-hop ball where it makes a group stand out that the neighbours hide (session 48)
-LOCAL_BALL_SWITCH = False
+#: ``pretrain --ball-switch`` of the local recipe (the harness's ``--pre-ball-switch``): at scoring, the two-hop ball
+#: where it makes a group stand out that the neighbours hide (session 48; the default since session 49)
+LOCAL_BALL_SWITCH = True
 #: seed nodes per minibatch of the local recipe (``pretrain --batch-size``; the harness's ``--pre-batch-size``)
 LOCAL_BATCH_SIZE = 1024
 #: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
