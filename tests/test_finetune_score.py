@@ -882,6 +882,25 @@ def test_model_flag_fits_only_the_model_asked_for(small_graph, local_checkpoint,
         assert ck["config"]["contrast"] == "local" and ck["config"]["ensemble"] == 3
 
 
+def test_fine_tuning_a_ball_switch_checkpoint_fits_against_the_neighbours(small_graph, tmp_path, capsys) -> None:
+    """The local recipe's checkpoints record the ball switch (session 49): the zero-shot score keeps it, the model
+    fine-tuned from it is scored against its neighbours, as before."""
+    g, path = small_graph
+    torch.manual_seed(2)
+    cfg = GCCADConfig(in_dim=8, hidden=16, contrast="local", loss="logistic", tau=0.2, ensemble=2, ball_switch=True)
+    pre = tmp_path / "pre" / "final"
+    save_model(pre, GCCAD(cfg), cfg, extra={"stage": "pretrain", "normalize": "standard"})
+    out = tmp_path / "ft"
+    code, _, err = _run(finetune_main, ["--checkpoint", str(pre), "--graph", str(path), "--out", str(out),
+                                       "--model", "checkpoint", "--epochs", "2", "--seed", "0", "--no-progress",
+                                       "--no-plots", "--threads", "1"], capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert load_model_file(pre)["config"]["ball_switch"] is True and m["zero_shot"]["test"]
+    assert m["model_config"]["ball_switch"] is False  # the written model's
+    assert load_model_file(out / "final")["config"]["ball_switch"] is False
+
+
 def test_auto_fine_tunes_a_message_passing_checkpoint_as_it_is(small_graph, pre_checkpoint, tmp_path, capsys) -> None:
     g, path = small_graph
     out = tmp_path / "ft"
