@@ -470,8 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "generated graphs of rings and weibo-like groups the neighbours scored AUROC 0.43-0.94 and the "
                         "ball 0.95-1.00 (DOMINANT: 0.90-0.94); on the shared real graphs' training and validation "
                         "labels the ball was lower on inj_cora (0.845 against 0.931), reddit and tolokers, higher on "
-                        "books. auto chose the ball on none of the shared graphs and none of 17 generated graphs "
-                        "without alike groups, and on 9 of the 12 generated graphs with them, every one where the "
+                        "books. auto kept the neighbours on inj_cora, books, reddit, tolokers, disney and 17 "
+                        "generated graphs without alike groups; it chose the ball on enron (where the ball scored "
+                        "higher) and on 9 of 12 generated graphs with alike groups, among them every one where the "
                         "neighbours scored below 0.9 (BENCHMARKS.md, sessions 47-49). If you expect fraud rings, 2 "
                         "takes the ball always")
     p.add_argument("--loose-context", action=argparse.BooleanOptionalAction, default=d.loose_context,
