@@ -129,3 +129,53 @@ def test_the_score_command_reports_the_choices_once(caplog) -> None:
     parts = _report_ball_switch(SimpleNamespace(last_context=one, context_choices={"ball": 2, "neighbours": 5}))
     assert parts == {"context": "per part", "ball": 2, "neighbours": 5}
     assert "2 of 7 graphs or parts scored with the two-hop ball" in caplog.text
+
+
+def test_ball_mean_of_some_targets_gives_their_rows_of_the_whole_ball() -> None:
+    from gcad_dist.model.ball import ball_mean
+
+    torch.manual_seed(3)
+    n = 200
+    src, dst = torch.randint(0, n, (900,)), torch.randint(0, n, (900,))
+    ei = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
+    h = torch.randn(n, 6)
+    targets = torch.tensor([0, 5, 17, 60, 199])
+    whole, size = ball_mean(h, ei, n, 4, torch.Generator().manual_seed(0))
+    some, some_size = ball_mean(h, ei, n, 4, torch.Generator().manual_seed(0), targets=targets)
+    torch.testing.assert_close(some[targets], whole[targets])
+    assert torch.equal(some_size[targets], size[targets])
+    rest = torch.ones(n, dtype=torch.bool)
+    rest[targets] = False
+    assert not some[rest].any() and not some_size[rest].any()
+
+
+@pytest.mark.parametrize("use", [True, False])
+def test_a_large_graph_is_decided_on_a_sample(use: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above SWITCH_SAMPLE nodes the shares come from a fixed sample of the nodes; the ball, when chosen, is every
+    node's, as --context-hops 2 scores it."""
+    torch.manual_seed(0)
+    n = 300
+    src, dst = torch.randint(0, n, (1500,)), torch.randint(0, n, (1500,))
+    ei = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
+    x = torch.randn(n, 5)
+    kw = dict(in_dim=5, contrast="local", loss="logistic", ensemble=2, degree_detrend=True)
+    plain = GCCAD(GCCADConfig(**kw)).eval()
+    hops2 = GCCAD(GCCADConfig(**kw, context_hops=2)).eval()
+    switch = GCCAD(GCCADConfig(**kw, ball_switch=True)).eval()
+    hops2.load_state_dict(plain.state_dict())
+    switch.load_state_dict(plain.state_dict())
+    assert ball_module.switch_sample(n) is None  # the default sample is far larger than this graph
+    monkeypatch.setattr(ball_module, "SWITCH_SAMPLE", 120)
+    sample = ball_module.switch_sample(n)
+    assert sample.numel() == 120 and torch.equal(sample, torch.sort(sample).values)
+    assert torch.equal(sample, ball_module.switch_sample(n))  # fixed
+    seen = []
+    monkeypatch.setattr("gcad_dist.model.gccad.ball_reveals_group",
+                        lambda a, b, h: seen.append((a.numel(), b.numel(), h.numel())) or (use, 0.01, 0.05))
+    with torch.no_grad():
+        out = switch(x, ei)
+        assert torch.equal(out.ball_nodes, sample)
+        got = switch.score(out)
+        want = (hops2 if use else plain).score((hops2 if use else plain)(x, ei))
+    assert seen == [(120, 120, 120)]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

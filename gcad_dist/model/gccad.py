@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .aggregate import weighted_sum
-from .ball import DEFAULT_FANOUT, ball_mean, ball_reveals_group, switch_phrase, two_hop_ball
+from .ball import DEFAULT_FANOUT, ball_mean, ball_reveals_group, switch_phrase, switch_sample, two_hop_ball
 from .ball import SCORE_SEED as BALL_SCORE_SEED
 from .context import IDENTITY, ContextSync
 from .degree_trend import neutral_to_degree
@@ -179,8 +179,12 @@ class GCCADOutput:
     num_graphs: int = 1
     h0: Tensor | None = None
     local_context: Tensor | None = None
-    # the two-hop ball's context rows when the ball switch scores with the neighbours as context (else None)
+    # the two-hop ball's context rows when the ball switch scores with the neighbours as context (else None), computed
+    # for the nodes ``ball_nodes`` only (None: all; a large graph's switch decides on a sample, ``switch_sample``),
+    # and the input the ball is averaged over (the features, when narrower than h0; else None: h0)
     ball_context: Tensor | None = None
+    ball_nodes: Tensor | None = None
+    ball_input: Tensor | None = None
 
 
 class GCCAD(torch.nn.Module):
@@ -248,21 +252,17 @@ class GCCAD(torch.nn.Module):
                 pick, donor, col = self._swap_index(member_swaps)
                 v = h0.view(h0.size(0), self.config.ensemble, -1)
                 h0 = v.index_put((pick, col), v[donor, col]).reshape(h0.shape)
-            ctx = ball = None
-            if self.config.context_hops == 2 or (self.config.ball_switch and not self.training):
-                # the mean over each node's two-hop ball: the context, or the ball switch's other one at scoring
-                gen = None if self.training else torch.Generator().manual_seed(BALL_SCORE_SEED)
-                fan = self.config.context_fanout
-                if member_swaps is None and x.dim() == 2 and x.size(1) < h0.size(1):
-                    # one input for every member: average the narrower features, then project (exact: affine)
-                    mean, size = ball_mean(x, edge_index, n, fan, gen)
-                    ball = self.input_projection(mean) * (size > 0).to(h0.dtype).unsqueeze(-1)
-                else:
-                    ball = ball_mean(h0, edge_index, n, fan, gen)[0]
-                if self.config.context_hops == 2:
-                    ctx, ball = ball, None
+            ctx = ball = nodes = None
+            # one input for every member: average the narrower features, then project (exact: affine)
+            source = x if member_swaps is None and x.dim() == 2 and x.size(1) < h0.size(1) else None
+            if self.config.context_hops == 2:  # the mean over each node's two-hop ball is the context
+                ctx = self._ball_context(source, h0, edge_index, n)
+            elif self.config.ball_switch and not self.training:  # the ball switch's other context, at scoring
+                nodes = switch_sample(n, h0.device)
+                ball = self._ball_context(source, h0, edge_index, n, nodes)
             return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch, edge_index=edge_index,
-                               num_graphs=num_graphs, h0=h0, local_context=ctx, ball_context=ball)
+                               num_graphs=num_graphs, h0=h0, local_context=ctx, ball_context=ball, ball_nodes=nodes,
+                               ball_input=source if ball is not None else None)
         if self.config.contrast != "graph":  # the neighbours' final embeddings are needed: no hop trimming
             num_sampled_nodes = num_sampled_edges = None
         h, q, probs, logits, w, h0 = self.encoder(
@@ -440,20 +440,42 @@ class GCCAD(torch.nn.Module):
         s = 1.0 - F.cosine_similarity(own.float(), ctx.float(), dim=-1)
         return s.mean(-1) if s.dim() == 2 else s  # an ensemble: the mean of its members' scores
 
+    def _ball_context(self, source: Tensor | None, h0: Tensor, edge_index: Tensor, n: int,
+                      targets: Tensor | None = None, scoring: bool = False) -> Tensor:
+        """The mean of h0 over each node's two-hop ball (of ``targets`` only, other rows 0), a fresh sample of the
+        second hop in training and a fixed one when scoring (eval mode or ``scoring``); from ``source`` (narrower
+        features) averaged, then projected, when given."""
+        gen = None if self.training and not scoring else torch.Generator().manual_seed(BALL_SCORE_SEED)
+        fan = self.config.context_fanout
+        if source is not None:
+            mean, size = ball_mean(source, edge_index, n, fan, gen, targets=targets)
+            return self.input_projection(mean) * (size > 0).to(h0.dtype).unsqueeze(-1)
+        return ball_mean(h0, edge_index, n, fan, gen, targets=targets)[0]
+
     def _switch_to_ball(self, out: GCCADOutput, plain: Tensor) -> Tensor:
         """``ball_switch``: the score with the two-hop ball as context (the same model; a fixed sample of the second
         hop, which forward computes at scoring as ``out.ball_context``) when
         :func:`gcad_dist.model.ball.ball_reveals_group` says so, else ``plain``. The choice is kept in
         ``self.last_context`` ("neighbours" or "ball", with both shares of nodes that stand out) and counted over
-        calls in ``self.context_choices`` (a part-by-part scoring calls once a part)."""
-        n = out.h0.size(0)
-        ctx = out.ball_context
+        calls in ``self.context_choices`` (a part-by-part scoring calls once a part). On a graph of more than
+        :data:`gcad_dist.model.ball.SWITCH_SAMPLE` nodes the shares are those of a fixed sample of them, and every
+        node's ball is computed only when the ball is chosen."""
+        n, detrend = out.h0.size(0), self.config.degree_detrend
+        ctx, nodes = out.ball_context, out.ball_nodes
         if ctx is None:  # an output not made by forward's whole-graph path: the ball from h^(0) (same rows)
-            gen = torch.Generator().manual_seed(BALL_SCORE_SEED)
-            ctx = ball_mean(out.h0, out.edge_index, n, self.config.context_fanout, gen)[0]
-        ball = self._neutral_to_degree(self._local_score(out, ctx), out, self.config.degree_detrend)
-        has = torch.bincount(out.edge_index[1], minlength=n)[: plain.size(0)] > 0
-        use, t1, t2 = ball_reveals_group(plain, ball, has)
+            nodes = switch_sample(n, out.h0.device)
+            ctx = self._ball_context(None, out.h0, out.edge_index, n, nodes, scoring=True)
+        deg = torch.bincount(out.edge_index[1], minlength=n)[: plain.size(0)]
+        if nodes is None:
+            ball = self._neutral_to_degree(self._local_score(out, ctx), out, detrend)
+            use, t1, t2 = ball_reveals_group(plain, ball, deg > 0)
+        else:  # decided on a sample of a large graph; every node's ball only if the ball is chosen
+            nodes = nodes[nodes < plain.size(0)]
+            sample = neutral_to_degree(self._local_score(out, ctx)[nodes], deg[nodes], detrend)
+            use, t1, t2 = ball_reveals_group(plain[nodes], sample, deg[nodes] > 0)
+            if use:
+                ctx = self._ball_context(out.ball_input, out.h0, out.edge_index, n, scoring=True)
+                ball = self._neutral_to_degree(self._local_score(out, ctx), out, detrend)
         choice = "ball" if use else "neighbours"
         self.last_context = {"context": choice, "stand_out_neighbours": t1, "stand_out_ball": t2}
         counts = getattr(self, "context_choices", None) or {"ball": 0, "neighbours": 0}
