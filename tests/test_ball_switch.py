@@ -13,6 +13,9 @@ from gcad_dist.model import GCCAD, GCCADConfig
 from gcad_dist.model import ball as ball_module
 from gcad_dist.model.ball import ball_reveals_group
 
+#: the label-free recipe's model, small
+LOCAL = dict(in_dim=5, contrast="local", loss="logistic", ensemble=2, degree_detrend=True)
+
 
 def _with_outliers(n: int, share: float, seed: int) -> torch.Tensor:
     """Gaussian scores with ``share`` of the nodes pushed far out (robust z well above 3)."""
@@ -20,6 +23,21 @@ def _with_outliers(n: int, share: float, seed: int) -> torch.Tensor:
     s = torch.randn(n, generator=g)
     s[: int(share * n)] += 20.0
     return s
+
+
+def _graph_and_three_models(n: int, edges: int) -> tuple:
+    """(x, edge_index, and one local model scoring with the neighbours, the ball and the switch, same weights) on a
+    random graph."""
+    torch.manual_seed(0)
+    src, dst = torch.randint(0, n, (edges,)), torch.randint(0, n, (edges,))
+    ei = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
+    x = torch.randn(n, 5)
+    plain = GCCAD(GCCADConfig(**LOCAL)).eval()
+    hops2 = GCCAD(GCCADConfig(**LOCAL, context_hops=2)).eval()
+    switch = GCCAD(GCCADConfig(**LOCAL, ball_switch=True)).eval()
+    hops2.load_state_dict(plain.state_dict())
+    switch.load_state_dict(plain.state_dict())
+    return x, ei, plain, hops2, switch
 
 
 def test_the_switch_needs_a_group_the_neighbours_hide() -> None:
@@ -42,17 +60,7 @@ def test_the_switch_needs_a_group_the_neighbours_hide() -> None:
 
 @pytest.mark.parametrize("use", [True, False])
 def test_the_model_scores_with_the_ball_or_the_neighbours_as_the_switch_says(use: bool, monkeypatch) -> None:
-    torch.manual_seed(0)
-    n = 80
-    src, dst = torch.randint(0, n, (300,)), torch.randint(0, n, (300,))
-    ei = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
-    x = torch.randn(n, 5)
-    kw = dict(in_dim=5, contrast="local", loss="logistic", ensemble=2, degree_detrend=True)
-    plain = GCCAD(GCCADConfig(**kw)).eval()
-    hops2 = GCCAD(GCCADConfig(**kw, context_hops=2)).eval()
-    switch = GCCAD(GCCADConfig(**kw, ball_switch=True)).eval()
-    hops2.load_state_dict(plain.state_dict())
-    switch.load_state_dict(plain.state_dict())
+    x, ei, plain, hops2, switch = _graph_and_three_models(80, 300)
     monkeypatch.setattr("gcad_dist.model.gccad.ball_reveals_group", lambda a, b, h: (use, 0.01, 0.05))
     with torch.no_grad():
         want = (hops2 if use else plain).score((hops2 if use else plain)(x, ei))
@@ -63,9 +71,9 @@ def test_the_model_scores_with_the_ball_or_the_neighbours_as_the_switch_says(use
         switch.score(switch(x, ei))  # a second graph or part: the choices are counted over calls
     assert switch.context_choices == {"ball": 2 * use, "neighbours": 2 * (not use)}
     with pytest.raises(ValueError, match="ball_switch needs"):
-        GCCADConfig(**kw, context_hops=2, ball_switch=True)
+        GCCADConfig(**LOCAL, context_hops=2, ball_switch=True)
     with pytest.raises(ValueError, match="ball_switch needs"):
-        GCCADConfig(**kw, loose_context=True, ball_switch=True)
+        GCCADConfig(**LOCAL, loose_context=True, ball_switch=True)
 
 
 def test_pretrain_option_and_recipe() -> None:
@@ -153,17 +161,8 @@ def test_ball_mean_of_some_targets_gives_their_rows_of_the_whole_ball() -> None:
 def test_a_large_graph_is_decided_on_a_sample(use: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Above SWITCH_SAMPLE nodes the shares come from a fixed sample of the nodes; the ball, when chosen, is every
     node's, as --context-hops 2 scores it."""
-    torch.manual_seed(0)
     n = 300
-    src, dst = torch.randint(0, n, (1500,)), torch.randint(0, n, (1500,))
-    ei = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
-    x = torch.randn(n, 5)
-    kw = dict(in_dim=5, contrast="local", loss="logistic", ensemble=2, degree_detrend=True)
-    plain = GCCAD(GCCADConfig(**kw)).eval()
-    hops2 = GCCAD(GCCADConfig(**kw, context_hops=2)).eval()
-    switch = GCCAD(GCCADConfig(**kw, ball_switch=True)).eval()
-    hops2.load_state_dict(plain.state_dict())
-    switch.load_state_dict(plain.state_dict())
+    x, ei, plain, hops2, switch = _graph_and_three_models(n, 1500)
     assert ball_module.switch_sample(n) is None  # the default sample is far larger than this graph
     monkeypatch.setattr(ball_module, "SWITCH_SAMPLE", 120)
     sample = ball_module.switch_sample(n)

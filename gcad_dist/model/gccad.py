@@ -429,11 +429,11 @@ class GCCAD(torch.nn.Module):
             c = torch.cat([local.to(c.dtype), c[:, self.config.hidden:]], dim=-1)
         return c
 
-    def _local_score(self, out: GCCADOutput, context: Tensor | None = None) -> Tensor:
-        """1 - cos(self, context) of every node of a non-graph contrast (an ensemble: the mean over its members);
-        ``context`` replaces the local contrast's (see :meth:`local_pair`)."""
+    def _local_score(self, out: GCCADOutput, context: Tensor | None = None, idx: Tensor | None = None) -> Tensor:
+        """1 - cos(self, context) of every node (of nodes ``idx``) of a non-graph contrast (an ensemble: the mean over
+        its members); ``context`` replaces the local contrast's (see :meth:`local_pair`)."""
         project = self.config.contrast in ("ego", "local") or self.config.score_space == "projection"
-        own, ctx = self.local_pair(out, project=project, context=context)
+        own, ctx = self.local_pair(out, idx, project=project, context=context)
         if self.config.ensemble > 1 and not project:  # per member: block k of h^(0) and of its context
             own = own.reshape(own.size(0), self.config.ensemble, -1)
             ctx = ctx.reshape(ctx.size(0), self.config.ensemble, -1)
@@ -471,7 +471,7 @@ class GCCAD(torch.nn.Module):
             use, t1, t2 = ball_reveals_group(plain, ball, deg > 0)
         else:  # decided on a sample of a large graph; every node's ball only if the ball is chosen
             nodes = nodes[nodes < plain.size(0)]
-            sample = neutral_to_degree(self._local_score(out, ctx)[nodes], deg[nodes], detrend)
+            sample = neutral_to_degree(self._local_score(out, ctx, nodes), deg[nodes], detrend)
             use, t1, t2 = ball_reveals_group(plain[nodes], sample, deg[nodes] > 0)
             if use:
                 ctx = self._ball_context(out.ball_input, out.h0, out.edge_index, n, scoring=True)
