@@ -21,7 +21,6 @@ choice.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import run_cli  # noqa: E402
 
 log = logging.getLogger("bench.alike_groups")
 
@@ -79,7 +78,8 @@ def run(cfg: AlikeGroupsConfig) -> list[dict[str, Any]]:
     from gcad_dist.model.ball import ball_reveals_group
 
     def fit(raw: Any, seed: int, threads: int) -> np.ndarray:
-        return gccad_pre.fit_score(raw, None, seed, threads=threads, scorer=score_three, pre_ball_switch=False)
+        return gccad_pre.fit_score(raw, None, seed, threads=threads, scorer=score_three, pre_ball_switch=False,
+                                   pre_feature_view=False)
 
     records = []
     for ds, raw, seed, scores in saved_scores(cfg, SCORES, fit):
@@ -110,17 +110,10 @@ def table(records: list[dict[str, Any]], on_test: bool = False) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from bench.labelfree_pretext import saved_scores_parser
-
-    return saved_scores_parser("python -m bench.alike_groups", __doc__, AlikeGroupsConfig())
-
-
 def main(argv: list[str] | None = None) -> int:
-    cfg = AlikeGroupsConfig(**vars(build_parser().parse_args(argv)))
-    setup_logging(cfg.verbose)
-    print(table(run(cfg), cfg.on_test))
-    return 0
+    from bench.labelfree_pretext import saved_scores_main
+
+    return saved_scores_main("python -m bench.alike_groups", __doc__, AlikeGroupsConfig, run, table, argv)
 
 
 if __name__ == "__main__":

@@ -128,6 +128,15 @@ def saved_scores_parser(prog: str, doc: str, d: Any) -> argparse.ArgumentParser:
     return p
 
 
+def saved_scores_main(prog: str, doc: str, config: type, run: Any, table: Any, argv: list[str] | None) -> int:
+    """A saved-scores bench's ``main``: parse ``argv`` into ``config`` (its settings dataclass), then print
+    ``table(run(cfg), cfg.on_test)``."""
+    cfg = config(**vars(saved_scores_parser(prog, doc, config()).parse_args(argv)))
+    setup_logging(cfg.verbose)
+    print(table(run(cfg), cfg.on_test))
+    return 0
+
+
 def evaluate_train_val(data_dir: Path, dataset: str, seed: int, scores: np.ndarray) -> dict[str, float]:
     """AUROC / AUPRC over the labelled training and validation nodes of the harness's split ``seed``."""
     from gcad_dist.metrics import evaluate

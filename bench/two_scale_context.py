@@ -15,7 +15,6 @@ the harness's split of each seed (no test label); ``--on-test`` reads the test s
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import run_cli  # noqa: E402
 
 log = logging.getLogger("bench.two_scale_context")
 
@@ -80,7 +79,8 @@ def score_both(data: Any, seed: int, threads: int = 1) -> tuple[np.ndarray, np.n
         s2 = score_data(model, prepared, device=dev)
         return np.stack([s1, s2])
 
-    both = gccad_pre.fit_score(data, None, seed, threads=threads, scorer=score, pre_ball_switch=False)
+    both = gccad_pre.fit_score(data, None, seed, threads=threads, scorer=score, pre_ball_switch=False,
+                               pre_feature_view=False)
     return both[0], both[1]
 
 
@@ -116,17 +116,10 @@ def table(records: list[dict[str, Any]], on_test: bool = False) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from bench.labelfree_pretext import saved_scores_parser
-
-    return saved_scores_parser("python -m bench.two_scale_context", __doc__, TwoScaleConfig())
-
-
 def main(argv: list[str] | None = None) -> int:
-    cfg = TwoScaleConfig(**vars(build_parser().parse_args(argv)))
-    setup_logging(cfg.verbose)
-    print(table(run(cfg), cfg.on_test))
-    return 0
+    from bench.labelfree_pretext import saved_scores_main
+
+    return saved_scores_main("python -m bench.two_scale_context", __doc__, TwoScaleConfig, run, table, argv)
 
 
 if __name__ == "__main__":

@@ -256,7 +256,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
     from gcad_dist.model.snapshots import base_model, member_states
     from gcad_dist.metrics import evaluate
-    from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data
+    from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data, with_feature_view
+    from partitioning.io import load_graph
     from gcad_dist.supervised import fit_supervised, predict
     from gcad_dist.data.label_inputs import LABEL_COLUMNS, with_label_inputs
     from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates, resolve_label_inputs,
@@ -277,7 +278,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         raise GraphInputError(cfg.checkpoint, "was trained with --label-inputs; fine-tune from a checkpoint without "
                                               "them (a gcad_dist.pretrain or a gcad_dist.train --no-label-inputs one)")
     normalize = _resolve_normalize(cfg.normalize, loaded)
-    data = prepare_data(cfg.graph, loaded, normalize)
+    graph = load_graph(cfg.graph)  # its raw features stay for the zero-shot score's feature view
+    data = prepare_data(graph, loaded, normalize, source=cfg.graph)
     counts = check_labels(cfg.graph, getattr(data, "y", None), "fine-tuning and evaluation")
     y = data.y.long()
     try:
@@ -297,16 +299,19 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     zs_settings = {"link_eval": getattr(loaded.config, "link_eval", "threshold"),
                    "score_space": getattr(loaded.config, "score_space", "encoder")}
     # Fine-tuning, validation and test: the same weights under the supervised evaluation settings. The label-free
-    # ball switch stays with the zero-shot score: a fine-tuned model is scored against its neighbours, as before
-    # session 49 (the switch would recompute the two-hop ball at every evaluation).
+    # ball switch and the feature view stay with the zero-shot score: a fine-tuned model is scored against its
+    # neighbours alone, as before session 49 (the switch would recompute the two-hop ball at every evaluation).
     ft_config = dataclasses.replace(loaded.config, link_eval=cfg.link_eval, score_space=cfg.score_space,
-                                    ball_switch=False)
+                                    ball_switch=False, feature_view=False)
     model = GCCAD(ft_config)
     model.load_state_dict(base_model(zs_model).state_dict())  # a snapshot ensemble starts from its best state
     graph_np = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()
     y_np = y.numpy()
     dev = _resolve_device(cfg.device)
     zs_scores = predict(zs_model.to(dev), copy.copy(data).to(dev)).cpu().numpy()
+    # the feature view (gcad_dist.score's, label-free) is reported beside the zero-shot score; the candidate and every
+    # written model are the model's own score, which a written checkpoint reproduces
+    view_scores, zs_view = with_feature_view(zs_model, zs_scores, data, graph.x)
     zero_shot = {
         "val": evaluate(y_np, zs_scores, graph_np, split.val.numpy()),
         "test": evaluate(y_np, zs_scores, graph_np, split.test.numpy()),
@@ -324,6 +329,10 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         "zero_shot_settings": zs_settings,
         "zero_shot": zero_shot,
     }
+    if zs_view is not None:  # the checkpoint as gcad_dist.score scores it
+        metrics["zero_shot_feature_view"] = {
+            "choice": zs_view, "val": evaluate(y_np, view_scores, graph_np, split.val.numpy()),
+            "test": evaluate(y_np, view_scores, graph_np, split.test.numpy())}
     label_inputs = cfg.epochs > 0 and resolve_label_inputs("gccad", cfg.label_inputs,
                                                          label_counts["train_labelled_anomalies"])
     metrics["label_inputs"] = label_inputs
@@ -343,8 +352,9 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             saved_model, saved_config, snapshots = zs_model, loaded.config, None
         else:
             saved_model, saved_config, snapshots = base_model(zs_model), loaded.config, member_states(zs_model)
-        scores, history, best_epoch = zs_scores, None, 0
-        metrics.update({"best_epoch": 0, "epochs_run": 0, "val": zero_shot["val"], "test": zero_shot["test"]})
+        scores, history, best_epoch = view_scores, None, 0  # as gcad_dist.score scores the written checkpoint
+        shown = metrics.get("zero_shot_feature_view", zero_shot)
+        metrics.update({"best_epoch": 0, "epochs_run": 0, "val": shown["val"], "test": shown["test"]})
     else:
         # gcad_dist.train's settings for its model (the graph candidates) and for every fit here
         tcfg = TrainConfig(graph=cfg.graph, out=cfg.out, hidden=loaded.config.hidden, epochs=cfg.epochs, lr=cfg.lr,
@@ -368,7 +378,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         names, fits, graph_selection = [], [], {}
         for which in _models_to_fit(cfg.model, loaded.config):
             if which == ZERO_SHOT:  # the checkpoint unchanged, scored as above (zero_shot_fit)
-                fits.append(zero_shot_fit(zs_model, loaded.config, zs_scores, zero_shot["val"], zero_shot["test"],
+                fits.append(zero_shot_fit(zs_model, dataclasses.replace(loaded.config, feature_view=False),
+                                          zs_scores, zero_shot["val"], zero_shot["test"],
                                           LABEL_COLUMNS if label_inputs else 0))
             elif which == "checkpoint":
                 log.info("fine-tuning the checkpoint's model (contrast %s)", ft_config.contrast)

@@ -89,10 +89,10 @@ PLACEMENT_STRATEGIES = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": {"contrast": "graph", "loss": "contrastive", "tau": 0.1, "swap_features": 0.0,
               "plant_cliques": 0.0, "push_tails": 0.0, "ensemble": 1, "degree_detrend": False,
-              "loose_context": False, "ball_switch": False},
+              "loose_context": False, "ball_switch": False, "feature_view": False},
     "local": {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15, "plant_cliques": 0.0,
               "push_tails": 0.0, "ensemble": 5, "degree_detrend": True, "loose_context": False,
-              "ball_switch": True},
+              "ball_switch": True, "feature_view": True},
 }
 
 
@@ -107,6 +107,8 @@ def apply_recipe(cfg: "PretrainConfig", store_corrupted: bool) -> "PretrainConfi
                 value = 1
             elif name == "ball_switch" and (cfg.contrast != "local" or cfg.context_hops != 1 or cfg.loose_context):
                 value = False  # the switch chooses between the neighbours and the ball: not with another context
+            elif name == "feature_view" and cfg.contrast != "local":
+                value = False  # the feature view joins the local contrast's score
             setattr(cfg, name, value)
     return cfg
 
@@ -156,7 +158,7 @@ class PretrainConfig:
     readout: str = "memory"
     dropout: float = 0.1
     # "auto" | "paper" | "local": the defaults of contrast, loss, tau, swap_features, ensemble, degree_detrend,
-    # loose_context and ball_switch (RECIPES;
+    # loose_context, ball_switch and feature_view (RECIPES;
     # auto = local for a store without stored corruption, paper otherwise); an option given explicitly wins
     recipe: str = "auto"
     tau: float | None = None
@@ -181,6 +183,9 @@ class PretrainConfig:
     # local contrast with --context-hops 1: at scoring, switch to the two-hop ball when it makes a group of nodes stand
     # out that the neighbours hide (gcad_dist.model.ball.ball_reveals_group); None = the recipe's
     ball_switch: bool | None = None
+    # local contrast: at scoring, add an isolation forest on the raw features where it corroborates the contrast's top
+    # nodes (gcad_dist.feature_view); None = the recipe's
+    feature_view: bool | None = None
     memory_momentum: float = 0.5
     backend: str = "auto"
     sample_on: str = "auto"
@@ -293,6 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
       "another's neighbours do (fraud rings, bursts of alike accounts); the choice is logged. No label is read. "
       "Recorded in the checkpoint. Default: the recipe's, on for local (it never chose the ball on a graph where the "
       "ball scored lower, BENCHMARKS.md, sessions 48 and 49), off for paper")
+    a("--feature-view", action=argparse.BooleanOptionalAction, default=d.feature_view,
+      help="local contrast: when the model scores, an isolation forest on the graph's raw features is fitted, and its "
+      "robust z-score is added to the contrast's where the two agree on what stands out: where the forest ranks the "
+      "contrast's top 1%% of nodes at AUROC >= 0.75 against the others (the choice and that AUROC are logged). It "
+      "finds what a contrast with the neighbours hardly sees, nodes extreme in a few attributes (camouflaged fraud), "
+      "and stays off where the forest's outliers are normal nodes. No label is read. Recorded in the checkpoint. "
+      "Default: the recipe's, on for local (BENCHMARKS.md, session 50), off for paper")
     a("--context-hops", type=int, choices=(1, 2), default=d.context_hops,
       help="local contrast: each node is contrasted with the mean of its neighbours (1) or of its two-hop ball (2: "
       "its neighbours and up to 10 sampled neighbours of each, itself excluded; minibatches then sample two hops). "
@@ -464,6 +476,9 @@ def validate(cfg: PretrainConfig) -> dict:
                          f"local contrast with --context-hops 1 and without --loose-context (this run: --contrast "
                          f"{cfg.contrast} --context-hops {cfg.context_hops}"
                          f"{' --loose-context' if cfg.loose_context else ''}); leave it off")
+    if cfg.feature_view and cfg.contrast != "local":
+        raise UsageError(f"--feature-view: joins the local contrast's score (this run's contrast is {cfg.contrast}); "
+                         "leave it off")
     if cfg.context_hops != 1 and cfg.contrast != "local":
         raise UsageError(f"--context-hops {cfg.context_hops}: the two-hop ball is a context of the local contrast "
                          f"only (this run's contrast is {cfg.contrast}); pass --contrast local or --recipe local")

@@ -101,6 +101,7 @@ class QualityConfig:
     pre_degree_detrend: bool | None = None  # None: the local recipe's pretrain --degree-detrend (on)
     pre_loose_context: bool | None = None  # None: the local recipe's pretrain --loose-context
     pre_ball_switch: bool | None = None  # None: the local recipe's pretrain --ball-switch
+    pre_feature_view: bool | None = None  # None: the local recipe's pretrain --feature-view
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
@@ -110,7 +111,8 @@ class QualityConfig:
                 "pre_tails": self.pre_tails, "pre_batch_size": self.pre_batch_size,
                 "pre_context_hops": self.pre_context_hops, "pre_normalize": self.pre_normalize,
                 "pre_degree_detrend": self.pre_degree_detrend, "pre_loose_context": self.pre_loose_context,
-                "pre_ball_switch": self.pre_ball_switch, "label_inputs": self.label_inputs}
+                "pre_ball_switch": self.pre_ball_switch, "pre_feature_view": self.pre_feature_view,
+                "label_inputs": self.label_inputs}
     device: str = "auto"
     threads: int = 0
     candidate_workers: int = 1  # gccad's --contrast auto candidates fitted side by side (the same results)
@@ -503,6 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pre-ball-switch", action=argparse.BooleanOptionalAction, default=d.pre_ball_switch,
                    help="gccad-pre: pretrain --ball-switch, the two-hop ball as context where it makes a group stand "
                    "out that the neighbours hide (default: the recipe's)")
+    p.add_argument("--pre-feature-view", action=argparse.BooleanOptionalAction, default=d.pre_feature_view,
+                   help="gccad-pre: pretrain --feature-view, an isolation forest on the raw features added to the score "
+                   "where it corroborates the contrast's top nodes (default: the recipe's)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "

@@ -71,6 +71,9 @@ class ScoreConfig:
     context_hops: str | None = None
     # the label-free local model: also scored against the loose context, larger robust z kept; None = as trained
     loose_context: bool | None = None
+    # the label-free local model: an isolation forest on the raw features added where it corroborates the contrast
+    # (gcad_dist.feature_view); None = as trained
+    feature_view: bool | None = None
     device: str = "auto"
     normalize: str = "auto"
     threads: int = 0
@@ -386,8 +389,29 @@ def score_graph(checkpoint_dir: str | Path, graph: Any, device: str = "auto", no
     Raises GraphInputError when the graph's feature width differs from the model's ``in_dim``.
     """
     loaded = load_checkpoint_model(checkpoint_dir)
+    from partitioning.graph import Graph
+    from partitioning.io import load_graph
+
+    if isinstance(graph, (str, Path)):
+        graph = load_graph(graph)
     data = prepare_data(graph, loaded, normalize)
-    return score_data(loaded.model, data, device=device, batch_size=batch_size)
+    scores = score_data(loaded.model, data, device=device, batch_size=batch_size)
+    raw = graph.x if isinstance(graph, Graph) else graph.x.detach().cpu().numpy()
+    return with_feature_view(loaded.model, scores, data, raw)[0]
+
+
+def with_feature_view(model: torch.nn.Module, scores: np.ndarray, data: Any,
+                      x_raw: np.ndarray) -> tuple[np.ndarray, dict[str, Any] | None]:
+    """``scores`` with the feature view (:func:`gcad_dist.feature_view.apply_feature_view`: an isolation forest on
+    the raw features ``x_raw``, added where it corroborates the contrast) when ``model`` records it
+    (``feature_view``), and its record; ``(scores, None)`` for any other model. ``data``: the graph scored (its
+    edges say which nodes have a context)."""
+    if not getattr(getattr(model, "config", None), "feature_view", False):
+        return scores, None
+    from gcad_dist.feature_view import apply_feature_view
+
+    has = (torch.bincount(data.edge_index[1], minlength=data.num_nodes) > 0).numpy()
+    return apply_feature_view(scores, np.asarray(x_raw), has, threads=torch.get_num_threads())
 
 
 def write_scores(path: str | Path, scores: np.ndarray, y: np.ndarray | None = None,
@@ -480,6 +504,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "loose context (its neighbours weighted by (1 + their common neighbours)^-2: links inside a "
                         "dense group count little) and keep the larger of the two robust z-scores. Default: as "
                         "trained (pretrain --loose-context, off by default) (BENCHMARKS.md, session 48)")
+    p.add_argument("--feature-view", action=argparse.BooleanOptionalAction, default=d.feature_view,
+                   help="label-free local checkpoints only: fit an isolation forest on the graph's raw features and add "
+                        "its robust z-score to the contrast's where the two agree on what stands out (the forest ranks "
+                        "the contrast's top 1%% of nodes at AUROC >= 0.75 against the others; logged, and written to the "
+                        "metrics file as \"feature_view\"). It finds nodes extreme in a few attributes that agree with "
+                        "their neighbours otherwise (camouflaged fraud), which a contrast hardly sees. Default: as "
+                        "trained (pretrain --feature-view): on for checkpoints of the local recipe since session 50, off "
+                        "for older ones (BENCHMARKS.md, session 50)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
@@ -557,6 +589,16 @@ def set_loose_context(loaded: LoadedModel, on: bool) -> None:
     cfg.loose_context = on
 
 
+def set_feature_view(loaded: LoadedModel, on: bool) -> None:
+    """Score ``loaded``'s label-free local model with (``on``) or without the feature view
+    (:mod:`gcad_dist.feature_view`), whatever it was trained with; :class:`UsageError` for any other model."""
+    cfg = _local_config(loaded, "--feature-view")
+    if on != cfg.feature_view:
+        log.info("--%sfeature-view: scoring %s the feature view, the checkpoint recorded %s", "" if on else "no-",
+                 "with" if on else "without", "it" if cfg.feature_view else "none")
+    cfg.feature_view = on
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = ScoreConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
@@ -582,7 +624,12 @@ def main(argv: list[str] | None = None) -> int:
         set_context_hops(loaded, cfg.context_hops)
     if cfg.loose_context is not None:
         set_loose_context(loaded, cfg.loose_context)
-    data = prepare_data(cfg.graph, loaded, cfg.normalize)
+    if cfg.feature_view is not None:
+        set_feature_view(loaded, cfg.feature_view)
+    from partitioning.io import load_graph
+
+    graph = load_graph(cfg.graph)  # its raw features stay for the feature view
+    data = prepare_data(graph, loaded, cfg.normalize, source=cfg.graph)
     log.info("scoring %s (%d nodes, %d directed edges) with %s model from %s",
              cfg.graph, data.num_nodes, data.edge_index.shape[1], loaded.kind, cfg.checkpoint)
     if getattr(getattr(loaded.model, "config", None), "contrast", None) == "local":
@@ -598,6 +645,10 @@ def main(argv: list[str] | None = None) -> int:
             log.info("each node is also contrasted with its loose context (neighbours weighted by (1 + common "
                      "neighbours)^-2), and the larger of the two robust z-scores kept (%s)",
                      "as trained (pretrain --loose-context)" if cfg.loose_context is None else "--loose-context")
+        if getattr(loaded.model.config, "feature_view", False):
+            log.info("an isolation forest on the raw features joins the score where it corroborates the contrast's top "
+                     "nodes (%s)", "as trained (pretrain --feature-view)" if cfg.feature_view is None
+                     else "--feature-view")
         if getattr(loaded.model.config, "degree_detrend", False):
             log.info("the score's trend over log(1 + degree) is removed, as pre-training recorded (pretrain "
                      "--degree-detrend): a node is compared with nodes of every degree on the same footing")
@@ -614,6 +665,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         scores = score_data(loaded.model, data, device=cfg.device, batch_size=batch_size)
     context = _report_ball_switch(loaded.model)
+    scores, view = with_feature_view(loaded.model, scores, data, graph.x)
+    if view is not None:
+        from gcad_dist.feature_view import feature_view_phrase
+
+        log.info("feature view: %s", feature_view_phrase(view))
     y = None if getattr(data, "y", None) is None else data.y.numpy()
     gid = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()
     write_scores(out, scores, y, gid)
@@ -629,6 +685,8 @@ def main(argv: list[str] | None = None) -> int:
     m["seconds"] = round(secs, 3)
     if context is not None:
         m["context"] = context
+    if view is not None:
+        m["feature_view"] = view
     if cfg.parts:
         m["parts"]["context"] = cfg.context
         log.info("per K-means part (a diagnostic, not a figure of the graph): %s",

@@ -67,6 +67,9 @@ LOCAL_LOOSE_CONTEXT = False
 #: ``pretrain --ball-switch`` of the local recipe (the harness's ``--pre-ball-switch``): at scoring, the two-hop ball
 #: where it makes a group stand out that the neighbours hide (session 48; the default since session 49)
 LOCAL_BALL_SWITCH = True
+#: ``pretrain --feature-view`` of the local recipe (the harness's ``--pre-feature-view``): at scoring, an isolation
+#: forest on the raw features added where it corroborates the contrast's top nodes (the default since session 50)
+LOCAL_FEATURE_VIEW = True
 #: seed nodes per minibatch of the local recipe (``pretrain --batch-size``; the harness's ``--pre-batch-size``)
 LOCAL_BATCH_SIZE = 1024
 #: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
@@ -115,7 +118,7 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
               pre_cliques: float | None = None, pre_tails: float | None = None, pre_batch_size: int | None = None,
               pre_context_hops: int | None = None, pre_normalize: str | None = None,
               pre_degree_detrend: bool | None = None, pre_loose_context: bool | None = None,
-              pre_ball_switch: bool | None = None, threads: int = 1,
+              pre_ball_switch: bool | None = None, pre_feature_view: bool | None = None, threads: int = 1,
               device: str = "cpu", workdir: str | None = None,
               scorer: Callable[[Any, Any, Path, str], np.ndarray] | None = None, **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
@@ -125,10 +128,11 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     ``pre_batch_size`` None = :data:`LOCAL_BATCH_SIZE`, ``pre_context_hops`` (``pretrain --context-hops``) None = 1,
     ``pre_normalize`` (``partitioning.build --normalize``) None = the build's default, ``pre_degree_detrend``
     (``pretrain --degree-detrend``) None = the recipe's (on since session 46), ``pre_loose_context`` (``pretrain
-    --loose-context``) None = the recipe's, ``pre_ball_switch`` (``pretrain --ball-switch``) None = the recipe's.
+    --loose-context``) None = the recipe's, ``pre_ball_switch`` (``pretrain --ball-switch``) None = the recipe's,
+    ``pre_feature_view`` (``pretrain --feature-view``, applied to the default scorer's score) None = the recipe's.
     ``scorer(loaded checkpoint, prepared
     data, store path, device)`` replaces the whole-graph score (``bench.two_scale_context`` scores twice)."""
-    from gcad_dist.score import score_data
+    from gcad_dist.score import score_data, with_feature_view
 
     cliques = LOCAL_CLIQUES if pre_cliques is None else pre_cliques
     tails = LOCAL_TAILS if pre_tails is None else pre_tails
@@ -150,12 +154,16 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     switch = LOCAL_BALL_SWITCH if pre_ball_switch is None else bool(pre_ball_switch)
     if switch or LOCAL_BALL_SWITCH:  # absent when off and the recipe's is off (earlier sessions' pre-training)
         pretrain["ball_switch"] = switch and not loose and pretrain.get("context_hops", 1) == 1
+    view = LOCAL_FEATURE_VIEW if pre_feature_view is None else bool(pre_feature_view)
+    if view or LOCAL_FEATURE_VIEW:  # absent when off and the recipe's is off (earlier sessions' pre-training)
+        pretrain["feature_view"] = view
     build = {"k": 1, "corruption_mix": "none"}
     if pre_normalize is not None:
         build["normalize"] = pre_normalize
     if scorer is None:
         def scorer(loaded: Any, prepared: Any, _store: Path, dev: str) -> np.ndarray:
-            return score_data(loaded.model, prepared, device=dev)
+            scores = score_data(loaded.model, prepared, device=dev)
+            return with_feature_view(loaded.model, scores, prepared, data.x.detach().cpu().numpy())[0]
 
     return _pipeline(data, seed, threads, device, workdir, build, pretrain, scorer)
 

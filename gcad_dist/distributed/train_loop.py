@@ -96,6 +96,7 @@ def model_config(cfg, in_dim: int) -> GCCADConfig:
         degree_detrend=bool(getattr(cfg, "degree_detrend", False)),
         loose_context=bool(getattr(cfg, "loose_context", False)),
         ball_switch=bool(getattr(cfg, "ball_switch", False)),
+        feature_view=bool(getattr(cfg, "feature_view", False)),
     )
 
 

@@ -112,6 +112,9 @@ class GCCADConfig:
     # local contrast with context_hops 1: at scoring, the same model also scores with the two-hop ball, and the ball's
     # score is used when it makes a group of nodes stand out that the neighbours hide (gcad_dist.model.ball)
     ball_switch: bool = False
+    # local contrast: at scoring, an isolation forest on the raw features is added to the score where it corroborates
+    # the contrast's top nodes (gcad_dist.feature_view; applied by gcad_dist.score, which holds the raw features)
+    feature_view: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -139,6 +142,8 @@ class GCCADConfig:
             (not self.ball_switch or (self.contrast == "local" and not self.passes_messages
                                       and self.context_hops == 1 and not self.loose_context),
              "ball_switch needs the local contrast with context_hops 1, without loose_context (and not the ce loss)"),
+            (not self.feature_view or (self.contrast == "local" and not self.passes_messages),
+             "feature_view needs the local contrast (and not the ce loss)"),
             (self.tau > 0 and self.gumbel_temperature > 0, "tau and gumbel_temperature must be > 0"),
             (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
             (0.0 <= self.input_dropout < 1.0, "input_dropout must be in [0, 1)"),

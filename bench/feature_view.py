@@ -1,0 +1,108 @@
+"""The label-free score with and without the feature view, from the same checkpoints. ``python -m bench.feature_view``.
+
+The local recipe contrasts each node with its context; since session 50 its score adds an isolation forest on the raw
+features where the forest corroborates the contrast's top 1% of nodes (:mod:`gcad_dist.feature_view`,
+``pretrain --feature-view``). This bench pre-trains the local recipe (``gcad_dist.detectors.gccad_pre``, the
+harness's pipeline and seeds: the same checkpoints as ``gcad_dist.quality --models gccad-pre``; the view changes
+scoring only) and tabulates, per graph: the contrast's score alone (the default before session 50, ball switch
+included), the forest alone, their fusion (the sum of robust z-scores), and the view (the fusion where the
+corroboration reaches :data:`gcad_dist.feature_view.CORROBORATION`, else the contrast's score), with the
+corroboration and the seeds where the view joined. Scores are saved as ``OUT/DATASET-SEED.npz`` (``contrast``,
+``forest``), so a rerun only tabulates. By default the table reads the training + validation nodes of the harness's
+split of each seed (no test label); ``--on-test`` reads the test split, a report after a choice.
+
+    python -m bench.feature_view --datasets inj_cora books reddit tolokers --seeds 0 1 2 --out runs/feature_view
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
+
+from gcad_dist.cli import run_cli  # noqa: E402
+
+log = logging.getLogger("bench.feature_view")
+
+#: the saved scores of each checkpoint
+SCORES = ("contrast", "forest")
+
+
+@dataclass
+class FeatureViewConfig:
+    """Settings of ``python -m bench.feature_view``."""
+
+    out: str = "runs/feature_view"
+    datasets: list[str] = field(default_factory=lambda: ["inj_cora", "books", "reddit", "tolokers"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    data_dir: str = "../shared/data"
+    on_test: bool = False
+    no_train: bool = False
+    threads: int = 1
+    verbose: bool = False
+
+
+def run(cfg: FeatureViewConfig) -> list[dict[str, Any]]:
+    """Score what is missing (unless ``no_train``), then one record per (dataset, seed): each score's AUROC / AUPRC on
+    the chosen nodes, the corroboration and whether the view joined."""
+    import torch
+
+    from bench.labelfree_pretext import measured_nodes, saved_scores
+    from gcad_dist.detectors import gccad_pre
+    from gcad_dist.feature_view import CORROBORATION, corroboration, forest_scores, fused
+    from gcad_dist.metrics import auprc, auroc
+    from gcad_dist.score import score_data
+
+    def fit(raw: Any, seed: int, threads: int) -> np.ndarray:
+        def contrast(loaded: Any, prepared: Any, _store: Path, device: str) -> np.ndarray:
+            return score_data(loaded.model, prepared, device=device)  # the model's score: the view is added below
+
+        s = gccad_pre.fit_score(raw, None, seed, threads=threads, scorer=contrast)
+        return np.stack([s, forest_scores(raw.x.numpy(), threads=threads)])
+
+    records = []
+    for ds, raw, seed, scores in saved_scores(cfg, SCORES, fit):
+        y = raw.y.numpy().astype(np.int64)
+        has = (torch.bincount(raw.edge_index[1], minlength=raw.num_nodes) > 0).numpy()
+        c, _ = corroboration(scores["contrast"], scores["forest"])
+        use = bool(c >= CORROBORATION)
+        scores["fused"] = fused(scores["contrast"], scores["forest"], has)
+        scores["view"] = scores["fused"] if use else scores["contrast"]
+        mask = measured_nodes(raw, seed, cfg.on_test)
+        records.append({"dataset": ds, "seed": seed, "corroboration": c, "used": use,
+                        **{k: (auroc(y[mask], v[mask]), auprc(y[mask], v[mask])) for k, v in scores.items()}})
+    return records
+
+
+def table(records: list[dict[str, Any]], on_test: bool = False) -> str:
+    """Markdown: per dataset each score's mean AUROC / AUPRC, the mean corroboration, and the view's AUROC change
+    against the contrast's score with the seeds where it joined."""
+    where = "test" if on_test else "training + validation"
+    lines = [f"| graph ({where}) | seeds | contrast | forest | fused | **view** | corroboration | view: change "
+             "(joined) |", "|---|---|---|---|---|---|---|---|"]
+    for ds in dict.fromkeys(r["dataset"] for r in records):
+        rs = [r for r in records if r["dataset"] == ds]
+        v = {k: np.array([r[k] for r in rs]) for k in ("contrast", "forest", "fused", "view")}
+        cells = " | ".join(f"{a[:, 0].mean():.3f} / {a[:, 1].mean():.3f}" for a in v.values())
+        corr = np.array([r["corroboration"] for r in rs], dtype=float)
+        corr_cell = "n/a" if np.isnan(corr).all() else f"{np.nanmean(corr):.3f}"
+        d = v["view"][:, 0] - v["contrast"][:, 0]
+        lines.append(f"| {ds} | {len(rs)} | {cells} | {corr_cell} | {d.mean():+.4f} "
+                     f"({sum(r['used'] for r in rs)}/{len(rs)}) |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.labelfree_pretext import saved_scores_main
+
+    return saved_scores_main("python -m bench.feature_view", __doc__, FeatureViewConfig, run, table, argv)
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,106 @@
+"""The feature view: an isolation forest on a graph's raw features, added to the label-free score where it
+corroborates it.
+
+The label-free recipe contrasts each node with its context (its neighbours, or its two-hop ball): it sees a node
+that disagrees with the nodes around it. It hardly sees a node that agrees with its neighbours in all but a few
+attributes and is extreme in those (camouflaged fraud: a shared shift in a few columns), which an isolation forest
+on the features finds. Added always, the forest costs the graphs where its outliers are normal nodes (tolokers,
+inj_cora: AUROC 0.36-0.39 alone, BENCHMARKS.md session 35). So it is added only where it *corroborates* the
+contrast, no label read:
+
+* ``c`` = the forest's AUROC for the contrast's most confident nodes (the top :data:`TOP_SHARE` of the scores,
+  at least :data:`MIN_TOP` of them) against all other nodes: do the two views agree on what stands out?
+* when ``c >= CORROBORATION``, the score is the sum of both scores' robust z-scores
+  (:func:`gcad_dist.model.loose_context.robust_z`); otherwise the contrast's score as it is.
+
+Where the forest ranks the contrast's top nodes high, its other outliers (the camouflaged nodes the contrast misses)
+are likely anomalies too; where it ranks them at or below chance, its outliers are something else. The threshold
+was set on 22 graphs and checked on graphs made after it was fixed (BENCHMARKS.md, session 50). The forest has a
+fixed seed, so a checkpoint scores a graph the same way twice. Everything here is NumPy over the nodes at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+#: Liu et al. (ICDM 2008) / scikit-learn's defaults, as the harness's ``iforest`` detector
+FOREST = {"n_estimators": 100, "max_samples": "auto", "max_features": 1.0, "bootstrap": False}
+#: the forest's seed (fixed: a checkpoint scores a graph the same way twice)
+FOREST_SEED = 0
+#: the contrast's most confident nodes whose rank under the forest is measured
+TOP_SHARE = 0.01
+#: fewer top nodes than this (graphs under 1,000 nodes): too few to measure, the view stays off
+MIN_TOP = 10
+#: the forest's AUROC for the contrast's top nodes from which the two views are fused
+CORROBORATION = 0.75
+
+
+def forest_scores(x: np.ndarray, seed: int = FOREST_SEED, threads: int = 1) -> np.ndarray:
+    """Isolation forest outlier scores of every row of ``x`` [N, F] (higher = more isolated); float64 [N]."""
+    from sklearn.ensemble import IsolationForest
+
+    x = np.asarray(x, dtype=np.float32)
+    forest = IsolationForest(**FOREST, random_state=seed, n_jobs=max(1, threads)).fit(x)
+    return -forest.score_samples(x)
+
+
+def corroboration(scores: np.ndarray, forest: np.ndarray) -> tuple[float, int]:
+    """(the forest's AUROC for the top :data:`TOP_SHARE` of ``scores`` against the other nodes, the number of top
+    nodes); the AUROC is nan when fewer than :data:`MIN_TOP` nodes make the top. Ties of the forest count half."""
+    from scipy.stats import rankdata
+
+    n = int(scores.shape[0])
+    k = max(1, math.ceil(TOP_SHARE * n))
+    if k < MIN_TOP or n - k < 1:
+        return float("nan"), k
+    top = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]
+    ranks = rankdata(forest)  # average ranks: Mann-Whitney's U of the top nodes over the others
+    u = float(ranks[top].sum()) - k * (k + 1) / 2.0
+    return u / (k * (n - k)), k
+
+
+def fused(scores: np.ndarray, forest: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """The sum of the contrast's robust z-score (median and MAD over the nodes ``has`` with a context) and the
+    forest's (over all nodes); float32 [N]."""
+    import torch
+
+    from gcad_dist.model.loose_context import robust_z
+
+    s = torch.from_numpy(np.asarray(scores, dtype=np.float64))
+    f = torch.from_numpy(np.asarray(forest, dtype=np.float64))
+    z = robust_z(s, torch.from_numpy(np.asarray(has, dtype=bool))) + robust_z(f, torch.ones_like(f, dtype=torch.bool))
+    return z.numpy().astype(np.float32)
+
+
+def apply_feature_view(scores: np.ndarray, x_raw: np.ndarray, has: np.ndarray,
+                       threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
+    """The score with the feature view: ``scores`` (the contrast's, [N]) fused with the forest on ``x_raw`` [N, F]
+    when the forest corroborates them, else ``scores`` unchanged; and the record of the choice (``used``,
+    ``corroboration``, ``top_nodes``, ``threshold``) for logs and metrics files. ``has``: the nodes with a context."""
+    if x_raw.shape[0] != scores.shape[0]:
+        raise ValueError(f"feature view: {x_raw.shape[0]} feature rows for {scores.shape[0]} scores")
+    forest = forest_scores(x_raw, threads=threads)
+    c, k = corroboration(scores, forest)
+    use = bool(c >= CORROBORATION)  # nan: False
+    info = {"used": use, "corroboration": None if math.isnan(c) else round(c, 4), "top_nodes": k,
+            "threshold": CORROBORATION}
+    return (fused(scores, forest, has) if use else np.asarray(scores, dtype=np.float32)), info
+
+
+def feature_view_phrase(info: dict[str, Any]) -> str:
+    """The feature view's choice in words (:func:`apply_feature_view`'s record)."""
+    c = info.get("corroboration")
+    if c is None:
+        return (f"feature view off: the top {100 * TOP_SHARE:g}% of the scores are {info['top_nodes']} node(s), "
+                f"fewer than {MIN_TOP} to measure; the contrast's score as it is")
+    head = (f"an isolation forest on the raw features ranks the contrast's top {100 * TOP_SHARE:g}% "
+            f"({info['top_nodes']} nodes) at AUROC {c:.3f} against the other nodes")
+    if info["used"]:
+        return head + f" (>= {CORROBORATION:g}: the views agree), so its robust z-score is added to the contrast's"
+    return head + f" (< {CORROBORATION:g}), so the contrast's score is kept as it is"

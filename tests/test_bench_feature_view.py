@@ -1,0 +1,50 @@
+"""bench.feature_view: the table from saved scores (no pre-training), the view joining where the forest corroborates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.feature_view import FeatureViewConfig, main, run, table
+from gcad_dist.cli import UsageError
+
+
+def _saved(tmp_path, forest_agrees: bool, n: int = 2000) -> FeatureViewConfig:
+    """A random labelled graph and saved scores for seeds 0 and 1: the contrast finds half of the anomalies (a
+    twentieth of the nodes); the forest finds all of them (``forest_agrees``) or ranks them low."""
+    rng = np.random.default_rng(0)
+    y = np.zeros(n, dtype=np.int64)
+    y[rng.choice(n, n // 20, replace=False)] = 1
+    src = np.repeat(np.arange(n), rng.integers(1, 6, n))
+    dst = rng.integers(0, n, src.size)
+    ei = np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])])
+    np.savez(tmp_path / "toy.npz", x=rng.normal(size=(n, 4)).astype(np.float32), edge_index=ei, y=y)
+    (tmp_path / "fv").mkdir(exist_ok=True)
+    half = y * (rng.random(n) < 0.5)
+    for s in (0, 1):
+        forest = rng.normal(size=n) + (4.0 if forest_agrees else -4.0) * y
+        np.savez(tmp_path / "fv" / f"toy-{s}.npz", contrast=rng.normal(size=n) + 6.0 * half, forest=forest)
+    return FeatureViewConfig(out=str(tmp_path / "fv"), datasets=["toy"], seeds=[0, 1], data_dir=str(tmp_path),
+                             no_train=True)
+
+
+def test_the_view_joins_where_the_forest_corroborates(tmp_path, capsys) -> None:
+    recs = run(_saved(tmp_path, forest_agrees=True))
+    assert [r["seed"] for r in recs] == [0, 1]
+    assert all(r["used"] and r["corroboration"] > 0.9 and r["view"] == r["fused"] for r in recs)
+    assert all(r["view"][0] > r["contrast"][0] + 0.1 for r in recs)  # the half the contrast missed
+    t = table(recs).splitlines()
+    assert t[0].startswith("| graph (training + validation) |") and t[2].startswith("| toy | 2 |")
+    assert t[2].endswith("(2/2) |")
+    assert main(["--out", str(tmp_path / "fv"), "--datasets", "toy", "--seeds", "0", "--data-dir", str(tmp_path),
+                 "--no-train", "--on-test"]) == 0
+    assert "| graph (test) |" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="no toy-2.npz"):
+        run(FeatureViewConfig(**{**_saved(tmp_path, True).__dict__, "seeds": [2]}))
+
+
+def test_the_view_stays_off_where_the_forest_disagrees(tmp_path) -> None:
+    recs = run(_saved(tmp_path, forest_agrees=False))
+    assert all(not r["used"] and r["corroboration"] < 0.5 and r["view"] == r["contrast"] for r in recs)
+    assert all(r["fused"][0] < r["contrast"][0] for r in recs)  # fusing here would have cost
+    assert table(recs).splitlines()[2].endswith("+0.0000 (0/2) |")

@@ -1,0 +1,186 @@
+"""The feature view (gcad_dist.feature_view; GCCADConfig.feature_view; pretrain --feature-view; score --feature-view):
+an isolation forest on the raw features, added to the label-free score where it corroborates the contrast."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gcad_dist import feature_view as fv
+from gcad_dist.model import GCCADConfig
+from gcad_dist.model.loose_context import robust_z
+
+LOCAL = dict(in_dim=8, hidden=16, contrast="local", loss="logistic", tau=0.2, ensemble=2, degree_detrend=True)
+
+
+def _features(n: int = 3000, f: int = 16, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, a, b): Gaussian features where the nodes ``a`` (2%) are extreme in 3 columns (a camouflage signature) and
+    the nodes ``b`` (2%) are not (normal in every column)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, f)).astype(np.float32)
+    idx = rng.permutation(n)
+    a, b = idx[: n // 50], idx[n // 50: 2 * n // 50]
+    x[np.ix_(a, [1, 5, 9])] += 5.0
+    return x, a, b
+
+
+def test_corroboration_is_the_forests_auroc_for_the_contrasts_top_nodes() -> None:
+    n = 2000
+    forest = np.arange(n, dtype=np.float64)  # node i is the i-th least isolated
+    assert fv.corroboration(forest, forest) == (1.0, 20)  # the same order: the top 1% is the forest's top
+    assert fv.corroboration(-forest, forest)[0] == 0.0  # the contrast's top are the forest's least isolated
+    c, k = fv.corroboration(np.random.default_rng(0).normal(size=n), forest)
+    assert k == 20 and 0.25 < c < 0.75  # unrelated views: about chance
+    assert math.isnan(fv.corroboration(forest[:900], forest[:900])[0])  # 900 nodes: 9 top nodes, too few
+    # ties of the forest count half: a constant forest says nothing
+    assert fv.corroboration(forest, np.ones(n))[0] == 0.5
+
+
+def test_fused_is_the_sum_of_both_robust_z_scores() -> None:
+    rng = np.random.default_rng(1)
+    s, f = rng.normal(size=500), rng.exponential(size=500)
+    has = np.ones(500, dtype=bool)
+    has[:10] = False  # nodes without neighbours: out of the contrast's median and MAD
+    want = robust_z(torch.from_numpy(s), torch.from_numpy(has)) + robust_z(torch.from_numpy(f), torch.ones(500, dtype=torch.bool))
+    got = fv.fused(s, f, has)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want.numpy().astype(np.float32), rtol=1e-6)
+
+
+def test_the_view_joins_where_the_forest_ranks_the_contrasts_top_nodes_high() -> None:
+    x, a, b = _features()
+    n = x.shape[0]
+    has = np.ones(n, dtype=bool)
+    rng = np.random.default_rng(2)
+    # a contrast that finds half of the signature nodes (the others look normal to it), and nothing else
+    s = rng.normal(size=n)
+    s[a[: len(a) // 2]] += 10.0
+    out, info = fv.apply_feature_view(s, x, has)
+    assert info["used"] and info["corroboration"] >= fv.CORROBORATION and info["top_nodes"] == 30
+    missed = a[len(a) // 2:]  # the signature nodes the contrast missed now rank above the normal ones
+    normal = np.setdiff1d(np.arange(n), a)
+    assert np.median(out[missed]) > np.quantile(out[normal], 0.95)
+    assert np.median(s[missed]) < np.quantile(s[normal], 0.95)  # which they did not before
+    np.testing.assert_allclose(out, fv.fused(s, fv.forest_scores(x), has), rtol=1e-6)
+
+
+def test_the_view_stays_off_where_the_forest_disagrees() -> None:
+    x, a, b = _features()
+    n = x.shape[0]
+    rng = np.random.default_rng(3)
+    s = rng.normal(size=n)
+    s[b] += 10.0  # the contrast's top nodes are normal in the features: the forest's outliers are something else
+    out, info = fv.apply_feature_view(s, x, np.ones(n, dtype=bool))
+    assert not info["used"] and info["corroboration"] < 0.6
+    np.testing.assert_array_equal(out, s.astype(np.float32))  # the contrast's score as it is
+    assert "kept as it is" in fv.feature_view_phrase(info)
+    small, info = fv.apply_feature_view(s[:500], x[:500], np.ones(500, dtype=bool))
+    assert not info["used"] and info["corroboration"] is None and "fewer than 10" in fv.feature_view_phrase(info)
+    with pytest.raises(ValueError, match="feature rows"):
+        fv.apply_feature_view(s, x[:10], np.ones(n, dtype=bool))
+
+
+def test_config_recipe_and_harness_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gcad_dist.detectors import gccad_pre, settings_of
+    from gcad_dist.distributed.train_loop import model_config
+    from gcad_dist.pretrain import RECIPES, PretrainConfig, apply_recipe, parse_config
+
+    with pytest.raises(ValueError, match="feature_view needs"):
+        GCCADConfig(in_dim=8, contrast="graph", feature_view=True)
+    local = apply_recipe(PretrainConfig(store="s"), store_corrupted=False)
+    assert local.feature_view is RECIPES["local"]["feature_view"] is True  # the default since session 50
+    assert apply_recipe(PretrainConfig(store="s"), store_corrupted=True).feature_view is False
+    assert apply_recipe(PretrainConfig(store="s", contrast="graph"), store_corrupted=False).feature_view is False
+    assert model_config(local, in_dim=4).feature_view is True
+    assert parse_config(["--store", "s", "--no-feature-view"]).feature_view is False
+    assert parse_config(["--store", "s"]).feature_view is None
+    assert (fv.TOP_SHARE, fv.MIN_TOP, fv.CORROBORATION) == (0.01, 10, 0.75)  # documented
+    # the harness: earlier runs (no view) keep their keys; today's default is in the key
+    old = settings_of("gccad-pre", {"pre_feature_view": False})
+    assert "pre_feature_view" not in old
+    assert settings_of("gccad-pre", {})["pre_feature_view"] is True
+    seen: list[dict] = []
+    monkeypatch.setattr(gccad_pre, "_pipeline", lambda *a: seen.append(a[6]) or np.zeros(1))
+    gccad_pre.fit_score(None, None, 0)
+    gccad_pre.fit_score(None, None, 0, pre_feature_view=False)
+    assert seen[0]["feature_view"] is True and seen[1]["feature_view"] is False
+
+
+@pytest.fixture(scope="module")
+def camouflage_graph(tmp_path_factory: pytest.TempPathFactory):
+    """A 1,500-node generated graph of camouflaged and contextual anomalies (enough nodes for the view to measure)."""
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    g = generate(SyntheticConfig(nodes=1500, avg_degree=8, features=8, anomaly_fraction=0.06,
+                                 anomaly_mix=(0, 1, 0, 2), seed=4))
+    path = tmp_path_factory.mktemp("graph") / "camo.npz"
+    save_npz(g, path)
+    return g, path
+
+
+def test_score_applies_the_recorded_view_and_its_flag_overrides_it(camouflage_graph, tmp_path, make_checkpoint,
+                                                                    run_score) -> None:
+    pytest.importorskip("pyarrow")
+    import pandas as pd
+
+    from gcad_dist.score import load_checkpoint_model, prepare_data, score_data
+
+    g, path = camouflage_graph
+    ck = make_checkpoint("view", **{k: v for k, v in LOCAL.items() if k not in ("in_dim", "hidden")},
+                         feature_view=True)
+    code, err = run_score(["--checkpoint", str(ck), "--graph", str(path), "--out", str(tmp_path / "a.parquet"),
+                           "--normalize", "standard"])
+    assert code == 0, err
+    m = json.loads((tmp_path / "a.parquet.metrics.json").read_text())
+    view = m["feature_view"]
+    assert view["top_nodes"] == 15 and 0 <= view["corroboration"] <= 1 and view["threshold"] == fv.CORROBORATION
+    code, err = run_score(["--checkpoint", str(ck), "--graph", str(path), "--out", str(tmp_path / "b.parquet"),
+                           "--normalize", "standard", "--no-feature-view"])
+    assert code == 0, err
+    assert "feature_view" not in json.loads((tmp_path / "b.parquet.metrics.json").read_text())
+    loaded = load_checkpoint_model(ck)
+    data = prepare_data(g, loaded, "standard")
+    plain = score_data(loaded.model, data, device="cpu")
+    b = pd.read_parquet(tmp_path / "b.parquet")["score"].to_numpy()
+    np.testing.assert_allclose(b, plain, rtol=1e-5, atol=1e-6)
+    a = pd.read_parquet(tmp_path / "a.parquet")["score"].to_numpy()
+    has = (torch.bincount(data.edge_index[1], minlength=data.num_nodes) > 0).numpy()
+    want = fv.fused(plain, fv.forest_scores(g.x), has) if view["used"] else plain
+    np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-4)
+    # another model's checkpoint: a clear error
+    other = make_checkpoint("graph", contrast="graph")
+    code, err = run_score(["--checkpoint", str(other), "--graph", str(path), "--out", str(tmp_path / "c.parquet"),
+                           "--feature-view"])
+    assert code == 2 and "--feature-view: applies to label-free local checkpoints" in err
+
+
+def test_fine_tuning_reports_the_view_and_writes_models_without_it(camouflage_graph, tmp_path, capsys) -> None:
+    from gcad_dist.checkpoint import load_model_file, save_model
+    from gcad_dist.cli import run_cli
+    from gcad_dist.finetune import main as finetune_main
+    from gcad_dist.model import GCCAD
+
+    _, path = camouflage_graph
+    torch.manual_seed(2)
+    cfg = GCCADConfig(**LOCAL, feature_view=True)
+    pre = tmp_path / "pre" / "final"
+    save_model(pre, GCCAD(cfg), cfg, extra={"stage": "pretrain", "normalize": "standard"})
+    for epochs, name in ((2, "ft"), (0, "zs")):
+        out = tmp_path / name
+        with pytest.raises(SystemExit) as e:
+            run_cli(finetune_main, ["--checkpoint", str(pre), "--graph", str(path), "--out", str(out), "--model",
+                                    "checkpoint", "--epochs", str(epochs), "--seed", "0", "--no-progress",
+                                    "--no-plots", "--threads", "1"])
+        assert int(e.value.code or 0) == 0, capsys.readouterr().err
+        m = json.loads((out / "metrics.json").read_text())
+        assert m["zero_shot_feature_view"]["choice"]["top_nodes"] == 15 and m["zero_shot_feature_view"]["test"]
+        if epochs:  # a fitted model is scored by its own contrast
+            assert load_model_file(out / "final")["config"]["feature_view"] is False
+        else:  # the checkpoint unchanged, as gcad_dist.score scores it
+            assert load_model_file(out / "final")["config"]["feature_view"] is True
+            assert m["test"] == m["zero_shot_feature_view"]["test"]
