@@ -78,24 +78,29 @@ def fused(scores: np.ndarray, forest: np.ndarray, has: np.ndarray) -> np.ndarray
     return z.numpy().astype(np.float32)
 
 
-def apply_feature_view(scores: np.ndarray, x_raw: np.ndarray, has: np.ndarray,
-                       threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
+def apply_feature_view(scores: np.ndarray, x_raw: np.ndarray, has: np.ndarray, threads: int = 1,
+                       always: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
     """The score with the feature view: ``scores`` (the contrast's, [N]) fused with the forest on ``x_raw`` [N, F]
-    when the forest corroborates them, else ``scores`` unchanged; and the record of the choice (``used``,
-    ``corroboration``, ``top_nodes``, ``threshold``) for logs and metrics files. ``has``: the nodes with a context."""
+    when the forest corroborates them (or ``always``), else ``scores`` unchanged; and the record of the choice
+    (``used``, ``corroboration``, ``top_nodes``, ``threshold``, ``always``) for logs and metrics files. ``has``: the
+    nodes with a context."""
     if x_raw.shape[0] != scores.shape[0]:
         raise ValueError(f"feature view: {x_raw.shape[0]} feature rows for {scores.shape[0]} scores")
     forest = forest_scores(x_raw, threads=threads)
     c, k = corroboration(scores, forest)
-    use = bool(c >= CORROBORATION)  # nan: False
+    use = always or bool(c >= CORROBORATION)  # nan: False
     info = {"used": use, "corroboration": None if math.isnan(c) else round(c, 4), "top_nodes": k,
-            "threshold": CORROBORATION}
+            "threshold": CORROBORATION, "always": always}
     return (fused(scores, forest, has) if use else np.asarray(scores, dtype=np.float32)), info
 
 
 def feature_view_phrase(info: dict[str, Any]) -> str:
     """The feature view's choice in words (:func:`apply_feature_view`'s record)."""
     c = info.get("corroboration")
+    if info.get("always"):
+        said = "n/a" if c is None else f"{c:.3f}"
+        return (f"feature view always on (--feature-view always): the isolation forest's robust z-score is added to the "
+                f"contrast's (corroboration {said}; the automatic view needs {CORROBORATION:g})")
     if c is None:
         return (f"feature view off: the top {100 * TOP_SHARE:g}% of the scores are {info['top_nodes']} node(s), "
                 f"fewer than {MIN_TOP} to measure; the contrast's score as it is")

@@ -54,6 +54,8 @@ NORMALIZE_CHOICES = ("auto", *STORE_NORMALIZATIONS)  # auto = the checkpoint's o
 # --parts --context: halo (default) = its own part plus the part's 1-hop halo (score_parts_halo); own = the
 # node's K-means part alone; links = the part most of its neighbours are in (link_majority_parts)
 CONTEXTS = ("halo", "own", "links")
+#: ``--feature-view``: where the forest corroborates the contrast (the local recipe's), on every graph, or never
+FEATURE_VIEWS = ("auto", "always", "off")
 
 
 @dataclass
@@ -72,8 +74,8 @@ class ScoreConfig:
     # the label-free local model: also scored against the loose context, larger robust z kept; None = as trained
     loose_context: bool | None = None
     # the label-free local model: an isolation forest on the raw features added where it corroborates the contrast
-    # (gcad_dist.feature_view); None = as trained
-    feature_view: bool | None = None
+    # (gcad_dist.feature_view): "auto" (where it corroborates), "always" or "off"; None = as trained
+    feature_view: str | None = None
     device: str = "auto"
     normalize: str = "auto"
     threads: int = 0
@@ -400,10 +402,10 @@ def score_graph(checkpoint_dir: str | Path, graph: Any, device: str = "auto", no
     return with_feature_view(loaded.model, scores, data, raw)[0]
 
 
-def with_feature_view(model: torch.nn.Module, scores: np.ndarray, data: Any,
-                      x_raw: np.ndarray) -> tuple[np.ndarray, dict[str, Any] | None]:
+def with_feature_view(model: torch.nn.Module, scores: np.ndarray, data: Any, x_raw: np.ndarray,
+                      always: bool = False) -> tuple[np.ndarray, dict[str, Any] | None]:
     """``scores`` with the feature view (:func:`gcad_dist.feature_view.apply_feature_view`: an isolation forest on
-    the raw features ``x_raw``, added where it corroborates the contrast) when ``model`` records it
+    the raw features ``x_raw``, added where it corroborates the contrast, or ``always``) when ``model`` records it
     (``feature_view``), and its record; ``(scores, None)`` for any other model. ``data``: the graph scored (its
     edges say which nodes have a context)."""
     if not getattr(getattr(model, "config", None), "feature_view", False):
@@ -411,7 +413,7 @@ def with_feature_view(model: torch.nn.Module, scores: np.ndarray, data: Any,
     from gcad_dist.feature_view import apply_feature_view
 
     has = (torch.bincount(data.edge_index[1], minlength=data.num_nodes) > 0).numpy()
-    return apply_feature_view(scores, np.asarray(x_raw), has, threads=torch.get_num_threads())
+    return apply_feature_view(scores, np.asarray(x_raw), has, threads=torch.get_num_threads(), always=always)
 
 
 def write_scores(path: str | Path, scores: np.ndarray, y: np.ndarray | None = None,
@@ -504,14 +506,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "loose context (its neighbours weighted by (1 + their common neighbours)^-2: links inside a "
                         "dense group count little) and keep the larger of the two robust z-scores. Default: as "
                         "trained (pretrain --loose-context, off by default) (BENCHMARKS.md, session 48)")
-    p.add_argument("--feature-view", action=argparse.BooleanOptionalAction, default=d.feature_view,
+    p.add_argument("--feature-view", default=d.feature_view, choices=FEATURE_VIEWS,
                    help="label-free local checkpoints only: fit an isolation forest on the graph's raw features and add "
-                        "its robust z-score to the contrast's where the two agree on what stands out (the forest ranks "
-                        "the contrast's top 1%% of nodes at AUROC >= 0.75 against the others; logged, and written to the "
-                        "metrics file as \"feature_view\"). It finds nodes extreme in a few attributes that agree with "
-                        "their neighbours otherwise (camouflaged fraud), which a contrast hardly sees. Default: as "
-                        "trained (pretrain --feature-view): on for checkpoints of the local recipe since session 50, off "
-                        "for older ones (BENCHMARKS.md, session 50)")
+                        "its robust z-score to the contrast's. auto: where the two agree on what stands out (the forest "
+                        "ranks the contrast's top 1%% of nodes at AUROC >= 0.75 against the others; logged, and written "
+                        "to the metrics file as \"feature_view\"); always: on every graph; off: the contrast alone. "
+                        "The forest finds nodes extreme in a few attributes that agree with their neighbours otherwise "
+                        "(camouflaged fraud), which a contrast hardly sees; added everywhere, it cost inj_cora 0.11-0.14 "
+                        "AUROC and tolokers 0.08-0.09, and auto never added it there. auto stayed off on some generated "
+                        "graphs where it would have helped (camouflage alone or with swaps): if you expect such "
+                        "anomalies, compare always with auto on a labelled sample. Default: as trained (pretrain "
+                        "--feature-view): auto for checkpoints of the local recipe since session 50, off for older "
+                        "ones (BENCHMARKS.md, session 50)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
@@ -589,13 +595,16 @@ def set_loose_context(loaded: LoadedModel, on: bool) -> None:
     cfg.loose_context = on
 
 
-def set_feature_view(loaded: LoadedModel, on: bool) -> None:
-    """Score ``loaded``'s label-free local model with (``on``) or without the feature view
-    (:mod:`gcad_dist.feature_view`), whatever it was trained with; :class:`UsageError` for any other model."""
+def set_feature_view(loaded: LoadedModel, how: str) -> None:
+    """Score ``loaded``'s label-free local model with the feature view (:mod:`gcad_dist.feature_view`) as ``how``
+    says (one of :data:`FEATURE_VIEWS`), whatever it was trained with; :class:`UsageError` for any other model.
+    ``always`` is passed to :func:`with_feature_view` by the caller."""
+    if how not in FEATURE_VIEWS:
+        raise UsageError(f"--feature-view: must be one of {', '.join(FEATURE_VIEWS)}, got {how!r}")
     cfg = _local_config(loaded, "--feature-view")
-    if on != cfg.feature_view:
-        log.info("--%sfeature-view: scoring %s the feature view, the checkpoint recorded %s", "" if on else "no-",
-                 "with" if on else "without", "it" if cfg.feature_view else "none")
+    on = how != "off"
+    if on != cfg.feature_view or how == "always":
+        log.info("--feature-view %s: the checkpoint recorded %s", how, "auto" if cfg.feature_view else "off")
     cfg.feature_view = on
 
 
@@ -646,9 +655,11 @@ def main(argv: list[str] | None = None) -> int:
                      "neighbours)^-2), and the larger of the two robust z-scores kept (%s)",
                      "as trained (pretrain --loose-context)" if cfg.loose_context is None else "--loose-context")
         if getattr(loaded.model.config, "feature_view", False):
-            log.info("an isolation forest on the raw features joins the score where it corroborates the contrast's top "
-                     "nodes (%s)", "as trained (pretrain --feature-view)" if cfg.feature_view is None
-                     else "--feature-view")
+            log.info("an isolation forest on the raw features joins the score %s (%s)",
+                     "on this graph" if cfg.feature_view == "always"
+                     else "where it corroborates the contrast's top nodes",
+                     "as trained (pretrain --feature-view)" if cfg.feature_view is None
+                     else f"--feature-view {cfg.feature_view}")
         if getattr(loaded.model.config, "degree_detrend", False):
             log.info("the score's trend over log(1 + degree) is removed, as pre-training recorded (pretrain "
                      "--degree-detrend): a node is compared with nodes of every degree on the same footing")
@@ -665,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         scores = score_data(loaded.model, data, device=cfg.device, batch_size=batch_size)
     context = _report_ball_switch(loaded.model)
-    scores, view = with_feature_view(loaded.model, scores, data, graph.x)
+    scores, view = with_feature_view(loaded.model, scores, data, graph.x, always=cfg.feature_view == "always")
     if view is not None:
         from gcad_dist.feature_view import feature_view_phrase
 

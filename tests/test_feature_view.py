@@ -78,6 +78,9 @@ def test_the_view_stays_off_where_the_forest_disagrees() -> None:
     assert not info["used"] and info["corroboration"] < 0.6
     np.testing.assert_array_equal(out, s.astype(np.float32))  # the contrast's score as it is
     assert "kept as it is" in fv.feature_view_phrase(info)
+    forced, info = fv.apply_feature_view(s, x, np.ones(n, dtype=bool), always=True)  # score --feature-view always
+    assert info["used"] and info["always"] and "always on" in fv.feature_view_phrase(info)
+    np.testing.assert_allclose(forced, fv.fused(s, fv.forest_scores(x), np.ones(n, dtype=bool)), rtol=1e-6)
     small, info = fv.apply_feature_view(s[:500], x[:500], np.ones(500, dtype=bool))
     assert not info["used"] and info["corroboration"] is None and "fewer than 10" in fv.feature_view_phrase(info)
     with pytest.raises(ValueError, match="feature rows"):
@@ -140,7 +143,7 @@ def test_score_applies_the_recorded_view_and_its_flag_overrides_it(camouflage_gr
     view = m["feature_view"]
     assert view["top_nodes"] == 15 and 0 <= view["corroboration"] <= 1 and view["threshold"] == fv.CORROBORATION
     code, err = run_score(["--checkpoint", str(ck), "--graph", str(path), "--out", str(tmp_path / "b.parquet"),
-                           "--normalize", "standard", "--no-feature-view"])
+                           "--normalize", "standard", "--feature-view", "off"])
     assert code == 0, err
     assert "feature_view" not in json.loads((tmp_path / "b.parquet.metrics.json").read_text())
     loaded = load_checkpoint_model(ck)
@@ -155,8 +158,15 @@ def test_score_applies_the_recorded_view_and_its_flag_overrides_it(camouflage_gr
     # another model's checkpoint: a clear error
     other = make_checkpoint("graph", contrast="graph")
     code, err = run_score(["--checkpoint", str(other), "--graph", str(path), "--out", str(tmp_path / "c.parquet"),
-                           "--feature-view"])
+                           "--feature-view", "auto"])
     assert code == 2 and "--feature-view: applies to label-free local checkpoints" in err
+    # always: the fusion whatever the corroboration
+    code, err = run_score(["--checkpoint", str(ck), "--graph", str(path), "--out", str(tmp_path / "d.parquet"),
+                           "--normalize", "standard", "--feature-view", "always"])
+    assert code == 0, err
+    assert json.loads((tmp_path / "d.parquet.metrics.json").read_text())["feature_view"]["always"] is True
+    d = pd.read_parquet(tmp_path / "d.parquet")["score"].to_numpy()
+    np.testing.assert_allclose(d, fv.fused(plain, fv.forest_scores(g.x), has), rtol=1e-4, atol=1e-4)
 
 
 def test_fine_tuning_reports_the_view_and_writes_models_without_it(camouflage_graph, tmp_path, capsys) -> None:
