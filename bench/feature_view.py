@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
+from bench.labelfree_pretext import SavedScoresConfig  # noqa: E402
 from gcad_dist.cli import run_cli  # noqa: E402
 
 log = logging.getLogger("bench.feature_view")
@@ -35,17 +36,10 @@ SCORES = ("contrast", "forest")
 
 
 @dataclass
-class FeatureViewConfig:
+class FeatureViewConfig(SavedScoresConfig):
     """Settings of ``python -m bench.feature_view``."""
 
     out: str = "runs/feature_view"
-    datasets: list[str] = field(default_factory=lambda: ["inj_cora", "books", "reddit", "tolokers"])
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    data_dir: str = "../shared/data"
-    on_test: bool = False
-    no_train: bool = False
-    threads: int = 1
-    verbose: bool = False
 
 
 def run(cfg: FeatureViewConfig) -> list[dict[str, Any]]:

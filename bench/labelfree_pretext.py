@@ -19,6 +19,7 @@ import argparse
 import json
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,21 @@ def saved_scores_parser(prog: str, doc: str, d: Any) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=d.threads, help="CPU threads of each pre-training run")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
+
+
+@dataclass
+class SavedScoresConfig:
+    """The settings every saved-scores bench shares (:func:`saved_scores`); each bench subclasses it with its own
+    ``out``."""
+
+    out: str = "runs/saved_scores"
+    datasets: list[str] = field(default_factory=lambda: ["inj_cora", "books", "reddit", "tolokers"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    data_dir: str = "../shared/data"
+    on_test: bool = False
+    no_train: bool = False
+    threads: int = 1
+    verbose: bool = False
 
 
 def saved_scores_main(prog: str, doc: str, config: type, run: Any, table: Any, argv: list[str] | None) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +25,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
+from bench.labelfree_pretext import SavedScoresConfig  # noqa: E402
 from gcad_dist.cli import run_cli  # noqa: E402
 
 log = logging.getLogger("bench.two_scale_context")
 
 
 @dataclass
-class TwoScaleConfig:
+class TwoScaleConfig(SavedScoresConfig):
     """Settings of ``python -m bench.two_scale_context``."""
 
     out: str = "runs/two_scale"
-    datasets: list[str] = field(default_factory=lambda: ["inj_cora", "books", "reddit", "tolokers"])
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    data_dir: str = "../shared/data"
-    on_test: bool = False
-    no_train: bool = False
-    threads: int = 1
-    verbose: bool = False
 
 
 def robust_z(scores: np.ndarray, has: np.ndarray) -> np.ndarray:
