@@ -99,8 +99,8 @@ def feature_view_phrase(info: dict[str, Any]) -> str:
     c = info.get("corroboration")
     if info.get("always"):
         said = "n/a" if c is None else f"{c:.3f}"
-        return (f"feature view always on (--feature-view always): the isolation forest's robust z-score is added to the "
-                f"contrast's (corroboration {said}; the automatic view needs {CORROBORATION:g})")
+        return ("feature view always on (--feature-view always): the isolation forest's robust z-score is added to "
+                f"the contrast's (corroboration {said}; the automatic view needs {CORROBORATION:g})")
     if c is None:
         return (f"feature view off: the top {100 * TOP_SHARE:g}% of the scores are {info['top_nodes']} node(s), "
                 f"fewer than {MIN_TOP} to measure; the contrast's score as it is")

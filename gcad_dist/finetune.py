@@ -256,13 +256,14 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
     from gcad_dist.model.snapshots import base_model, member_states
     from gcad_dist.metrics import evaluate
-    from gcad_dist.score import _resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data, with_feature_view
-    from partitioning.io import load_graph
+    from gcad_dist.score import (_resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data,
+                                 with_feature_view)
     from gcad_dist.supervised import fit_supervised, predict
     from gcad_dist.data.label_inputs import LABEL_COLUMNS, with_label_inputs
     from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates, resolve_label_inputs,
                                  supervised_config, warn_split_classes, with_input_dropout, write_json)
     from partitioning.graph import describe_labels
+    from partitioning.io import load_graph
 
     _validate(cfg)
     _resolve_device(cfg.device)

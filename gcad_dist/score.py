@@ -390,10 +390,10 @@ def score_graph(checkpoint_dir: str | Path, graph: Any, device: str = "auto", no
     ``graph``: a path (anything :func:`partitioning.io.load_graph` reads), a ``Graph`` or a PyG ``Data``.
     Raises GraphInputError when the graph's feature width differs from the model's ``in_dim``.
     """
-    loaded = load_checkpoint_model(checkpoint_dir)
     from partitioning.graph import Graph
     from partitioning.io import load_graph
 
+    loaded = load_checkpoint_model(checkpoint_dir)
     if isinstance(graph, (str, Path)):
         graph = load_graph(graph)
     data = prepare_data(graph, loaded, normalize)
@@ -609,6 +609,8 @@ def set_feature_view(loaded: LoadedModel, how: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from partitioning.io import load_graph
+
     cfg = ScoreConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
     if cfg.context is None:
@@ -635,8 +637,6 @@ def main(argv: list[str] | None = None) -> int:
         set_loose_context(loaded, cfg.loose_context)
     if cfg.feature_view is not None:
         set_feature_view(loaded, cfg.feature_view)
-    from partitioning.io import load_graph
-
     graph = load_graph(cfg.graph)  # its raw features stay for the feature view
     data = prepare_data(graph, loaded, cfg.normalize, source=cfg.graph)
     log.info("scoring %s (%d nodes, %d directed edges) with %s model from %s",

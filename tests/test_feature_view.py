@@ -45,7 +45,8 @@ def test_fused_is_the_sum_of_both_robust_z_scores() -> None:
     s, f = rng.normal(size=500), rng.exponential(size=500)
     has = np.ones(500, dtype=bool)
     has[:10] = False  # nodes without neighbours: out of the contrast's median and MAD
-    want = robust_z(torch.from_numpy(s), torch.from_numpy(has)) + robust_z(torch.from_numpy(f), torch.ones(500, dtype=torch.bool))
+    every = torch.ones(500, dtype=torch.bool)
+    want = robust_z(torch.from_numpy(s), torch.from_numpy(has)) + robust_z(torch.from_numpy(f), every)
     got = fv.fused(s, f, has)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want.numpy().astype(np.float32), rtol=1e-6)
