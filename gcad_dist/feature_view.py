@@ -50,19 +50,23 @@ def forest_scores(x: np.ndarray, seed: int = FOREST_SEED, threads: int = 1) -> n
     return -forest.score_samples(x)
 
 
+def top_count(n: int) -> int:
+    """How many of ``n`` nodes make the contrast's top :data:`TOP_SHARE` (at least one)."""
+    return max(1, math.ceil(TOP_SHARE * n))
+
+
 def corroboration(scores: np.ndarray, forest: np.ndarray) -> tuple[float, int]:
     """(the forest's AUROC for the top :data:`TOP_SHARE` of ``scores`` against the other nodes, the number of top
     nodes); the AUROC is nan when fewer than :data:`MIN_TOP` nodes make the top. Ties of the forest count half."""
-    from scipy.stats import rankdata
+    from gcad_dist.metrics import auroc
 
     n = int(scores.shape[0])
-    k = max(1, math.ceil(TOP_SHARE * n))
+    k = top_count(n)
     if k < MIN_TOP or n - k < 1:
         return float("nan"), k
-    top = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]
-    ranks = rankdata(forest)  # average ranks: Mann-Whitney's U of the top nodes over the others
-    u = float(ranks[top].sum()) - k * (k + 1) / 2.0
-    return u / (k * (n - k)), k
+    top = np.zeros(n, dtype=np.int64)
+    top[np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]] = 1
+    return auroc(top, forest), k
 
 
 def fused(scores: np.ndarray, forest: np.ndarray, has: np.ndarray) -> np.ndarray:
@@ -86,8 +90,12 @@ def apply_feature_view(scores: np.ndarray, x_raw: np.ndarray, has: np.ndarray, t
     nodes with a context."""
     if x_raw.shape[0] != scores.shape[0]:
         raise ValueError(f"feature view: {x_raw.shape[0]} feature rows for {scores.shape[0]} scores")
-    forest = forest_scores(x_raw, threads=threads)
-    c, k = corroboration(scores, forest)
+    k = top_count(int(scores.shape[0]))
+    if k < MIN_TOP and not always:  # too few top nodes to measure: no forest to fit
+        forest, c = None, float("nan")
+    else:
+        forest = forest_scores(x_raw, threads=threads)
+        c, k = corroboration(scores, forest)
     use = always or bool(c >= CORROBORATION)  # nan: False
     info = {"used": use, "corroboration": None if math.isnan(c) else round(c, 4), "top_nodes": k,
             "threshold": CORROBORATION, "always": always}
