@@ -53,6 +53,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gcad_dist.cli import (ArgumentParser, DefaultsHelpFormatter, UsageError, auto_or, bar_disable, run_cli,
                            setup_logging)
 from gcad_dist.model.gccad import CONTRASTS
@@ -113,13 +115,14 @@ def apply_recipe(cfg: "PretrainConfig", store_corrupted: bool) -> "PretrainConfi
     return cfg
 
 
-#: ``--batch-size auto`` and ``--lr auto`` (BENCHMARKS.md, session 27). For the local contrast (the label-free recipe) on
-#: a store whose every subgraph is trained in neighbour-sampled minibatches (all above ``--sample-threshold``), GPU
-#: workers take ``GPU_BATCH_SIZE`` seeds a step and the learning rate follows the batch by square-root scaling from
-#: ``BASE_LR`` at ``CPU_BATCH_SIZE``: on the generated 1M-node graph, 16384 seeds at 4e-3 scored as 1024 at 1e-3
-#: (validation, two seeds) in an eighth of the steps, while 16384 at 1e-3 lost 0.03 AUROC. The paper's recipe lost a
-#: little at 16384 / 4e-3 (one seed), and stores with whole-graph steps (every real graph of the shared data) were
-#: measured at 1024 / 1e-3: those keep 1024 and 1e-3.
+#: ``--batch-size auto`` and ``--lr auto`` (BENCHMARKS.md, sessions 27 and 51). For the local contrast (the label-free
+#: recipe) on a store whose every subgraph is trained in neighbour-sampled minibatches (all above ``--sample-threshold``),
+#: GPU workers take ``GPU_BATCH_SIZE`` seeds a step, and the learning rate follows the step's seeds over *all* workers
+#: (DDP averages their gradients: W workers of B seeds train as one of W x B) by square-root scaling from ``BASE_LR`` at
+#: ``CPU_BATCH_SIZE``: on the generated 1M-node graph, 16384 seeds at 4e-3 scored as 1024 at 1e-3 (validation, two
+#: seeds) in an eighth of the steps, while 16384 at 1e-3 lost 0.03 AUROC (session 27); two workers of 8192 seeds
+#: train as one of 16384 (session 51). The paper's recipe lost a little at 16384 / 4e-3 (one seed), and stores with
+#: whole-graph steps (every real graph of the shared data) were measured at 1024 / 1e-3: those keep 1024 and 1e-3.
 CPU_BATCH_SIZE = 1024
 GPU_BATCH_SIZE = 16384
 BASE_LR = 1e-3
@@ -132,8 +135,20 @@ def apply_auto_batch(cfg: "PretrainConfig", smallest_subgraph: int) -> "Pretrain
     if cfg.batch_size is None:
         cfg.batch_size = GPU_BATCH_SIZE if cfg.gpus_per_worker > 0 and all_sampled else CPU_BATCH_SIZE
     if cfg.lr is None:
-        cfg.lr = BASE_LR * math.sqrt(cfg.batch_size / CPU_BATCH_SIZE) if all_sampled else BASE_LR
+        cfg.lr = BASE_LR * math.sqrt(step_seeds(cfg) / CPU_BATCH_SIZE) if all_sampled else BASE_LR
     return cfg
+
+
+def idle_workers(node_counts: Any, workers: int, sample_threshold: int) -> int:
+    """How many of ``workers`` get no small subgraph (at most ``sample_threshold`` nodes) of their own when the store has
+    some, but fewer than workers (they borrow another's: :func:`gcad_dist.data.sharding.epoch_plan`); else 0."""
+    small = int((np.asarray(node_counts) <= sample_threshold).sum())
+    return workers - small if 0 < small < workers else 0
+
+
+def step_seeds(cfg: "PretrainConfig") -> int:
+    """Seed nodes of one training step over all workers (a sampled subgraph's step: ``batch_size`` per worker)."""
+    return int(cfg.batch_size) * max(1, int(cfg.workers))
 
 
 @dataclass
@@ -151,7 +166,7 @@ class PretrainConfig:
     fanouts: str = "10,5"
     sample_threshold: int = 50_000
     graph_batch_nodes: int = 50_000
-    lr: float | None = None  # None = auto (apply_auto_batch): 1e-3, scaled with the batch on all-sampled stores
+    lr: float | None = None  # None = auto (apply_auto_batch): 1e-3, scaled with all workers' batch on all-sampled stores
     hidden: int = 64
     layers: int = 2
     conv: str = "gin"
@@ -247,9 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--graph-batch-nodes", type=int, default=d.graph_batch_nodes,
       help="cost budget (about nodes + edges/2) of one batch of whole small subgraphs")
     a("--lr", type=auto_or(float, "a number"), default="auto",
-      help=f"peak Adam learning rate (10%% warm-up, then linear decay to lr/10); auto = {BASE_LR:g} x sqrt(batch size / "
-      f"{CPU_BATCH_SIZE}) with the local contrast when every subgraph of the store is above --sample-threshold "
-      f"(measured: 16384 seeds at 4e-3 train as well as {CPU_BATCH_SIZE} at {BASE_LR:g}), else {BASE_LR:g}")
+      help=f"peak Adam learning rate (10%% warm-up, then linear decay to lr/10); auto = {BASE_LR:g} x sqrt(batch size x "
+      f"workers / {CPU_BATCH_SIZE}) with the local contrast when every subgraph of the store is above "
+      f"--sample-threshold (measured: 16384 seeds a step at 4e-3 train as well as {CPU_BATCH_SIZE} at {BASE_LR:g}, "
+      f"at 1e-3 they lose 0.03 AUROC), else {BASE_LR:g}")
     a("--hidden", type=int, default=d.hidden, help="hidden width of the GCCAD encoder")
     a("--layers", type=int, default=d.layers, help="GCCAD layers")
     a("--conv", default=d.conv, choices=["gcn", "gin", "sage", "gat"], help="node-update convolution")
@@ -458,8 +474,16 @@ def validate(cfg: PretrainConfig) -> dict:
     auto = [name for name in ("batch_size", "lr") if getattr(cfg, name) is None]
     apply_auto_batch(cfg, int(min(reader.node_counts)))
     if auto:
-        log.info("%s (auto): %d seeds a step, learning rate %g", " and ".join(f"--{a.replace('_', '-')}" for a in auto),
-                 cfg.batch_size, cfg.lr)
+        over = f" ({step_seeds(cfg)} over {cfg.workers} workers)" if cfg.workers > 1 else ""
+        log.info("%s (auto): %d seeds a step per worker%s, learning rate %g",
+                 " and ".join(f"--{a.replace('_', '-')}" for a in auto), cfg.batch_size, over, cfg.lr)
+    idle = idle_workers(reader.node_counts, cfg.workers, cfg.sample_threshold)
+    if idle:
+        small = cfg.workers - idle
+        log.warning("--workers %d: the store has %d subgraph(s) of at most --sample-threshold (%d) nodes, so %d worker(s) "
+                    "have none of their own and repeat another's whole-subgraph steps, adding no data to them%s",
+                    cfg.workers, small, cfg.sample_threshold, idle,
+                    "; a whole-graph store this small trains as well on --workers 1" if len(reader) == 1 else "")
     kept = reader.manifest.get("partition", {}).get("edges_kept")
     if cfg.contrast == "local" and kept is not None and kept < 0.999:
         log.warning("--contrast local on a store whose parts keep %.0f%% of the graph's edges: each node's context is "

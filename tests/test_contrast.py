@@ -493,6 +493,13 @@ def test_auto_batch_size_and_learning_rate() -> None:
     assert apply_auto_batch(PretrainConfig(store="s", batch_size=4096), small).lr == BASE_LR
     paper = apply_auto_batch(PretrainConfig(store="s", gpus_per_worker=1.0, contrast="graph"), big)
     assert (paper.batch_size, paper.lr) == (CPU_BATCH_SIZE, BASE_LR)
+    # DDP averages the workers' gradients: W workers of B seeds are one step of W x B, and the rate follows that
+    four = apply_auto_batch(PretrainConfig(store="s", workers=4), big)
+    assert four.batch_size == CPU_BATCH_SIZE and four.lr == pytest.approx(2 * BASE_LR)
+    gpus = apply_auto_batch(PretrainConfig(store="s", workers=4, gpus_per_worker=1.0), big)
+    assert gpus.batch_size == GPU_BATCH_SIZE and gpus.lr == pytest.approx(8 * BASE_LR)
+    assert apply_auto_batch(PretrainConfig(store="s", workers=4), small).lr == BASE_LR  # whole-graph steps
+    assert apply_auto_batch(PretrainConfig(store="s", workers=4, lr=5e-4), big).lr == 5e-4
     args = parse_config(["--store", "s"])
     assert args.batch_size is None and args.lr is None
     args = parse_config(["--store", "s", "--batch-size", "2048", "--lr", "3e-3"])

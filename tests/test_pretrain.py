@@ -212,3 +212,37 @@ def test_a_finished_run_is_recognised_for_resume(tmp_path: Path) -> None:
     assert finished_run(out, PretrainConfig(store=cfg.store, out=cfg.out, epochs=5)) is None
     assert finished_run(out, PretrainConfig(store=cfg.store, out=cfg.out, epochs=3, hidden=32)) is None
     assert finished_run(tmp_path / "elsewhere", cfg) is None
+
+
+def test_workers_without_a_subgraph_of_their_own_are_named(store: Path, tmp_path: Path, caplog) -> None:
+    """More workers than small subgraphs: the extra ones repeat another's steps (with one whole-graph subgraph, the
+    same graph every step), and validate says so; as many subgraphs as workers, or sampled ones, say nothing."""
+    import logging
+
+    from gcad_dist.pretrain import idle_workers, parse_config, validate
+    from partitioning.build import BuildConfig, build
+    from partitioning.graph import Graph, csr_from_edges
+
+    assert idle_workers([10_000], 2, 50_000) == 1
+    assert idle_workers([10_000, 300, 200], 5, 50_000) == 2
+    assert idle_workers([100, 200, 300], 2, 50_000) == 0
+    assert idle_workers([60_000], 4, 50_000) == 0  # sampled: all workers share its seed nodes
+    assert idle_workers([100, 60_000], 3, 50_000) == 2
+    rng = np.random.default_rng(0)
+    indptr, indices = csr_from_edges(rng.integers(0, 300, 1200), rng.integers(0, 300, 1200), 300)
+    whole = tmp_path / "w.zarr"
+    build(BuildConfig(graph="test", out=str(whole), k=1, corruption_mix="none", plot=False, progress=False),
+          graph=Graph(x=rng.normal(size=(300, 8)).astype(np.float32), indptr=indptr, indices=indices, source="test"))
+
+    def said(path: Path, workers: int) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="gcad_dist.pretrain"):
+            validate(parse_config(["--store", str(path), "--workers", str(workers), "--out", str(tmp_path / "o")]))
+        return [r.getMessage() for r in caplog.records if "have none of their own" in r.getMessage()]
+
+    one = said(whole, 2)
+    assert len(one) == 1 and "--workers 2" in one[0] and "has 1 subgraph(s)" in one[0] and "--workers 1" in one[0]
+    four = said(store, 6)  # four small subgraphs at the default threshold, six workers: two repeat
+    assert len(four) == 1 and "has 4 subgraph(s)" in four[0] and "2 worker(s)" in four[0]
+    assert "--workers 1" not in four[0]
+    assert said(whole, 1) == [] and said(store, 4) == []
