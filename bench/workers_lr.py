@@ -5,8 +5,8 @@ Example (BENCHMARKS.md, session 51):
         --runs 1:1024:auto 2:1024:per-worker 2:1024:auto 2:8192:per-worker 2:8192:auto
 
 DDP averages the workers' gradients, so W workers of B seeds a step train as one worker of W x B seeds: fewer,
-larger steps. ``gcad_dist.pretrain --lr auto`` scales the rate by sqrt(W x B / 1024) (session 51); before, it
-followed one worker's B alone. Each run is ``WORKERS:BATCH:LR``, LR a number, ``auto`` (the rate
+larger steps. ``gcad_dist.pretrain --lr auto`` scales the rate by sqrt(S / 1024), S = W x B up to 16384 seeds
+(session 51); before, S was one worker's B alone. Each run is ``WORKERS:BATCH:LR``, LR a number, ``auto`` (the rate
 ``gcad_dist.pretrain`` picks now) or ``per-worker`` (the rule before session 51, sqrt(B / 1024)). Every run
 pre-trains the local recipe on ``--store`` (a whole-graph store, ``partitioning.build --k 1``, of a graph above
 ``--sample-threshold`` nodes, whose steps are sampled minibatches) with ``gcad_dist.pretrain``, then scores
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
-from gcad_dist.pretrain import BASE_LR, CPU_BATCH_SIZE  # noqa: E402
+from gcad_dist.pretrain import BASE_LR, CPU_BATCH_SIZE, LR_SCALE_SEEDS  # noqa: E402
 
 log = logging.getLogger("bench.workers_lr")
 RATES = ("auto", "per-worker")
@@ -92,8 +92,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--store", required=True, help="its whole-graph store (partitioning.build --k 1)")
     p.add_argument("--out", default=d.out, help="folder for each run's checkpoint, scores and the table")
     p.add_argument("--runs", nargs="+", default=d.runs,
-                   help="WORKERS:BATCH:LR each; LR a number, auto (gcad_dist.pretrain's rule: sqrt(workers x batch / "
-                   f"{CPU_BATCH_SIZE}) x {BASE_LR:g}) or per-worker (the rule before session 51: sqrt(batch / "
+                   help="WORKERS:BATCH:LR each; LR a number, auto (gcad_dist.pretrain's rule: sqrt(min(workers x "
+                   f"batch, {LR_SCALE_SEEDS}) / {CPU_BATCH_SIZE}) x {BASE_LR:g}) or per-worker (the rule before "
+                   f"session 51: sqrt(batch / "
                    f"{CPU_BATCH_SIZE}) x {BASE_LR:g}); the first run is the baseline")
     p.add_argument("--epochs", type=int, default=d.epochs, help="pre-training epochs of every run")
     p.add_argument("--seed", type=int, default=d.seed, help="pre-training seed of every run")

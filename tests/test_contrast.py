@@ -473,7 +473,8 @@ def test_local_contrast_on_a_minibatch_projects_the_seeds_only(members):
 
 def test_auto_batch_size_and_learning_rate() -> None:
     """--batch-size / --lr auto: 16384 seeds and sqrt-scaled lr on GPU workers, local contrast, all-sampled stores only."""
-    from gcad_dist.pretrain import BASE_LR, CPU_BATCH_SIZE, GPU_BATCH_SIZE, apply_auto_batch, parse_config
+    from gcad_dist.pretrain import (BASE_LR, CPU_BATCH_SIZE, GPU_BATCH_SIZE, LR_SCALE_SEEDS, apply_auto_batch,
+                                    parse_config)
     from gcad_dist.pretrain import PretrainConfig as Cfg
 
     big, small = 60_000, 20_000  # smallest subgraph, against the default --sample-threshold of 50,000
@@ -496,8 +497,10 @@ def test_auto_batch_size_and_learning_rate() -> None:
     # DDP averages the workers' gradients: W workers of B seeds are one step of W x B, and the rate follows that
     four = apply_auto_batch(PretrainConfig(store="s", workers=4), big)
     assert four.batch_size == CPU_BATCH_SIZE and four.lr == pytest.approx(2 * BASE_LR)
+    many = apply_auto_batch(PretrainConfig(store="s", workers=64), big)  # flat beyond LR_SCALE_SEEDS a step
+    assert many.lr == pytest.approx(4 * BASE_LR) and LR_SCALE_SEEDS == 16 * CPU_BATCH_SIZE
     gpus = apply_auto_batch(PretrainConfig(store="s", workers=4, gpus_per_worker=1.0), big)
-    assert gpus.batch_size == GPU_BATCH_SIZE and gpus.lr == pytest.approx(8 * BASE_LR)
+    assert gpus.batch_size == GPU_BATCH_SIZE and gpus.lr == pytest.approx(4 * BASE_LR)
     assert apply_auto_batch(PretrainConfig(store="s", workers=4), small).lr == BASE_LR  # whole-graph steps
     assert apply_auto_batch(PretrainConfig(store="s", workers=4, lr=5e-4), big).lr == 5e-4
     args = parse_config(["--store", "s"])
