@@ -53,10 +53,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from gcad_dist.cli import (ArgumentParser, DefaultsHelpFormatter, UsageError, auto_or, bar_disable, run_cli,
                            setup_logging)
+from gcad_dist.data.sharding import idle_workers
 from gcad_dist.model.gccad import CONTRASTS
 from gcad_dist.model.precision import PRECISIONS
 from partitioning.features import describe_normalization
@@ -140,13 +139,6 @@ def apply_auto_batch(cfg: "PretrainConfig", smallest_subgraph: int) -> "Pretrain
     if cfg.lr is None:
         cfg.lr = BASE_LR * min(step_seeds(cfg), LR_SCALE_SEEDS) / CPU_BATCH_SIZE if all_sampled else BASE_LR
     return cfg
-
-
-def idle_workers(node_counts: Any, workers: int, sample_threshold: int) -> int:
-    """How many of ``workers`` get no small subgraph (at most ``sample_threshold`` nodes) of their own when the store has
-    some, but fewer than workers (they borrow another's: :func:`gcad_dist.data.sharding.epoch_plan`); else 0."""
-    small = int((np.asarray(node_counts) <= sample_threshold).sum())
-    return workers - small if 0 < small < workers else 0
 
 
 def step_seeds(cfg: "PretrainConfig") -> int:

@@ -104,6 +104,13 @@ def worker_shares(
     return lpt_assign(costs, small, world), large
 
 
+def idle_workers(node_counts: np.ndarray, workers: int, sample_threshold: int) -> int:
+    """How many of ``workers`` get no small subgraph of their own (:func:`worker_shares`) when the store has some, but
+    fewer than workers: they borrow another's in :func:`epoch_plan` and repeat its steps; else 0."""
+    small = split_by_size(node_counts, sample_threshold)[0].size
+    return workers - small if 0 < small < workers else 0
+
+
 def seed_share(num_nodes: int, subgraph: int, rank: int, world: int, seed: int = 0) -> np.ndarray:
     """This worker's disjoint share of the seed nodes (local ids) of a large subgraph, fixed across
     epochs; the shares of all workers partition ``range(num_nodes)`` and differ in size by at most 1."""
