@@ -54,8 +54,8 @@ def test_training_steps_reuse_freed_memory():
     assert applied
     # glibc's defaults: most steps fault in thousands of fresh 4-KiB pages (1,200-8,000 at the median measured);
     # with the settings a step reuses the memory the previous one freed (0-2 at the median). Some steps still grow
-    # the heap by a block or two (1,250-7,500 pages): 0-5 of 16 steps in 30 runs here, and at least 4 of 8 once in CI (1,250 at the median), which
-    # failed a median over 8 steps; over 16 the median fails only when 8 steps grow the heap
+    # the heap by a block or two (1,250-7,500 pages): 0-5 of 16 in 30 runs here, and at least 4 of 8 once in CI
+    # (1,250 at the median of 8). Over 16 steps the median fails only when 8 of them grow the heap.
     assert faults < 100
     # the baseline: glibc's dynamic mmap threshold can adapt to a run's allocation order and spare one run the
     # faults (seen once in CI, 2 at the median), so up to three runs are tried; one with faults shows the difference
