@@ -6,8 +6,9 @@ features where the forest corroborates the contrast's top 1% of nodes (:mod:`gca
 harness's pipeline and seeds: the same checkpoints as ``gcad_dist.quality --models gccad-pre``; the view changes
 scoring only) and tabulates, per graph: the contrast's score alone (the default before session 50, ball switch
 included), the forest alone, their fusion (the sum of robust z-scores), and the view (the fusion where the
-corroboration reaches :data:`gcad_dist.feature_view.CORROBORATION`, else the contrast's score), with the
-corroboration and the seeds where the view joined. Scores are saved as ``OUT/DATASET-SEED.npz`` (``contrast``,
+corroboration reaches :data:`gcad_dist.feature_view.CORROBORATION` or the links' feature assortativity is below
+:data:`gcad_dist.feature_view.ASSORTATIVITY`, else the contrast's score), with both measures and the seeds where the
+view joined. Scores are saved as ``OUT/DATASET-SEED.npz`` (``contrast``,
 ``forest``), so a rerun only tabulates. By default the table reads the training + validation nodes of the harness's
 split of each seed (no test label); ``--on-test`` reads the test split, a report after a choice.
 
@@ -49,7 +50,8 @@ def run(cfg: FeatureViewConfig) -> list[dict[str, Any]]:
 
     from bench.labelfree_pretext import measured_nodes, saved_scores
     from gcad_dist.detectors import gccad_pre
-    from gcad_dist.feature_view import CORROBORATION, corroboration, forest_scores, fused
+    from gcad_dist.feature_view import ASSORTATIVITY, CORROBORATION, corroboration, feature_assortativity, \
+        forest_scores, fused
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.score import score_data
 
@@ -65,11 +67,12 @@ def run(cfg: FeatureViewConfig) -> list[dict[str, Any]]:
         y = raw.y.numpy().astype(np.int64)
         has = (torch.bincount(raw.edge_index[1], minlength=raw.num_nodes) > 0).numpy()
         c, _ = corroboration(scores["contrast"], scores["forest"])
-        use = bool(c >= CORROBORATION)
+        a = float("nan") if np.isnan(c) else feature_assortativity(raw.x.numpy(), raw.edge_index)
+        use = bool(c >= CORROBORATION) or bool(a < ASSORTATIVITY)  # as apply_feature_view: nan is False
         scores["fused"] = fused(scores["contrast"], scores["forest"], has)
         scores["view"] = scores["fused"] if use else scores["contrast"]
         mask = measured_nodes(raw, seed, cfg.on_test)
-        records.append({"dataset": ds, "seed": seed, "corroboration": c, "used": use,
+        records.append({"dataset": ds, "seed": seed, "corroboration": c, "assortativity": a, "used": use,
                         **{k: (auroc(y[mask], v[mask]), auprc(y[mask], v[mask])) for k, v in scores.items()}})
     return records
 
@@ -78,16 +81,17 @@ def table(records: list[dict[str, Any]], on_test: bool = False) -> str:
     """Markdown: per dataset each score's mean AUROC / AUPRC, the mean corroboration, and the view's AUROC change
     against the contrast's score with the seeds where it joined."""
     where = "test" if on_test else "training + validation"
-    lines = [f"| graph ({where}) | seeds | contrast | forest | fused | **view** | corroboration | view: change "
-             "(joined) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [f"| graph ({where}) | seeds | contrast | forest | fused | **view** | corroboration | assortativity | "
+             "view: change (joined) |", "|---|---|---|---|---|---|---|---|---|"]
     for ds in dict.fromkeys(r["dataset"] for r in records):
         rs = [r for r in records if r["dataset"] == ds]
         v = {k: np.array([r[k] for r in rs]) for k in ("contrast", "forest", "fused", "view")}
         cells = " | ".join(f"{a[:, 0].mean():.3f} / {a[:, 1].mean():.3f}" for a in v.values())
-        corr = np.array([r["corroboration"] for r in rs], dtype=float)
-        corr_cell = "n/a" if np.isnan(corr).all() else f"{np.nanmean(corr):.3f}"
+        corr_cell, assort_cell = (
+            "n/a" if np.isnan(m).all() else f"{np.nanmean(m):.3f}"
+            for m in (np.array([r.get(k, np.nan) for r in rs], dtype=float) for k in ("corroboration", "assortativity")))
         d = v["view"][:, 0] - v["contrast"][:, 0]
-        lines.append(f"| {ds} | {len(rs)} | {cells} | {corr_cell} | {d.mean():+.4f} "
+        lines.append(f"| {ds} | {len(rs)} | {cells} | {corr_cell} | {assort_cell} | {d.mean():+.4f} "
                      f"({sum(r['used'] for r in rs)}/{len(rs)}) |")
     return "\n".join(lines)
 

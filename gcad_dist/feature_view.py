@@ -15,8 +15,14 @@ contrast, no label read:
 
 Where the forest ranks the contrast's top nodes high, its other outliers (the camouflaged nodes the contrast misses)
 are likely anomalies too; where it ranks them at or below chance, its outliers are something else. The threshold
-was set on 22 graphs and checked on graphs made after it was fixed (BENCHMARKS.md, session 50). The forest has a
-fixed seed, so a checkpoint scores a graph the same way twice. Everything here is NumPy over the nodes at once.
+was set on 22 graphs and checked on graphs made after it was fixed (BENCHMARKS.md, session 50).
+
+Since session 52 the view also joins where the graph says nothing about the features
+(:func:`feature_assortativity` below :data:`ASSORTATIVITY`): where a column's values at the two ends of an edge are
+no more alike than at two random nodes, a node's context is a random sample of the graph, the contrast compares it
+with the graph at large, and nothing can corroborate the forest (camouflaged fraud linked at random; books, whose
+columns have no correlation across its edges). The forest has a fixed seed, and the edges are sampled with a fixed
+seed, so a checkpoint scores a graph the same way twice. Everything here is NumPy over the nodes at once.
 """
 
 from __future__ import annotations
@@ -39,6 +45,14 @@ TOP_SHARE = 0.01
 MIN_TOP = 10
 #: the forest's AUROC for the contrast's top nodes from which the two views are fused
 CORROBORATION = 0.75
+#: the graph's :func:`feature_assortativity` below which the view joins without corroboration (session 52: at most
+#: 0.04 on graphs linked at random or whose columns do not follow the links, 0.097 and above on every other graph)
+ASSORTATIVITY = 0.06
+#: the quantile over the columns that :func:`feature_assortativity` reports (a graph whose links follow a few columns
+#: only still says something about the features)
+ASSORTATIVITY_QUANTILE = 0.9
+#: edges sampled (fixed seed) to measure the assortativity: its noise is about 1 / sqrt(2 x edges)
+ASSORTATIVITY_EDGES = 200_000
 
 
 def forest_scores(x: np.ndarray, seed: int = FOREST_SEED, threads: int = 1) -> np.ndarray:
@@ -48,6 +62,37 @@ def forest_scores(x: np.ndarray, seed: int = FOREST_SEED, threads: int = 1) -> n
     x = np.asarray(x, dtype=np.float32)
     forest = IsolationForest(**FOREST, random_state=seed, n_jobs=max(1, threads)).fit(x)
     return -forest.score_samples(x)
+
+
+def feature_assortativity(x: np.ndarray, edge_index: Any, max_edges: int = ASSORTATIVITY_EDGES,
+                           seed: int = FOREST_SEED) -> float:
+    """How much the graph's links say about its features: the :data:`ASSORTATIVITY_QUANTILE` quantile, over the
+    columns of ``x`` [N, F] that vary, of the Spearman correlation of a column's values at the two ends of an edge
+    (each edge both ways; self loops dropped; up to ``max_edges`` edges sampled with ``seed``). Near 0 when the links
+    are random with respect to every column; nan without an edge or a varying column."""
+    from scipy.stats import rankdata
+
+    ei = np.asarray(edge_index.cpu() if hasattr(edge_index, "cpu") else edge_index).reshape(2, -1)
+    ei = ei[:, ei[0] != ei[1]]
+    if ei.shape[1] > max_edges:
+        ei = ei[:, np.random.default_rng(seed).choice(ei.shape[1], max_edges, replace=False)]
+    if ei.shape[1] == 0:
+        return float("nan")
+    nodes, local = np.unique(ei, return_inverse=True)
+    local = local.reshape(2, -1)
+    src, dst = np.concatenate([local[0], local[1]]), np.concatenate([local[1], local[0]])
+    x = np.asarray(x)
+    corr = []
+    for lo in range(0, x.shape[1], 64):  # blocks of columns: [sampled nodes, 64] at a time
+        r = rankdata(np.asarray(x[nodes, lo:lo + 64], dtype=np.float64), axis=0)  # ties: average ranks
+        a, b = r[src], r[dst]
+        a -= a.mean(0)
+        b -= b.mean(0)
+        den = np.sqrt((a * a).sum(0) * (b * b).sum(0))
+        ok = den > 0
+        corr.append((a * b).sum(0)[ok] / den[ok])
+    corr = np.concatenate(corr)
+    return float(np.quantile(corr, ASSORTATIVITY_QUANTILE)) if corr.size else float("nan")
 
 
 def top_count(n: int) -> int:
@@ -83,22 +128,26 @@ def fused(scores: np.ndarray, forest: np.ndarray, has: np.ndarray) -> np.ndarray
 
 
 def apply_feature_view(scores: np.ndarray, x_raw: np.ndarray, has: np.ndarray, threads: int = 1,
-                       always: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
+                       always: bool = False, edge_index: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
     """The score with the feature view: ``scores`` (the contrast's, [N]) fused with the forest on ``x_raw`` [N, F]
-    when the forest corroborates them (or ``always``), else ``scores`` unchanged; and the record of the choice
-    (``used``, ``corroboration``, ``top_nodes``, ``threshold``, ``always``) for logs and metrics files. ``has``: the
-    nodes with a context."""
+    when the forest corroborates them, when the graph's links ``edge_index`` [2, E] say nothing about the features
+    (:func:`feature_assortativity` below :data:`ASSORTATIVITY`; not measured when None), or ``always``; else
+    ``scores`` unchanged. Also the record of the choice (``used``, ``corroboration``, ``top_nodes``, ``threshold``,
+    ``assortativity``, ``assortativity_threshold``, ``always``) for logs and metrics files. ``has``: the nodes with a
+    context."""
     if x_raw.shape[0] != scores.shape[0]:
         raise ValueError(f"feature view: {x_raw.shape[0]} feature rows for {scores.shape[0]} scores")
     k = top_count(int(scores.shape[0]))
     if k < MIN_TOP and not always:  # too few top nodes to measure: no forest to fit
-        forest, c = None, float("nan")
+        forest, c, a = None, float("nan"), float("nan")
     else:
         forest = forest_scores(x_raw, threads=threads)
         c, k = corroboration(scores, forest)
-    use = always or bool(c >= CORROBORATION)  # nan: False
+        a = float("nan") if edge_index is None else feature_assortativity(x_raw, edge_index)
+    use = always or bool(c >= CORROBORATION) or bool(a < ASSORTATIVITY)  # nan: False
     info = {"used": use, "corroboration": None if math.isnan(c) else round(c, 4), "top_nodes": k,
-            "threshold": CORROBORATION, "always": always}
+            "threshold": CORROBORATION, "assortativity": None if math.isnan(a) else round(a, 4),
+            "assortativity_threshold": ASSORTATIVITY, "always": always}
     return (fused(scores, forest, has) if use else np.asarray(scores, dtype=np.float32)), info
 
 
@@ -114,6 +163,13 @@ def feature_view_phrase(info: dict[str, Any]) -> str:
                 f"fewer than {MIN_TOP} to measure; the contrast's score as it is")
     head = (f"an isolation forest on the raw features ranks the contrast's top {100 * TOP_SHARE:g}% "
             f"({info['top_nodes']} nodes) at AUROC {c:.3f} against the other nodes")
+    a = info.get("assortativity")
+    if a is not None and a < ASSORTATIVITY and not c >= CORROBORATION:
+        return (head + f"; the graph's links say nothing about the features (assortativity {a:.3f} < "
+                f"{ASSORTATIVITY:g}: a node's context is a random sample of the graph), so the forest's robust z-score "
+                "is added to the contrast's")
+    if a is not None:
+        head += f" (feature assortativity of the links {a:.3f})"
     if info["used"]:
-        return head + f" (>= {CORROBORATION:g}: the views agree), so its robust z-score is added to the contrast's"
-    return head + f" (< {CORROBORATION:g}), so the contrast's score is kept as it is"
+        return head + f"; >= {CORROBORATION:g}: the views agree, so its robust z-score is added to the contrast's"
+    return head + f"; < {CORROBORATION:g}, so the contrast's score is kept as it is"

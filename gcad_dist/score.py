@@ -413,7 +413,8 @@ def with_feature_view(model: torch.nn.Module, scores: np.ndarray, data: Any, x_r
     from gcad_dist.feature_view import apply_feature_view
 
     has = (torch.bincount(data.edge_index[1], minlength=data.num_nodes) > 0).numpy()
-    return apply_feature_view(scores, np.asarray(x_raw), has, threads=torch.get_num_threads(), always=always)
+    return apply_feature_view(scores, np.asarray(x_raw), has, threads=torch.get_num_threads(), always=always,
+                              edge_index=data.edge_index)
 
 
 def write_scores(path: str | Path, scores: np.ndarray, y: np.ndarray | None = None,

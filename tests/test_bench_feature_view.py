@@ -9,16 +9,18 @@ from bench.feature_view import FeatureViewConfig, main, run, table
 from gcad_dist.cli import UsageError
 
 
-def _saved(tmp_path, forest_agrees: bool, n: int = 2000) -> FeatureViewConfig:
-    """A random labelled graph and saved scores for seeds 0 and 1: the contrast finds half of the anomalies (a
-    twentieth of the nodes); the forest finds all of them (``forest_agrees``) or ranks them low."""
+def _saved(tmp_path, forest_agrees: bool, n: int = 2000, linked: bool = True) -> FeatureViewConfig:
+    """A labelled graph and saved scores for seeds 0 and 1: the contrast finds half of the anomalies (a twentieth of
+    the nodes); the forest finds all of them (``forest_agrees``) or ranks them low. ``linked``: the links join nodes of
+    the same group of 50, whose features share the group's centre; else the links are random."""
     rng = np.random.default_rng(0)
     y = np.zeros(n, dtype=np.int64)
     y[rng.choice(n, n // 20, replace=False)] = 1
     src = np.repeat(np.arange(n), rng.integers(1, 6, n))
-    dst = rng.integers(0, n, src.size)
+    dst = (src // 50 * 50 + rng.integers(0, 50, src.size)) % n if linked else rng.integers(0, n, src.size)
     ei = np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])])
-    np.savez(tmp_path / "toy.npz", x=rng.normal(size=(n, 4)).astype(np.float32), edge_index=ei, y=y)
+    x = rng.normal(size=(n // 50 + 1, 4))[np.arange(n) // 50] + rng.normal(size=(n, 4))
+    np.savez(tmp_path / "toy.npz", x=x.astype(np.float32), edge_index=ei, y=y)
     (tmp_path / "fv").mkdir(exist_ok=True)
     half = y * (rng.random(n) < 0.5)
     for s in (0, 1):
@@ -46,5 +48,13 @@ def test_the_view_joins_where_the_forest_corroborates(tmp_path, capsys) -> None:
 def test_the_view_stays_off_where_the_forest_disagrees(tmp_path) -> None:
     recs = run(_saved(tmp_path, forest_agrees=False))
     assert all(not r["used"] and r["corroboration"] < 0.5 and r["view"] == r["contrast"] for r in recs)
+    assert all(r["assortativity"] > 0.3 for r in recs)  # the links follow the features
     assert all(r["fused"][0] < r["contrast"][0] for r in recs)  # fusing here would have cost
     assert table(recs).splitlines()[2].endswith("+0.0000 (0/2) |")
+
+
+def test_the_view_joins_where_the_links_say_nothing_about_the_features(tmp_path) -> None:
+    recs = run(_saved(tmp_path, forest_agrees=False, linked=False))
+    assert all(r["used"] and r["corroboration"] < 0.5 and r["view"] == r["fused"] for r in recs)
+    assert all(abs(r["assortativity"]) < 0.05 for r in recs)
+    assert table(recs).splitlines()[2].endswith("(2/2) |")

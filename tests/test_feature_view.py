@@ -1,5 +1,6 @@
 """The feature view (gcad_dist.feature_view; GCCADConfig.feature_view; pretrain --feature-view; score --feature-view):
-an isolation forest on the raw features, added to the label-free score where it corroborates the contrast."""
+an isolation forest on the raw features, added to the label-free score where it corroborates the contrast or
+where the graph's links say nothing about the features."""
 
 from __future__ import annotations
 
@@ -88,6 +89,55 @@ def test_the_view_stays_off_where_the_forest_disagrees() -> None:
         fv.apply_feature_view(s, x[:10], np.ones(n, dtype=bool))
 
 
+def _linked(n: int, groups: bool, seed: int = 0) -> np.ndarray:
+    """[2, E] edges, four a node: within its group of 100 consecutive ids (``groups``) or to random nodes."""
+    rng = np.random.default_rng(seed)
+    src = np.repeat(np.arange(n), 4)
+    dst = src // 100 * 100 + rng.integers(0, 100, src.size) if groups else rng.integers(0, n, src.size)
+    return np.stack([src, np.minimum(dst, n - 1)])
+
+
+def test_feature_assortativity_measures_how_much_the_links_say_about_the_features() -> None:
+    n = 3000
+    rng = np.random.default_rng(5)
+    x = (rng.normal(size=(n // 100, 16))[np.arange(n) // 100] + rng.normal(size=(n, 16))).astype(np.float32)
+    near, rand = _linked(n, True), _linked(n, False)
+    assert fv.feature_assortativity(x, near) > 0.3  # a group's nodes share its centre
+    assert abs(fv.feature_assortativity(x, rand)) < 0.05 < fv.ASSORTATIVITY  # random links: nothing
+    assert fv.feature_assortativity(x, torch.from_numpy(near)) == fv.feature_assortativity(x, near)  # a tensor too
+    # monotone maps of a column leave it unchanged (Spearman: heavy tails and counts read as their ranks)
+    assert fv.feature_assortativity(np.exp(3 * x), near) == pytest.approx(fv.feature_assortativity(x, near), abs=1e-9)
+    # the links follow 2 of 16 columns only: the 90th percentile over the columns still sees them
+    few = rng.normal(size=(n, 16)).astype(np.float32)
+    few[:, :2] = x[:, :2]
+    assert fv.feature_assortativity(few, near) > 2 * fv.ASSORTATIVITY
+    # self loops say nothing; sampled edges give the same answer twice
+    loops = np.concatenate([rand, np.stack([np.arange(n), np.arange(n)])], 1)
+    assert fv.feature_assortativity(x, loops) == fv.feature_assortativity(x, rand)
+    assert fv.feature_assortativity(x, near, max_edges=2000) == fv.feature_assortativity(x, near, max_edges=2000)
+    assert fv.feature_assortativity(x, near, max_edges=2000) > 0.3
+    assert math.isnan(fv.feature_assortativity(x, np.zeros((2, 0), dtype=np.int64)))
+    assert math.isnan(fv.feature_assortativity(np.ones((n, 3)), near))  # no column varies
+
+
+def test_the_view_joins_where_the_links_say_nothing_about_the_features() -> None:
+    x, a, b = _features()
+    n = x.shape[0]
+    rng = np.random.default_rng(3)
+    s = rng.normal(size=n)
+    s[b] += 10.0  # as above: the forest does not corroborate the contrast
+    out, info = fv.apply_feature_view(s, x, np.ones(n, dtype=bool), edge_index=_linked(n, False))
+    assert info["used"] and info["corroboration"] < 0.6 and info["assortativity"] < fv.ASSORTATIVITY
+    np.testing.assert_allclose(out, fv.fused(s, fv.forest_scores(x), np.ones(n, dtype=bool)), rtol=1e-6)
+    assert "say nothing about the features" in fv.feature_view_phrase(info)
+    # links that follow the features: the corroboration alone decides, as before
+    grouped = x + np.random.default_rng(4).normal(size=(n // 100, x.shape[1]))[np.arange(n) // 100].astype(np.float32)
+    out, info = fv.apply_feature_view(s, grouped, np.ones(n, dtype=bool), edge_index=_linked(n, True))
+    assert not info["used"] and info["assortativity"] > fv.ASSORTATIVITY
+    assert "kept as it is" in fv.feature_view_phrase(info) and "assortativity" in fv.feature_view_phrase(info)
+    np.testing.assert_array_equal(out, s.astype(np.float32))
+
+
 def test_config_recipe_and_harness_option(monkeypatch: pytest.MonkeyPatch) -> None:
     from gcad_dist.detectors import gccad_pre, settings_of
     from gcad_dist.distributed.train_loop import model_config
@@ -102,7 +152,7 @@ def test_config_recipe_and_harness_option(monkeypatch: pytest.MonkeyPatch) -> No
     assert model_config(local, in_dim=4).feature_view is True
     assert parse_config(["--store", "s", "--no-feature-view"]).feature_view is False
     assert parse_config(["--store", "s"]).feature_view is None
-    assert (fv.TOP_SHARE, fv.MIN_TOP, fv.CORROBORATION) == (0.01, 10, 0.75)  # documented
+    assert (fv.TOP_SHARE, fv.MIN_TOP, fv.CORROBORATION, fv.ASSORTATIVITY) == (0.01, 10, 0.75, 0.06)  # documented
     # the harness: earlier runs (no view) keep their keys; today's default is in the key
     old = settings_of("gccad-pre", {"pre_feature_view": False})
     assert "pre_feature_view" not in old
