@@ -52,7 +52,7 @@ ASSORTATIVITY = 0.06
 #: only still says something about the features)
 ASSORTATIVITY_QUANTILE = 0.9
 #: edges sampled (fixed seed) to measure the assortativity: its noise is about 1 / sqrt(2 x edges)
-ASSORTATIVITY_EDGES = 200_000
+ASSORTATIVITY_EDGES = 50_000
 
 
 def forest_scores(x: np.ndarray, seed: int = FOREST_SEED, threads: int = 1) -> np.ndarray:

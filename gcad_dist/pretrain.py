@@ -194,7 +194,7 @@ class PretrainConfig:
     # out that the neighbours hide (gcad_dist.model.ball.ball_reveals_group); None = the recipe's
     ball_switch: bool | None = None
     # local contrast: at scoring, add an isolation forest on the raw features where it corroborates the contrast's top
-    # nodes (gcad_dist.feature_view); None = the recipe's
+    # nodes or where the links say nothing about the features (gcad_dist.feature_view); None = the recipe's
     feature_view: bool | None = None
     memory_momentum: float = 0.5
     backend: str = "auto"
@@ -313,10 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
     a("--feature-view", action=argparse.BooleanOptionalAction, default=d.feature_view,
       help="local contrast: when the model scores, an isolation forest on the graph's raw features is fitted, and its "
       "robust z-score is added to the contrast's where the two agree on what stands out: where the forest ranks the "
-      "contrast's top 1%% of nodes at AUROC >= 0.75 against the others (the choice and that AUROC are logged). It "
-      "finds what a contrast with the neighbours hardly sees, nodes extreme in a few attributes (camouflaged fraud), "
-      "and stays off where the forest's outliers are normal nodes. No label is read. Recorded in the checkpoint. "
-      "Default: the recipe's, on for local (BENCHMARKS.md, session 50), off for paper")
+      "contrast's top 1%% of nodes at AUROC >= 0.75 against the others, or where the graph's links say nothing "
+      "about the features (the Spearman correlation of a column across an edge: its 90th percentile over the "
+      "columns below 0.06, so that a node's context is a random sample of the graph; both measures and the choice "
+      "are logged). It finds what a contrast with the neighbours hardly sees, nodes extreme in a few attributes "
+      "(camouflaged fraud), and stays off where the forest's outliers are normal nodes. No label is read. Recorded "
+      "in the checkpoint. Default: the recipe's, on for local (BENCHMARKS.md, sessions 50 and 52), off for paper")
     a("--context-hops", type=int, choices=(1, 2), default=d.context_hops,
       help="local contrast: each node is contrasted with the mean of its neighbours (1) or of its two-hop ball (2: "
       "its neighbours and up to 10 sampled neighbours of each, itself excluded; minibatches then sample two hops). "

@@ -507,7 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "out that the neighbours hide (default: the recipe's)")
     p.add_argument("--pre-feature-view", action=argparse.BooleanOptionalAction, default=d.pre_feature_view,
                    help="gccad-pre: pretrain --feature-view, an isolation forest on the raw features added to the score "
-                   "where it corroborates the contrast's top nodes (default: the recipe's)")
+                   "where it corroborates the contrast's top nodes or the links say nothing about the features "
+                   "(default: the recipe's)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "

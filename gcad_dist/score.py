@@ -54,7 +54,8 @@ NORMALIZE_CHOICES = ("auto", *STORE_NORMALIZATIONS)  # auto = the checkpoint's o
 # --parts --context: halo (default) = its own part plus the part's 1-hop halo (score_parts_halo); own = the
 # node's K-means part alone; links = the part most of its neighbours are in (link_majority_parts)
 CONTEXTS = ("halo", "own", "links")
-#: ``--feature-view``: where the forest corroborates the contrast (the local recipe's), on every graph, or never
+#: ``--feature-view``: where the forest corroborates the contrast or the links say nothing about the features (the
+#: local recipe's), on every graph, or never
 FEATURE_VIEWS = ("auto", "always", "off")
 
 
@@ -74,7 +75,8 @@ class ScoreConfig:
     # the label-free local model: also scored against the loose context, larger robust z kept; None = as trained
     loose_context: bool | None = None
     # the label-free local model: an isolation forest on the raw features added where it corroborates the contrast
-    # (gcad_dist.feature_view): "auto" (where it corroborates), "always" or "off"; None = as trained
+    # (gcad_dist.feature_view): "auto" (where it corroborates, or where the links say nothing about the features),
+    # "always" or "off"; None = as trained
     feature_view: str | None = None
     device: str = "auto"
     normalize: str = "auto"
@@ -405,9 +407,9 @@ def score_graph(checkpoint_dir: str | Path, graph: Any, device: str = "auto", no
 def with_feature_view(model: torch.nn.Module, scores: np.ndarray, data: Any, x_raw: np.ndarray,
                       always: bool = False) -> tuple[np.ndarray, dict[str, Any] | None]:
     """``scores`` with the feature view (:func:`gcad_dist.feature_view.apply_feature_view`: an isolation forest on
-    the raw features ``x_raw``, added where it corroborates the contrast, or ``always``) when ``model`` records it
-    (``feature_view``), and its record; ``(scores, None)`` for any other model. ``data``: the graph scored (its
-    edges say which nodes have a context)."""
+    the raw features ``x_raw``, added where it corroborates the contrast or where the links of ``data`` say nothing
+    about the features, or ``always``) when ``model`` records it (``feature_view``), and its record; ``(scores,
+    None)`` for any other model. ``data``: the graph scored (its edges say which nodes have a context)."""
     if not getattr(getattr(model, "config", None), "feature_view", False):
         return scores, None
     from gcad_dist.feature_view import apply_feature_view
@@ -510,8 +512,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--feature-view", default=d.feature_view, choices=FEATURE_VIEWS,
                    help="label-free local checkpoints only: fit an isolation forest on the graph's raw features and add "
                         "its robust z-score to the contrast's. auto: where the two agree on what stands out (the forest "
-                        "ranks the contrast's top 1%% of nodes at AUROC >= 0.75 against the others; logged, and written "
-                        "to the metrics file as \"feature_view\"); always: on every graph; off: the contrast alone. "
+                        "ranks the contrast's top 1%% of nodes at AUROC >= 0.75 against the others), or where the graph's "
+                        "links say nothing about the features (the Spearman correlation of a column across an edge: "
+                        "its 90th percentile over the columns below 0.06); both logged, and written to the metrics file "
+                        "as \"feature_view\"; always: on every graph; off: the contrast alone. "
                         "The forest finds nodes extreme in a few attributes that agree with their neighbours otherwise "
                         "(camouflaged fraud), which a contrast hardly sees; added everywhere, it cost inj_cora 0.11-0.14 "
                         "AUROC and tolokers 0.08-0.09, and auto never added it there. auto stayed off on some generated "
@@ -658,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(loaded.model.config, "feature_view", False):
             log.info("an isolation forest on the raw features joins the score %s (%s)",
                      "on this graph" if cfg.feature_view == "always"
-                     else "where it corroborates the contrast's top nodes",
+                     else "where it corroborates the contrast's top nodes or the links say nothing about the features",
                      "as trained (pretrain --feature-view)" if cfg.feature_view is None
                      else f"--feature-view {cfg.feature_view}")
         if getattr(loaded.model.config, "degree_detrend", False):

@@ -68,7 +68,8 @@ LOCAL_LOOSE_CONTEXT = False
 #: where it makes a group stand out that the neighbours hide (session 48; the default since session 49)
 LOCAL_BALL_SWITCH = True
 #: ``pretrain --feature-view`` of the local recipe (the harness's ``--pre-feature-view``): at scoring, an isolation
-#: forest on the raw features added where it corroborates the contrast's top nodes (the default since session 50)
+#: forest on the raw features added where it corroborates the contrast's top nodes (the default since session 50) or
+#: where the links say nothing about the features (since session 52)
 LOCAL_FEATURE_VIEW = True
 #: seed nodes per minibatch of the local recipe (``pretrain --batch-size``; the harness's ``--pre-batch-size``)
 LOCAL_BATCH_SIZE = 1024
