@@ -1,4 +1,5 @@
-"""bench.feature_view: the table from saved scores (no pre-training), the view joining where the forest corroborates."""
+"""bench.feature_view: the table from saved scores (no pre-training), the view joining where the forest corroborates
+the contrast or where the links say nothing about the features."""
 
 from __future__ import annotations
 
