@@ -50,8 +50,7 @@ def run(cfg: FeatureViewConfig) -> list[dict[str, Any]]:
 
     from bench.labelfree_pretext import measured_nodes, saved_scores
     from gcad_dist.detectors import gccad_pre
-    from gcad_dist.feature_view import ASSORTATIVITY, CORROBORATION, corroboration, feature_assortativity, \
-        forest_scores, fused
+    from gcad_dist.feature_view import corroboration, feature_assortativity, forest_scores, fused, joins
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.score import score_data
 
@@ -68,7 +67,7 @@ def run(cfg: FeatureViewConfig) -> list[dict[str, Any]]:
         has = (torch.bincount(raw.edge_index[1], minlength=raw.num_nodes) > 0).numpy()
         c, _ = corroboration(scores["contrast"], scores["forest"])
         a = float("nan") if np.isnan(c) else feature_assortativity(raw.x.numpy(), raw.edge_index)
-        use = bool(c >= CORROBORATION) or bool(a < ASSORTATIVITY)  # as apply_feature_view: nan is False
+        use = joins(c, a)  # as apply_feature_view (a graph too small for c: no view)
         scores["fused"] = fused(scores["contrast"], scores["forest"], has)
         scores["view"] = scores["fused"] if use else scores["contrast"]
         mask = measured_nodes(raw, seed, cfg.on_test)

@@ -73,11 +73,12 @@ def feature_assortativity(x: np.ndarray, edge_index: Any, max_edges: int = ASSOR
     from scipy.stats import rankdata
 
     ei = np.asarray(edge_index.cpu() if hasattr(edge_index, "cpu") else edge_index).reshape(2, -1)
-    ei = ei[:, ei[0] != ei[1]]
-    if ei.shape[1] > max_edges:
-        ei = ei[:, np.random.default_rng(seed).choice(ei.shape[1], max_edges, replace=False)]
-    if ei.shape[1] == 0:
+    keep = np.flatnonzero(ei[0] != ei[1])  # positions of the links that are not self loops (no copy of the links)
+    if keep.size > max_edges:
+        keep = keep[np.random.default_rng(seed).choice(keep.size, max_edges, replace=False)]
+    if keep.size == 0:
         return float("nan")
+    ei = ei[:, keep]
     nodes, local = np.unique(ei, return_inverse=True)
     local = local.reshape(2, -1)
     src, dst = np.concatenate([local[0], local[1]]), np.concatenate([local[1], local[0]])
@@ -93,6 +94,12 @@ def feature_assortativity(x: np.ndarray, edge_index: Any, max_edges: int = ASSOR
         corr.append((a * b).sum(0)[ok] / den[ok])
     corr = np.concatenate(corr)
     return float(np.quantile(corr, ASSORTATIVITY_QUANTILE)) if corr.size else float("nan")
+
+
+def joins(corroboration: float, assortativity: float) -> bool:
+    """The automatic view's rule: the forest joins where it corroborates the contrast (:data:`CORROBORATION`) or
+    where the links say nothing about the features (:data:`ASSORTATIVITY`); a measure that is nan counts as not met."""
+    return bool(corroboration >= CORROBORATION) or bool(assortativity < ASSORTATIVITY)
 
 
 def top_count(n: int) -> int:
@@ -144,7 +151,7 @@ def apply_feature_view(scores: np.ndarray, x_raw: np.ndarray, has: np.ndarray, t
         forest = forest_scores(x_raw, threads=threads)
         c, k = corroboration(scores, forest)
         a = float("nan") if edge_index is None else feature_assortativity(x_raw, edge_index)
-    use = always or bool(c >= CORROBORATION) or bool(a < ASSORTATIVITY)  # nan: False
+    use = always or joins(c, a)
     info = {"used": use, "corroboration": None if math.isnan(c) else round(c, 4), "top_nodes": k,
             "threshold": CORROBORATION, "assortativity": None if math.isnan(a) else round(a, 4),
             "assortativity_threshold": ASSORTATIVITY, "always": always}
