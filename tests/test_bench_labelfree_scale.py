@@ -1,0 +1,64 @@
+"""bench.labelfree_scale: per-kind AUROC, reading the scores back, the table, and a stage that fails."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.labelfree_scale import LabelFreeScaleConfig, _parquet_scores, by_kind, run, table
+
+
+def _graph(path, kinds):
+    n = kinds.size
+    np.savez(path, x=np.zeros((n, 2), np.float32), edge_index=np.zeros((2, 0), np.int64),
+             y=(kinds > 0).astype(np.int8), anomaly_type=kinds.astype(np.int8))
+
+
+def test_by_kind_scores_each_kind_against_the_normal_nodes(tmp_path):
+    kinds = np.array([0] * 20 + [1] * 5 + [3] * 5)
+    _graph(tmp_path / "g.npz", kinds)
+    score = np.where(kinds == 1, 2.0, 0.0)  # finds the swaps, not the cliques
+    score[kinds == 3] = np.linspace(-1, 1, 5)
+    out = by_kind(tmp_path / "g.npz", score)
+    assert set(out) == {"community_swap", "structural"}
+    assert out["community_swap"] == 1.0
+    assert 0.2 < out["structural"] < 0.8
+
+
+def test_by_kind_is_empty_without_planted_kinds(tmp_path):
+    np.savez(tmp_path / "g.npz", x=np.zeros((3, 2), np.float32), edge_index=np.zeros((2, 0), np.int64))
+    assert by_kind(tmp_path / "g.npz", np.zeros(3)) == {}
+
+
+def test_parquet_scores_come_back_in_node_order(tmp_path):
+    ids = np.array([3, 0, 2, 1])
+    pq.write_table(pa.table({"node_id": ids, "score": ids * 10.0}), tmp_path / "s.parquet")
+    assert np.array_equal(_parquet_scores(tmp_path / "s.parquet"), [0.0, 10.0, 20.0, 30.0])
+
+
+def test_table_gives_the_scoring_ratio_and_the_choices():
+    rec = {"nodes": 1000, "device": "cuda", "stages": [{"stage": "pretrain", "seconds": 5.0, "rc": 0},
+                                                       {"stage": "build --k 1", "seconds": 1.0, "rc": 1}],
+           "scores": [{"model": "gccad-pre", "device": "cuda", "seconds": 2.0, "auroc": 0.9, "auprc": 0.5,
+                       "context": {"context": "neighbours"}, "feature_view": {"used": True},
+                       "by_kind": {"contextual": 0.99}},
+                      {"model": "gccad-pre", "device": "cpu", "seconds": 3.0, "auroc": 0.9, "auprc": 0.5},
+                      {"model": "nbr-cosine", "seconds": 0.1, "auroc": 0.8, "auprc": 0.4}]}
+    t = table([rec])
+    assert "| 1,000 | pretrain (cuda) | 5.0 |" in t
+    assert "FAILED: 1" in t
+    assert "feature view joined" in t and "context: neighbours" in t and "contextual 0.990" in t
+    assert "1.50x the cuda scoring time" in t
+    assert "0.8000 / 0.4000" in t
+
+
+def test_a_failed_stage_is_reported_and_stops_that_size(tmp_path):
+    cfg = LabelFreeScaleConfig(nodes=[500], out=str(tmp_path), stage_timeout=0)  # every stage times out at once
+    records = run(cfg)
+    assert [s["stage"] for s in records[0]["stages"]] == ["generate"]
+    assert records[0]["stages"][0]["rc"] == "timeout"
+    assert records[0]["scores"] == []  # no graph: neither the model nor the baselines were scored
+    assert json.loads((tmp_path / "labelfree_scale.json").read_text())[0]["nodes"] == 500
