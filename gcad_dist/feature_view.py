@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 FOREST = {"n_estimators": 100, "max_samples": "auto", "max_features": 1.0, "bootstrap": False}
 #: the forest's seed (fixed: a checkpoint scores a graph the same way twice)
 FOREST_SEED = 0
+#: rows of a block of :func:`isolation_scores` (one thread scores one block at a time)
+FOREST_ROWS = 65_536
 #: the contrast's most confident nodes whose rank under the forest is measured
 TOP_SHARE = 0.01
 #: fewer top nodes than this (graphs under 1,000 nodes): too few to measure, the view stays off
@@ -61,7 +63,24 @@ def forest_scores(x: np.ndarray, seed: int = FOREST_SEED, threads: int = 1) -> n
 
     x = np.asarray(x, dtype=np.float32)
     forest = IsolationForest(**FOREST, random_state=seed, n_jobs=max(1, threads)).fit(x)
-    return -forest.score_samples(x)
+    return isolation_scores(forest, x, threads)
+
+
+def isolation_scores(forest: Any, x: np.ndarray, threads: int = 1) -> np.ndarray:
+    """``-forest.score_samples(x)`` (higher = more isolated) of a fitted scikit-learn ``IsolationForest``, the rows
+    scored in blocks of :data:`FOREST_ROWS` on ``threads`` threads. The same numbers as one call: a row's score does
+    not depend on the others. scikit-learn's own ``n_jobs`` spreads the trees over threads, which did not scale
+    (1M rows, fit and scores: 4.1-5.2 s on one thread, 4.2 s on two); blocks of rows did (scores: 3.7 s -> 1.9 s on
+    two threads, session 53)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = x.shape[0]
+    if threads <= 1 or n <= FOREST_ROWS:
+        return -forest.score_samples(x)
+    forest.set_params(n_jobs=1)  # each block on one thread: the trees are not spread again inside a block
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        parts = pool.map(lambda lo: forest.score_samples(x[lo:lo + FOREST_ROWS]), range(0, n, FOREST_ROWS))
+        return -np.concatenate(list(parts))
 
 
 def feature_assortativity(x: np.ndarray, edge_index: Any, max_edges: int = ASSORTATIVITY_EDGES,

@@ -245,3 +245,20 @@ def test_fine_tuning_reports_the_view_and_writes_models_without_it(camouflage_gr
         else:  # the checkpoint unchanged, as gcad_dist.score scores it
             assert load_model_file(out / "final")["config"]["feature_view"] is True
             assert m["test"] == m["zero_shot_feature_view"]["test"]
+
+
+def test_forest_scores_on_threads_are_the_one_thread_scores(monkeypatch):
+    """Blocks of rows scored on several threads give every row the score one call gives it (the harness's
+    IsolationForest too)."""
+    from torch_geometric.data import Data
+
+    from gcad_dist.detectors import isolation
+
+    monkeypatch.setattr(fv, "FOREST_ROWS", 37)  # 500 rows: 14 blocks, the last one short
+    x = np.random.default_rng(0).normal(size=(500, 6)).astype(np.float32)
+    x[:5] += 6.0
+    one, many = fv.forest_scores(x, threads=1), fv.forest_scores(x, threads=3)
+    assert np.array_equal(one, many)
+    assert one[:5].min() > np.median(one)  # the shifted rows are the isolated ones
+    data = Data(x=torch.from_numpy(x), edge_index=torch.zeros(2, 0, dtype=torch.long))
+    assert np.array_equal(isolation.fit_score(data, None, 0, threads=1), isolation.fit_score(data, None, 0, threads=4))

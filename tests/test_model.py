@@ -614,3 +614,29 @@ def test_pyg_generated_sources_are_removed_at_exit(tmp_path):
     assert int(modules) >= 3 and has_source == "True"  # the generated modules were built, and their source is kept
     assert files_left == "0"  # deleted as soon as the convs were built
     assert not list(tmp_path.glob("*_propagate_*.py"))
+
+
+@pytest.mark.parametrize("kwargs", [dict(contrast="local", ensemble=3, ball_switch=True),
+                                    dict(contrast="local", ensemble=1, degree_detrend=False),
+                                    dict(contrast="neighbors", score_space="encoder"),
+                                    dict(contrast="neighbors", score_space="projection"),
+                                    dict(contrast="ego")],
+                         ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_local_scores_do_not_depend_on_the_scoring_block(monkeypatch, kwargs):
+    """The local contrasts' scores are computed over blocks of nodes (less memory on large graphs): any block size
+    gives every node the same score, for all nodes and for a subset (the ball switch's sample)."""
+    import gcad_dist.model.gccad as gccad
+
+    torch.manual_seed(3)
+    x, ei = _random_graph(40, 120, 6, seed=3)
+    model = GCCAD(GCCADConfig(in_dim=6, hidden=8, **kwargs)).eval()
+    idx = torch.tensor([5, 0, 39, 17, 17])
+    with torch.no_grad():
+        out = model(x, ei)
+        whole, some = model.score(out), model._local_score(out, idx=idx)
+        for rows in (1, 7, 40):
+            monkeypatch.setattr(gccad, "SCORE_ROWS", rows)
+            assert torch.allclose(model.score(out), whole, atol=1e-6, rtol=0)
+            assert torch.allclose(model._local_score(out, idx=idx), some, atol=1e-6, rtol=0)
+        assert model._local_score(out, idx=idx[:0]).shape == (0,)
+    assert whole.shape == (40,) and torch.isfinite(whole).all()

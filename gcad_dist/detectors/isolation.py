@@ -16,6 +16,8 @@ def fit_score(data: Any, split: Any, seed: int, threads: int = 1, **_: Any) -> n
     """Fit on every node's features; score = the negated ``score_samples`` (higher = more anomalous)."""
     from sklearn.ensemble import IsolationForest
 
+    from gcad_dist.feature_view import isolation_scores
+
     x = features(data)
     forest = IsolationForest(**SETTINGS, random_state=seed, n_jobs=max(1, threads)).fit(x)
-    return -forest.score_samples(x)
+    return isolation_scores(forest, x, threads)

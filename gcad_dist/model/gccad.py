@@ -68,6 +68,9 @@ __all__ = ["GCCADConfig", "GCCADOutput", "GCCAD"]
 LOSSES = ("contrastive", "ce", "logistic")
 CONTRASTS = ("graph", "neighbors", "ego", "local")
 SCORE_SPACES = ("encoder", "projection")
+#: nodes per block of the local contrast's scoring (:meth:`GCCAD._local_score`): the projections and cosines of a
+#: block are about 10 KB a node with the five-model ensemble, so a 1M-node graph's scoring no longer holds 9 GB of them
+SCORE_ROWS = 1 << 17
 JUMPS = ("last", "cat", "cat-local")
 
 
@@ -437,14 +440,24 @@ class GCCAD(torch.nn.Module):
 
     def _local_score(self, out: GCCADOutput, context: Tensor | None = None, idx: Tensor | None = None) -> Tensor:
         """1 - cos(self, context) of every node (of nodes ``idx``) of a non-graph contrast (an ensemble: the mean over
-        its members); ``context`` replaces the local contrast's (see :meth:`local_pair`)."""
+        its members); ``context`` replaces the local contrast's (see :meth:`local_pair`). The projection and the
+        cosine run over blocks of :data:`SCORE_ROWS` nodes, so that only the rows and contexts of all nodes are held
+        at once, not their projections and temporaries (a row's score does not depend on the block)."""
         project = self.config.contrast in ("ego", "local") or self.config.score_space == "projection"
-        own, ctx = self.local_pair(out, idx, project=project, context=context)
-        if self.config.ensemble > 1 and not project:  # per member: block k of h^(0) and of its context
-            own = own.reshape(own.size(0), self.config.ensemble, -1)
-            ctx = ctx.reshape(ctx.size(0), self.config.ensemble, -1)
-        s = 1.0 - F.cosine_similarity(own.float(), ctx.float(), dim=-1)
-        return s.mean(-1) if s.dim() == 2 else s  # an ensemble: the mean of its members' scores
+        own, ctx = self.local_pair(out, idx, project=False, context=context)
+        parts = []
+        for lo in range(0, own.size(0), SCORE_ROWS):
+            o, c = own[lo:lo + SCORE_ROWS], ctx[lo:lo + SCORE_ROWS]
+            if project:
+                o, c = self.head(o), self.head(c)
+            elif self.config.ensemble > 1:  # per member: block k of h^(0) and of its context
+                o = o.reshape(o.size(0), self.config.ensemble, -1)
+                c = c.reshape(c.size(0), self.config.ensemble, -1)
+            s = 1.0 - F.cosine_similarity(o.float(), c.float(), dim=-1)
+            parts.append(s.mean(-1) if s.dim() == 2 else s)  # an ensemble: the mean of its members' scores
+        if not parts:
+            return own.new_zeros(0, dtype=torch.float32)
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     def _ball_context(self, source: Tensor | None, h0: Tensor, edge_index: Tensor, n: int,
                       targets: Tensor | None = None, scoring: bool = False) -> Tensor:
