@@ -129,7 +129,8 @@ class TrainConfig:
 
 def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
     """``standard``: z-score every feature over all nodes (label-free); ``power``: z-score, a Yeo-Johnson transform
-    per column, z-score again (:func:`partitioning.features.power_normalize`, label-free); ``none``: unchanged."""
+    per column, z-score again (:func:`partitioning.features.power_normalize`, label-free; on torch's threads);
+    ``none``: unchanged."""
     if how == "none":
         return x
     if how == "standard":
@@ -139,7 +140,8 @@ def normalize_features(x: torch.Tensor, how: str) -> torch.Tensor:
     if how in ("power", POWER_ALL_ROWS):  # power-all-rows: a store or checkpoint written before session 40
         from partitioning.features import power_normalize
 
-        out = power_normalize(x.detach().cpu().numpy(), exclude_majority=how == "power")[0]
+        out = power_normalize(x.detach().cpu().numpy(), exclude_majority=how == "power",
+                              threads=torch.get_num_threads())[0]
         return torch.from_numpy(out).to(x.device)
     raise UsageError(f"--normalize: unknown value {how!r} (choose from {', '.join(NORMALIZE_CHOICES)})")
 

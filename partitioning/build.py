@@ -197,7 +197,7 @@ def build(cfg: BuildConfig, stages: Stages | None = None, graph: Graph | None = 
     if cfg.normalize != "none":
         with stages("normalize"):
             # A new graph object with a new x: the caller's graph (maybe a read-only memmap) is untouched.
-            x, features = normalize_store_features(graph.x, cfg.normalize)
+            x, features = normalize_store_features(graph.x, cfg.normalize, threads=threads)
             graph = dataclasses.replace(graph, x=x)
             del x
         log.info("features %s over all %d nodes", describe_normalization(cfg.normalize), n)
@@ -536,7 +536,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", choices=["auto", "yes", "no"], default=d.gpu, help="K-means on a GPU: auto = FAISS on "
                    "the GPU when FAISS sees one, else Lloyd iterations in PyTorch on CUDA when torch sees a GPU, else "
                    "FAISS on the CPU; yes = one of the two GPU ways (error without); no = FAISS on the CPU")
-    p.add_argument("--threads", type=int, default=d.threads, help="FAISS OpenMP threads (0 = all usable cores)")
+    p.add_argument("--threads", type=int, default=d.threads,
+                   help="threads of FAISS (OpenMP) and of the feature normalisation (0 = all usable cores)")
     p.add_argument("--chunk-mib", type=float, default=d.chunk_mib, help="target uncompressed chunk size of the "
                    "store arrays in MiB")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out (only once the new "

@@ -88,24 +88,39 @@ def _block(x: np.ndarray, start: int, step: int, transform: BlockTransform | Non
     return b if transform is None else np.asarray(transform(b), dtype=np.float64)
 
 
+def _over_blocks(fn: Callable[[int], Any], n: int, step: int, threads: int) -> list[Any]:
+    """``[fn(start) for start in range(0, n, step)]``, on ``threads`` threads when more than one (NumPy's array
+    operations release the GIL); the results in block order either way."""
+    starts = range(0, n, step)
+    if threads <= 1 or len(starts) < 2:
+        return [fn(start) for start in starts]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(fn, starts))
+
+
 def feature_stats(x: np.ndarray, block_rows: int | None = None,
-                  transform: BlockTransform | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  transform: BlockTransform | None = None, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature mean and unbiased std (ddof=1) of ``x`` [N, F] over all rows, float64 [F] each.
 
-    One pass over row blocks, merged with Chan et al.'s pairwise update (numerically stable, unlike
-    sum of squares). Fewer than 2 rows give std 0.
+    One pass over row blocks (each block's moments on ``threads`` threads), merged in block order with Chan et al.'s
+    pairwise update (numerically stable, unlike sum of squares; the same numbers on any number of threads). Fewer
+    than 2 rows give std 0.
     """
     n, f = int(x.shape[0]), int(x.shape[1])
     step = _block_rows(f, block_rows)
+
+    def moments(start: int) -> tuple[int, np.ndarray, np.ndarray]:
+        b = _block(x, start, step, transform)
+        bmean = b.mean(axis=0)
+        b -= bmean
+        return b.shape[0], bmean, np.einsum("ij,ij->j", b, b)
+
     mean = np.zeros(f, dtype=np.float64)
     m2 = np.zeros(f, dtype=np.float64)  # sum of squared deviations from the running mean
     count = 0
-    for start in range(0, n, step):
-        b = _block(x, start, step, transform)
-        nb = b.shape[0]
-        bmean = b.mean(axis=0)
-        b -= bmean
-        bm2 = np.einsum("ij,ij->j", b, b)
+    for nb, bmean, bm2 in _over_blocks(moments, n, step, threads):
         delta = bmean - mean
         total = count + nb
         mean += delta * (nb / total)
@@ -116,20 +131,23 @@ def feature_stats(x: np.ndarray, block_rows: int | None = None,
 
 
 def standardize(x: np.ndarray, mean: np.ndarray, scale: np.ndarray, block_rows: int | None = None,
-                transform: BlockTransform | None = None, out: np.ndarray | None = None) -> np.ndarray:
+                transform: BlockTransform | None = None, out: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
     """``(transform(x) - mean) / scale`` (``transform`` per row block, default none) as a C-contiguous float32 array,
-    computed in float64 block by block: a new one, or ``out`` ([N, F] float32, which may be ``x`` itself: each block
-    is read before it is written)."""
+    computed in float64 block by block (blocks on ``threads`` threads): a new one, or ``out`` ([N, F] float32, which
+    may be ``x`` itself: each block is read before it is written, and blocks do not overlap)."""
     n, f = int(x.shape[0]), int(x.shape[1])
     step = _block_rows(f, block_rows)
     mean = np.asarray(mean, dtype=np.float64)
     scale = np.asarray(scale, dtype=np.float64)
     out = np.empty((n, f), dtype=np.float32) if out is None else out
-    for start in range(0, n, step):
+
+    def one(start: int) -> None:
         b = _block(x, start, step, transform)
         b -= mean
         b /= scale
         out[start : start + b.shape[0]] = b
+
+    _over_blocks(one, n, step, threads)
     return out
 
 
@@ -423,48 +441,49 @@ def fit_power_lambdas(z: np.ndarray, seed: int = 0, exclude_majority: bool = Tru
 
 
 def power_normalize(x: np.ndarray, block_rows: int | None = None,
-                    exclude_majority: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
+                    exclude_majority: bool = True, threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
     """``power``: z-score, Yeo-Johnson per column, z-score again; (float32 array, manifest entry with the
     statistics of each step: ``mean``/``std`` of the input, ``lambdas``, ``mean2``/``std2`` after the transform).
     ``exclude_majority=False``: :data:`POWER_ALL_ROWS`, the exponents fitted on every row (before session 40).
 
     The transformed values stay in float64 until the second z-score (two passes over row blocks: statistics, then
-    the output), so an exponent far from 1 cannot overflow float32 before the rescaling."""
-    mean, std = feature_stats(x, block_rows)
+    the output), so an exponent far from 1 cannot overflow float32 before the rescaling. ``threads``: row blocks
+    at once (the same numbers on any number)."""
+    mean, std = feature_stats(x, block_rows, threads=threads)
     scale = np.where(std > 0, std, 1.0)
-    z = standardize(x, mean, scale, block_rows)
+    z = standardize(x, mean, scale, block_rows, threads=threads)
     lambdas = fit_power_lambdas(z, exclude_majority=exclude_majority)
 
     def transform(b: np.ndarray) -> np.ndarray:
         return yeo_johnson(b, lambdas)
 
-    mean2, std2 = feature_stats(z, block_rows, transform)
+    mean2, std2 = feature_stats(z, block_rows, transform, threads=threads)
     if not (np.isfinite(mean2).all() and np.isfinite(std2).all()):  # not seen on any graph; a clear error if it is
         raise ValueError("the power transform overflowed on these features; use --normalize standard")
     scale2 = np.where(std2 > 0, std2, 1.0)
-    standardize(z, mean2, scale2, block_rows, transform, out=z)  # in place: z is a new float32 array
+    standardize(z, mean2, scale2, block_rows, transform, out=z, threads=threads)  # in place: z is a new float32 array
     how = {"normalize": "power", POWER_FIT_KEY: POWER_FIT} if exclude_majority else {"normalize": POWER_ALL_ROWS}
     return z, {**how, "mean": mean.tolist(), "std": scale.tolist(), "lambdas": lambdas.tolist(),
                "mean2": mean2.tolist(), "std2": scale2.tolist()}
 
 
 def normalize_store_features(
-    x: np.ndarray, how: str, block_rows: int | None = None
+    x: np.ndarray, how: str, block_rows: int | None = None, threads: int = 1
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """The features to store and their manifest entry (``manifest["features"]``).
 
     ``standard``: a new float32 array z-scored per feature; the entry records ``mean`` and ``std``
     (the divisor applied: the unbiased std, 1 for constant features), so that
     ``stored = (raw - mean) / std``. ``power``: :func:`power_normalize` (``power-all-rows``: as before session
-    40). ``none``: ``x`` itself, unchanged.
+    40). ``none``: ``x`` itself, unchanged. ``threads``: row blocks at once (the same numbers on any number).
     """
     if how == "none":
         return x, {"normalize": "none"}
     if how in ("power", POWER_ALL_ROWS):
-        return power_normalize(x, block_rows, exclude_majority=how == "power")
+        return power_normalize(x, block_rows, exclude_majority=how == "power", threads=threads)
     if how != "standard":
         raise ValueError(f"unknown feature normalisation {how!r} (choose from {', '.join(NORMALIZE_CHOICES)})")
-    mean, std = feature_stats(x, block_rows)
+    mean, std = feature_stats(x, block_rows, threads=threads)
     scale = np.where(std > 0, std, 1.0)
-    out = standardize(x, mean, scale, block_rows)
+    out = standardize(x, mean, scale, block_rows, threads=threads)
     return out, {"normalize": "standard", "mean": mean.tolist(), "std": scale.tolist()}

@@ -389,3 +389,15 @@ def test_checkpoints_record_which_power_they_were_trained_with(tmp_path: Path) -
     np.testing.assert_allclose(normalize_features(x, feat.POWER_ALL_ROWS).numpy(),
                                feat.power_normalize(x.numpy(), exclude_majority=False)[0], atol=1e-6)
     assert not torch.allclose(normalize_features(x, feat.POWER_ALL_ROWS), normalize_features(x, "power"))
+
+
+@pytest.mark.parametrize("how", ["power", "standard"])
+def test_row_blocks_on_threads_give_the_same_features(how):
+    """The normalisation's row blocks run on several threads: the same features and manifest, bit for bit."""
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.lognormal(0, 1.5, (1000, 3)), rng.normal(0, 1, (1000, 2))], 1).astype(np.float32)
+    one, one_entry = feat.normalize_store_features(x, how, block_rows=64, threads=1)
+    many, many_entry = feat.normalize_store_features(x, how, block_rows=64, threads=3)  # 16 blocks, the last one short
+    assert np.array_equal(one, many)
+    assert one_entry == many_entry
+    assert np.abs(one.mean(0)).max() < 1e-4
