@@ -27,6 +27,7 @@ import numpy as np
 
 NORMALIZE_CHOICES: tuple[str, ...] = ("standard", "power", "none")
 BLOCK_BYTES = 32 << 20  # float64 bytes of one row block
+BLOCK_THREADS = 8  # row blocks in flight at once: each holds a few block-sized float64 temporaries
 #: ``power``: rows the Yeo-Johnson exponents are fitted on (a seeded sample of a larger graph)
 POWER_FIT_ROWS = 50_000
 #: ``power``: fitted exponents are clipped to this range, so that (1 + |z|) ** exponent stays finite in float64
@@ -89,10 +90,11 @@ def _block(x: np.ndarray, start: int, step: int, transform: BlockTransform | Non
 
 
 def _over_blocks(fn: Callable[[int], Any], n: int, step: int, threads: int) -> list[Any]:
-    """``[fn(start) for start in range(0, n, step)]``, on ``threads`` threads when more than one (NumPy's array
-    operations release the GIL); the results in block order either way."""
+    """``[fn(start) for start in range(0, n, step)]``, on ``threads`` threads (at most :data:`BLOCK_THREADS`) when
+    more than one (NumPy's array operations release the GIL); the results in block order either way."""
     starts = range(0, n, step)
-    if threads <= 1 or len(starts) < 2:
+    threads = min(threads, BLOCK_THREADS, len(starts))
+    if threads <= 1:
         return [fn(start) for start in starts]
     from concurrent.futures import ThreadPoolExecutor
 
