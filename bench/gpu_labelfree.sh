@@ -15,18 +15,9 @@
 # The baselines are left out: the generator is deterministic across machines, and BENCHMARKS.md has them per size.
 # JSON and logs go to $OUT (default /tmp/out).
 set -uo pipefail
-SITE=${GCAD_SITE:-.whl/site312.tar.xz}
 THREADS=${GCAD_THREADS:-$(nproc)}
-export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-T0=$(date +%s)
-stage() { echo; echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
-stage setup
-[ -d /tmp/site312 ] || tar -C /tmp -xJf "$SITE" || exit 1
-export PYTHONPATH=/tmp/site312:$PWD
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 -c "import torch, ray, zarr, faiss, sklearn, torch_geometric as g; print('torch', torch.__version__, 'ray', ray.__version__, 'zarr', zarr.__version__, 'faiss', faiss.__version__, 'sklearn', sklearn.__version__, 'pyg', g.__version__, 'cuda', torch.cuda.is_available())"
-echo "cores: $(nproc), threads used: $THREADS"
+source "$(dirname "$0")/gpu_site.sh" || exit 1
+echo "threads used: $THREADS"
 timeout 60 python3 -c "from gcad_dist.model import native; print('native kernels:', native.status())" 2>&1 | tail -1
 
 stage "label-free default at 5M nodes: pre-trained on the GPU, scored on the GPU and on the CPU"

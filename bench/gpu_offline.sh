@@ -14,18 +14,8 @@
 # each under the 64 MiB carry. About 8-9 minutes on an H100 (session 34: 290 s before the sync pair was added).
 # JSON and the log go to $OUT (default /tmp/out).
 set -uo pipefail
-SITE=${GCAD_SITE:-.whl/site312.tar.xz}
 DATA=${GCAD_DATA:-.whl/data}
-export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-T0=$(date +%s)
-stage() { echo; echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
-stage setup
-[ -d /tmp/site312 ] || tar -C /tmp -xJf "$SITE" || exit 1
-export PYTHONPATH=/tmp/site312:$PWD
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 -c "import torch, ray, zarr, faiss, torch_geometric as g; print('torch', torch.__version__, 'ray', ray.__version__, 'zarr', zarr.__version__, 'faiss', faiss.__version__, 'pyg', g.__version__, 'cuda', torch.cuda.is_available())"
-nproc
+source "$(dirname "$0")/gpu_site.sh" || exit 1
 
 stage "pytest: GPU-touching files"
 timeout 75 python3 -m pytest -q -p no:cacheprovider tests/test_sharding.py tests/test_sampler.py tests/test_kmeans_torch.py \
