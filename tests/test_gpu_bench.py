@@ -91,3 +91,15 @@ def test_gpu_step_needs_a_gpu_and_checks_its_sizes():
     else:
         with pytest.raises(UsageError, match="no CUDA GPU"):
             gpu_step.run(cfg)
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (Path(__file__).resolve().parents[1] / "bench").glob("*.sh")))
+def test_bench_shell_scripts_parse(script):
+    """Every bench/*.sh is valid bash; the offline GPU host's one-call scripts source the shared set-up."""
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    r = subprocess.run(["bash", "-n", str(bench / script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    if script in ("gpu_offline.sh", "gpu_labelfree.sh"):
+        assert 'source "$(dirname "$0")/gpu_site.sh"' in (bench / script).read_text()
