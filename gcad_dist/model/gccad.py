@@ -68,8 +68,8 @@ __all__ = ["GCCADConfig", "GCCADOutput", "GCCAD"]
 LOSSES = ("contrastive", "ce", "logistic")
 CONTRASTS = ("graph", "neighbors", "ego", "local")
 SCORE_SPACES = ("encoder", "projection")
-#: nodes per block of the local contrast's scoring (:meth:`GCCAD._local_score`): the projections and cosines of a
-#: block are about 10 KB a node with the five-model ensemble, so a 1M-node graph's scoring no longer holds 9 GB of them
+#: nodes per block of the local contrast's scoring (:meth:`GCCAD._local_score`): with the five-model ensemble the
+#: projections and cosines of all nodes at once took about 4 GB per million nodes (session 53)
 SCORE_ROWS = 1 << 17
 JUMPS = ("last", "cat", "cat-local")
 
