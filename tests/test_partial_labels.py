@@ -388,3 +388,28 @@ def test_score_parts_summary_does_not_print_a_per_part_mean(tmp_path, pre_checkp
     assert m["parts"]["total"] == k and m["parts"]["with_both_classes"] == both
     assert m["parts"]["context"] == "halo" and "auroc_graph_mean" not in m and "graphs_used" not in m
     assert f"mean over the {both} of {k} parts that contain both classes" in caplog.text
+
+
+def test_score_out_of_memory_is_one_line_that_says_what_to_do(partial_graph, pre_checkpoint, tmp_path, capsys,
+                                                               monkeypatch) -> None:
+    import gcad_dist.score as score
+
+    _, _, path = partial_graph
+    argv = ["--checkpoint", str(pre_checkpoint), "--graph", str(path), "--out", str(tmp_path / "s.parquet")]
+
+    def full(*_, **__):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\nmore lines")
+
+    monkeypatch.setattr(score, "score_data", full)
+    code, _, err = _run(score, argv, capsys)
+    assert code == 2
+    assert "out of memory scoring 800 nodes" in err and "Tried to allocate 20.00 GiB" in err
+    assert "more lines" not in err and "Traceback" not in err
+    assert "--device cpu" in err
+
+    def broken(*_, **__):
+        raise RuntimeError("a bug, not memory")
+
+    monkeypatch.setattr(score, "score_data", broken)
+    with pytest.raises(RuntimeError, match="a bug"):  # other errors are not dressed up as memory
+        run_cli(score.main, argv)
