@@ -2,6 +2,7 @@
 
     python -m bench.labelfree_scale --nodes 1000000 5000000 --device cuda --threads 16 --out /tmp/scale
     python -m bench.labelfree_scale --nodes 20000 --device cpu --threads 1 --out /tmp/scale   # small, anywhere
+    python -m bench.labelfree_scale --nodes 1000000 --generator-args "--communities 47" --out /tmp/c47
 
 For each size, the README's label-free commands, each a subprocess timed on its own (wall seconds):
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -32,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import ArgumentParser, run_cli, setup_logging  # noqa: E402
+from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.labelfree_scale")
 
@@ -52,6 +54,8 @@ class LabelFreeScaleConfig:
     out: str = "runs/labelfree_scale"
     stage_timeout: int = 900
     baselines: list[str] = field(default_factory=lambda: list(BASELINES))
+    generator_args: str = ""  # more flags of partitioning.synthetic, e.g. "--communities 47"
+    pretrain_args: str = ""  # more flags of gcad_dist.pretrain, e.g. "--batch-size 16384 --lr 0.004"
 
 
 def _stage(name: str, cmd: list[str], timeout: int, log_path: Path) -> dict[str, Any]:
@@ -147,12 +151,12 @@ def run(cfg: LabelFreeScaleConfig) -> list[dict[str, Any]]:
         rec: dict[str, Any] = {"nodes": n, "device": cfg.device, "threads": cfg.threads, "stages": [], "scores": []}
         stages = [
             ("generate", [py, "-m", "partitioning.synthetic", "--nodes", str(n), "--avg-degree", str(cfg.avg_degree),
-                          "--seed", str(cfg.seed), "--out", str(graph)]),
+                          "--seed", str(cfg.seed), "--out", str(graph), *shlex.split(cfg.generator_args)]),
             ("build --k 1", [py, "-m", "partitioning.build", "--graph", str(graph), "--out", str(store), "--k", "1",
                              "--threads", str(cfg.threads), "--no-plot", "--no-progress", "--overwrite"]),
             ("pretrain", [py, "-m", "gcad_dist.pretrain", "--store", str(store), "--out", str(pre), "--workers", "1",
                           "--cpus-per-worker", str(cfg.threads), "--gpus-per-worker", "1" if gpu else "0",
-                          "--seed", str(cfg.seed), "--no-progress", "--overwrite"]),
+                          "--seed", str(cfg.seed), "--no-progress", "--overwrite", *shlex.split(cfg.pretrain_args)]),
         ]
         ok = True
         for name, cmd in stages:
@@ -209,7 +213,8 @@ def table(records: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = ArgumentParser(prog="python -m bench.labelfree_scale", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m bench.labelfree_scale", description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
     p.add_argument("--nodes", type=int, nargs="+", default=[1_000_000], help="graph sizes to generate and run")
     p.add_argument("--device", default="cpu", help="cpu or cuda: pre-training's worker and the scoring device")
     p.add_argument("--also-score-on", nargs="*", default=[], help="score the same checkpoint on these devices too")
@@ -219,12 +224,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="runs/labelfree_scale", help="folder for graphs, stores, checkpoints and JSON")
     p.add_argument("--stage-timeout", type=int, default=900, help="seconds before a stage is stopped")
     p.add_argument("--baselines", nargs="*", default=list(BASELINES), help="label-free baselines of the harness")
+    p.add_argument("--generator-args", default="", help="more flags of partitioning.synthetic, e.g. '--communities 47'")
+    p.add_argument("--pretrain-args", default="",
+                   help="more flags of gcad_dist.pretrain, e.g. '--batch-size 16384 --lr 0.004' (the GPU recipe on a CPU)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     setup_logging(a.verbose)
     cfg = LabelFreeScaleConfig(nodes=a.nodes, device=a.device, also_score_on=a.also_score_on, threads=a.threads,
                                seed=a.seed, avg_degree=a.avg_degree, out=a.out, stage_timeout=a.stage_timeout,
-                               baselines=a.baselines)
+                               baselines=a.baselines, generator_args=a.generator_args, pretrain_args=a.pretrain_args)
     records = run(cfg)
     print(table(records))
     log.info("JSON: %s (settings %s)", Path(cfg.out) / "labelfree_scale.json", asdict(cfg))

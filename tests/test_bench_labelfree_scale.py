@@ -56,9 +56,11 @@ def test_table_gives_the_scoring_ratio_and_the_choices():
 
 
 def test_a_failed_stage_is_reported_and_stops_that_size(tmp_path):
-    cfg = LabelFreeScaleConfig(nodes=[500], out=str(tmp_path), stage_timeout=0)  # every stage times out at once
+    cfg = LabelFreeScaleConfig(nodes=[500], out=str(tmp_path), stage_timeout=0,  # every stage times out at once
+                               generator_args="--communities 7")
     records = run(cfg)
     assert [s["stage"] for s in records[0]["stages"]] == ["generate"]
+    assert records[0]["stages"][0]["cmd"].endswith("--communities 7")
     assert records[0]["stages"][0]["rc"] == "timeout"
     assert records[0]["scores"] == []  # no graph: neither the model nor the baselines were scored
     assert json.loads((tmp_path / "labelfree_scale.json").read_text())[0]["nodes"] == 500
