@@ -58,12 +58,15 @@ class LabelFreeScaleConfig:
     pretrain_args: str = ""  # more flags of gcad_dist.pretrain, e.g. "--batch-size 16384 --lr 0.004"
 
 
-def _stage(name: str, cmd: list[str], timeout: int, log_path: Path) -> dict[str, Any]:
-    """Run one stage as a subprocess; its wall time, exit status and the tail of its output."""
+def _stage(name: str, cmd: list[str], timeout: int, log_path: Path, threads: int) -> dict[str, Any]:
+    """Run one stage as a subprocess (its OpenMP / MKL threads set to ``threads``); its wall time, exit status and
+    the tail of its output."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     t0 = time.perf_counter()
     try:
         with open(log_path, "w") as fh:
-            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False).returncode
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False,
+                                env=env).returncode
     except subprocess.TimeoutExpired:
         rc = "timeout"
     seconds = time.perf_counter() - t0
@@ -141,8 +144,6 @@ def run(cfg: LabelFreeScaleConfig) -> list[dict[str, Any]]:
     out.mkdir(parents=True, exist_ok=True)
     py = sys.executable
     gpu = cfg.device.startswith("cuda")
-    env_threads = {"OMP_NUM_THREADS": str(cfg.threads), "MKL_NUM_THREADS": str(cfg.threads)}
-    os.environ.update(env_threads)
     records = []
     for n in cfg.nodes:
         d = out / f"n{n}"
@@ -160,7 +161,7 @@ def run(cfg: LabelFreeScaleConfig) -> list[dict[str, Any]]:
         ]
         ok = True
         for name, cmd in stages:
-            r = _stage(name, cmd, cfg.stage_timeout, d / f"{name.split()[0]}.log")
+            r = _stage(name, cmd, cfg.stage_timeout, d / f"{name.split()[0]}.log", cfg.threads)
             rec["stages"].append(r)
             if r["rc"] != 0:
                 ok = False
@@ -171,7 +172,7 @@ def run(cfg: LabelFreeScaleConfig) -> list[dict[str, Any]]:
                 r = _stage(f"score on {dev}", [py, "-m", "gcad_dist.score", "--checkpoint", str(pre / "final"),
                                                "--graph", str(graph), "--out", str(s_out), "--device", dev,
                                                "--threads", str(cfg.threads)],
-                           cfg.stage_timeout, d / f"score_{dev.replace(':', '')}.log")
+                           cfg.stage_timeout, d / f"score_{dev.replace(':', '')}.log", cfg.threads)
                 rec["stages"].append(r)
                 rec["scores"].append({"model": "gccad-pre", "device": dev, "seconds": r["seconds"],
                                       **_metrics_of(Path(str(s_out) + ".metrics.json"))})

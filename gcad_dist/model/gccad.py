@@ -455,9 +455,7 @@ class GCCAD(torch.nn.Module):
                 c = c.reshape(c.size(0), self.config.ensemble, -1)
             s = 1.0 - F.cosine_similarity(o.float(), c.float(), dim=-1)
             parts.append(s.mean(-1) if s.dim() == 2 else s)  # an ensemble: the mean of its members' scores
-        if not parts:
-            return own.new_zeros(0, dtype=torch.float32)
-        return torch.cat(parts) if len(parts) > 1 else parts[0]
+        return torch.cat(parts) if parts else own.new_zeros(0, dtype=torch.float32)
 
     def _ball_context(self, source: Tensor | None, h0: Tensor, edge_index: Tensor, n: int,
                       targets: Tensor | None = None, scoring: bool = False) -> Tensor:
