@@ -10,7 +10,9 @@ For each size, the README's label-free commands, each a subprocess timed on its 
 2. ``partitioning.build --k 1`` (the local recipe's store: the whole graph, no corruption stored);
 3. ``gcad_dist.pretrain`` with default flags (one Ray Train worker; ``--gpus-per-worker 1`` with ``--device cuda``);
 4. ``gcad_dist.score`` with default flags on ``--device``, and on each of ``--also-score-on`` from the same checkpoint
-   (the same-run baseline of the scoring time, and a check that the devices agree);
+   (the same-run baseline of the scoring time, and a check that the devices agree); with ``--score-epochs`` also
+   every earlier epoch's checkpoint of the same run (pre-training keeps them all), on ``--device``: how the scores,
+   per kind, move as pre-training goes on (BENCHMARKS.md, session 54: at 5M nodes the cliques fade epoch by epoch);
 
 then the label-free baselines of ``gcad_dist.quality`` (IsolationForest, neighbour cosine) on the same graph, in this
 process. AUROC / AUPRC are over every node (a label-free run reads no label; the generator knows them all), and the
@@ -56,6 +58,10 @@ class LabelFreeScaleConfig:
     baselines: list[str] = field(default_factory=lambda: list(BASELINES))
     generator_args: str = ""  # more flags of partitioning.synthetic, e.g. "--communities 47"
     pretrain_args: str = ""  # more flags of gcad_dist.pretrain, e.g. "--batch-size 16384 --lr 0.004"
+    score_epochs: bool = False  # also score each earlier epoch's checkpoint
+
+#: ``--keep-checkpoints`` of pre-training under ``--score-epochs``: every epoch's checkpoint is kept
+KEEP_ALL = 10_000
 
 
 def _stage(name: str, cmd: list[str], timeout: int, log_path: Path, threads: int) -> dict[str, Any]:
@@ -138,6 +144,28 @@ def _baselines(graph_path: Path, names: list[str], seed: int, threads: int) -> l
     return rows
 
 
+def epoch_checkpoints(pre: Path) -> list[Path]:
+    """Pre-training's Ray checkpoints in ``pre/ray_train`` but the last (``final`` is that one), oldest first: one
+    an epoch (their names carry the time they were written)."""
+    found = sorted(p for p in (pre / "ray_train").glob("checkpoint_*") if (p / "model.pt").exists())
+    return found[:-1]
+
+
+def _score_epochs(cfg: LabelFreeScaleConfig, rec: dict[str, Any], graph: Path, pre: Path, d: Path) -> None:
+    """Score each earlier epoch's checkpoint on ``cfg.device`` (``--score-epochs``), as rows "gccad-pre, epoch k"."""
+    py = sys.executable
+    for k, ckpt in enumerate(epoch_checkpoints(pre), start=1):
+        s_out = d / f"scores_epoch{k}.parquet"
+        r = _stage(f"score epoch {k}", [py, "-m", "gcad_dist.score", "--checkpoint", str(ckpt), "--graph", str(graph),
+                                        "--out", str(s_out), "--device", cfg.device, "--threads", str(cfg.threads)],
+                   cfg.stage_timeout, d / f"score_epoch{k}.log", cfg.threads)
+        rec["stages"].append(r)
+        rec["scores"].append({"model": f"gccad-pre, epoch {k}", "seconds": r["seconds"],
+                              **_metrics_of(Path(str(s_out) + ".metrics.json"))})
+        if s_out.exists():
+            rec["scores"][-1]["by_kind"] = by_kind(graph, _parquet_scores(s_out))
+
+
 def run(cfg: LabelFreeScaleConfig) -> list[dict[str, Any]]:
     """Every size's stages, scores and baselines (one record per size)."""
     out = Path(cfg.out)
@@ -157,7 +185,9 @@ def run(cfg: LabelFreeScaleConfig) -> list[dict[str, Any]]:
                              "--threads", str(cfg.threads), "--no-plot", "--no-progress", "--overwrite"]),
             ("pretrain", [py, "-m", "gcad_dist.pretrain", "--store", str(store), "--out", str(pre), "--workers", "1",
                           "--cpus-per-worker", str(cfg.threads), "--gpus-per-worker", "1" if gpu else "0",
-                          "--seed", str(cfg.seed), "--no-progress", "--overwrite", *shlex.split(cfg.pretrain_args)]),
+                          "--seed", str(cfg.seed), "--no-progress", "--overwrite",
+                          *(["--keep-checkpoints", str(KEEP_ALL)] if cfg.score_epochs else []),
+                          *shlex.split(cfg.pretrain_args)]),
         ]
         ok = True
         for name, cmd in stages:
@@ -178,6 +208,8 @@ def run(cfg: LabelFreeScaleConfig) -> list[dict[str, Any]]:
                                       **_metrics_of(Path(str(s_out) + ".metrics.json"))})
                 if s_out.exists():
                     rec["scores"][-1]["by_kind"] = by_kind(graph, _parquet_scores(s_out))
+            if cfg.score_epochs:
+                _score_epochs(cfg, rec, graph, pre, d)
         if graph.exists() and cfg.baselines:
             rec["scores"] += _baselines(graph, cfg.baselines, cfg.seed, cfg.threads)
         records.append(rec)
@@ -228,12 +260,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--generator-args", default="", help="more flags of partitioning.synthetic, e.g. '--communities 47'")
     p.add_argument("--pretrain-args", default="",
                    help="more flags of gcad_dist.pretrain, e.g. '--batch-size 16384 --lr 0.004' (the GPU recipe on a CPU)")
+    p.add_argument("--score-epochs", action="store_true",
+                   help="also score each earlier epoch's checkpoint of pre-training (on --device), per kind")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     setup_logging(a.verbose)
     cfg = LabelFreeScaleConfig(nodes=a.nodes, device=a.device, also_score_on=a.also_score_on, threads=a.threads,
                                seed=a.seed, avg_degree=a.avg_degree, out=a.out, stage_timeout=a.stage_timeout,
-                               baselines=a.baselines, generator_args=a.generator_args, pretrain_args=a.pretrain_args)
+                               baselines=a.baselines, generator_args=a.generator_args, pretrain_args=a.pretrain_args,
+                               score_epochs=a.score_epochs)
     records = run(cfg)
     print(table(records))
     log.info("JSON: %s (settings %s)", Path(cfg.out) / "labelfree_scale.json", asdict(cfg))

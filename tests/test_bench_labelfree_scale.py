@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.labelfree_scale import LabelFreeScaleConfig, _parquet_scores, by_kind, run, table
+from bench.labelfree_scale import LabelFreeScaleConfig, _parquet_scores, by_kind, epoch_checkpoints, run, table
 
 
 def _graph(path, kinds):
@@ -64,3 +64,37 @@ def test_a_failed_stage_is_reported_and_stops_that_size(tmp_path):
     assert records[0]["stages"][0]["rc"] == "timeout"
     assert records[0]["scores"] == []  # no graph: neither the model nor the baselines were scored
     assert json.loads((tmp_path / "labelfree_scale.json").read_text())[0]["nodes"] == 500
+
+
+def test_epoch_checkpoints_are_the_earlier_epochs_oldest_first(tmp_path):
+    for name in ("checkpoint_2026-12-01_10-00-02", "checkpoint_2026-12-01_09-59-59", "checkpoint_2026-12-01_10-00-05"):
+        (tmp_path / "ray_train" / name).mkdir(parents=True)
+        (tmp_path / "ray_train" / name / "model.pt").write_bytes(b"")
+    (tmp_path / "ray_train" / "checkpoint_2026-12-01_10-00-09").mkdir()  # no model: not a checkpoint
+    assert [p.name for p in epoch_checkpoints(tmp_path)] == ["checkpoint_2026-12-01_09-59-59",
+                                                              "checkpoint_2026-12-01_10-00-02"]
+    assert epoch_checkpoints(tmp_path / "missing") == []
+
+
+def test_score_epochs_keeps_every_checkpoint_and_scores_the_earlier_ones(tmp_path, monkeypatch):
+    import bench.labelfree_scale as bench
+
+    pre = tmp_path / "n500" / "pre" / "ray_train"
+    for name in ("checkpoint_1", "checkpoint_2", "checkpoint_3"):
+        (pre / name).mkdir(parents=True)
+        (pre / name / "model.pt").write_bytes(b"")
+    calls = []
+    monkeypatch.setattr(bench, "_stage", lambda name, cmd, *a: calls.append((name, cmd)) or
+                        {"stage": name, "rc": 0, "seconds": 1.0, "cmd": " ".join(cmd)})
+    records = run(LabelFreeScaleConfig(nodes=[500], out=str(tmp_path), baselines=[], score_epochs=True))
+    pretrain = dict(calls)["pretrain"]
+    assert pretrain[pretrain.index("--keep-checkpoints") + 1] == str(bench.KEEP_ALL)
+    scored = [(name, cmd[cmd.index("--checkpoint") + 1]) for name, cmd in calls if name.startswith("score")]
+    assert [name for name, _ in scored] == ["score on cpu", "score epoch 1", "score epoch 2"]
+    assert scored[1][1].endswith("checkpoint_1") and scored[2][1].endswith("checkpoint_2")
+    assert [s["model"] for s in records[0]["scores"]] == ["gccad-pre", "gccad-pre, epoch 1", "gccad-pre, epoch 2"]
+    # without the flag, pre-training keeps its default and only the final model is scored
+    calls.clear()
+    run(LabelFreeScaleConfig(nodes=[500], out=str(tmp_path), baselines=[]))
+    assert "--keep-checkpoints" not in dict(calls)["pretrain"]
+    assert [name for name, _ in calls if name.startswith("score")] == ["score on cpu"]
