@@ -146,7 +146,8 @@ def _baselines(graph_path: Path, names: list[str], seed: int, threads: int) -> l
 
 def epoch_checkpoints(pre: Path) -> list[Path]:
     """Pre-training's Ray checkpoints in ``pre/ray_train`` but the last (``final`` is that one), oldest first: one
-    an epoch (their names carry the time they were written)."""
+    an epoch (their names carry the time they were written) unless ``--pretrain-args`` asks for
+    ``--checkpoint-every``, which adds checkpoints within an epoch."""
     found = sorted(p for p in (pre / "ray_train").glob("checkpoint_*") if (p / "model.pt").exists())
     return found[:-1]
 
