@@ -242,7 +242,7 @@ def table(records: list[dict[str, Any]]) -> str:
                 note += f"; {s['score_seconds']:.1f} s scoring"
             if s.get("by_kind"):
                 note += "; by kind: " + ", ".join(f"{k} {v:.3f}" for k, v in s["by_kind"].items())
-            lines.append(f"| {rec['nodes']:,} | {what} | {s['seconds']:.1f} | {m} | {note.strip()} |")
+            lines.append(f"| {rec['nodes']:,} | {what} | {s['seconds']:.1f} | {m} | {note.strip().lstrip(';').strip()} |")
     return "\n".join(lines)
 
 
