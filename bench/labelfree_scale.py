@@ -11,7 +11,7 @@ For each size, the README's label-free commands, each a subprocess timed on its 
 3. ``gcad_dist.pretrain`` with default flags (one Ray Train worker; ``--gpus-per-worker 1`` with ``--device cuda``);
 4. ``gcad_dist.score`` with default flags on ``--device``, and on each of ``--also-score-on`` from the same checkpoint
    (the same-run baseline of the scoring time, and a check that the devices agree); with ``--score-epochs`` also
-   every earlier epoch's checkpoint of the same run (pre-training keeps them all), on ``--device``: how the scores,
+   every earlier epoch's checkpoint of the same run (pre-training writes and keeps one per epoch), on ``--device``: how the scores,
    per kind, move as pre-training goes on (BENCHMARKS.md, session 54: at 5M nodes the cliques fade epoch by epoch);
 
 then the label-free baselines of ``gcad_dist.quality`` (IsolationForest, neighbour cosine) on the same graph, in this
@@ -60,8 +60,10 @@ class LabelFreeScaleConfig:
     pretrain_args: str = ""  # more flags of gcad_dist.pretrain, e.g. "--batch-size 16384 --lr 0.004"
     score_epochs: bool = False  # also score each earlier epoch's checkpoint
 
-#: ``--keep-checkpoints`` of pre-training under ``--score-epochs``: every epoch's checkpoint is kept
-KEEP_ALL = 10_000
+
+#: pre-training's flags under ``--score-epochs``: a checkpoint at every epoch's end, however short (not only once a
+#: minute), and all of them kept
+EVERY_EPOCH = ["--checkpoint-interval", "0", "--keep-checkpoints", "10000"]
 
 
 def _stage(name: str, cmd: list[str], timeout: int, log_path: Path, threads: int) -> dict[str, Any]:
@@ -145,26 +147,27 @@ def _baselines(graph_path: Path, names: list[str], seed: int, threads: int) -> l
 
 
 def epoch_checkpoints(pre: Path) -> list[Path]:
-    """Pre-training's Ray checkpoints in ``pre/ray_train`` but the last (``final`` is that one), oldest first: one
-    an epoch (their names carry the time they were written) unless ``--pretrain-args`` asks for
-    ``--checkpoint-every``, which adds checkpoints within an epoch."""
+    """Pre-training's Ray checkpoints in ``pre/ray_train`` but the last (``final`` is that one), oldest first: one per
+    epoch (their names carry the time they were written), unless ``--pretrain-args`` asks for ``--checkpoint-every``,
+    which adds checkpoints within an epoch."""
     found = sorted(p for p in (pre / "ray_train").glob("checkpoint_*") if (p / "model.pt").exists())
     return found[:-1]
 
 
-def _score_epochs(cfg: LabelFreeScaleConfig, rec: dict[str, Any], graph: Path, pre: Path, d: Path) -> None:
-    """Score each earlier epoch's checkpoint on ``cfg.device`` (``--score-epochs``), as rows "gccad-pre, epoch k"."""
-    py = sys.executable
-    for k, ckpt in enumerate(epoch_checkpoints(pre), start=1):
-        s_out = d / f"scores_epoch{k}.parquet"
-        r = _stage(f"score epoch {k}", [py, "-m", "gcad_dist.score", "--checkpoint", str(ckpt), "--graph", str(graph),
-                                        "--out", str(s_out), "--device", cfg.device, "--threads", str(cfg.threads)],
-                   cfg.stage_timeout, d / f"score_epoch{k}.log", cfg.threads)
-        rec["stages"].append(r)
-        rec["scores"].append({"model": f"gccad-pre, epoch {k}", "seconds": r["seconds"],
-                              **_metrics_of(Path(str(s_out) + ".metrics.json"))})
-        if s_out.exists():
-            rec["scores"][-1]["by_kind"] = by_kind(graph, _parquet_scores(s_out))
+def _score(cfg: LabelFreeScaleConfig, rec: dict[str, Any], graph: Path, ckpt: Path, dev: str, tag: str, name: str,
+           row: dict[str, Any]) -> None:
+    """``gcad_dist.score`` of ``ckpt`` on ``dev`` as stage "score ``tag``" (files ``scores_<name>.parquet`` and
+    ``score_<name>.log`` in the size's folder); ``row`` with its seconds, metrics and AUROC by kind joins the scores."""
+    d = graph.parent
+    s_out = d / f"scores_{name}.parquet"
+    r = _stage(f"score {tag}", [sys.executable, "-m", "gcad_dist.score", "--checkpoint", str(ckpt),
+                                "--graph", str(graph), "--out", str(s_out), "--device", dev,
+                                "--threads", str(cfg.threads)],
+               cfg.stage_timeout, d / f"score_{name}.log", cfg.threads)
+    rec["stages"].append(r)
+    rec["scores"].append({**row, "seconds": r["seconds"], **_metrics_of(Path(str(s_out) + ".metrics.json"))})
+    if s_out.exists():
+        rec["scores"][-1]["by_kind"] = by_kind(graph, _parquet_scores(s_out))
 
 
 def run(cfg: LabelFreeScaleConfig) -> list[dict[str, Any]]:
@@ -187,7 +190,7 @@ def run(cfg: LabelFreeScaleConfig) -> list[dict[str, Any]]:
             ("pretrain", [py, "-m", "gcad_dist.pretrain", "--store", str(store), "--out", str(pre), "--workers", "1",
                           "--cpus-per-worker", str(cfg.threads), "--gpus-per-worker", "1" if gpu else "0",
                           "--seed", str(cfg.seed), "--no-progress", "--overwrite",
-                          *(["--keep-checkpoints", str(KEEP_ALL)] if cfg.score_epochs else []),
+                          *(EVERY_EPOCH if cfg.score_epochs else []),
                           *shlex.split(cfg.pretrain_args)]),
         ]
         ok = True
@@ -199,18 +202,10 @@ def run(cfg: LabelFreeScaleConfig) -> list[dict[str, Any]]:
                 break
         if ok:
             for dev in [cfg.device, *cfg.also_score_on]:
-                s_out = d / f"scores_{dev.replace(':', '')}.parquet"
-                r = _stage(f"score on {dev}", [py, "-m", "gcad_dist.score", "--checkpoint", str(pre / "final"),
-                                               "--graph", str(graph), "--out", str(s_out), "--device", dev,
-                                               "--threads", str(cfg.threads)],
-                           cfg.stage_timeout, d / f"score_{dev.replace(':', '')}.log", cfg.threads)
-                rec["stages"].append(r)
-                rec["scores"].append({"model": "gccad-pre", "device": dev, "seconds": r["seconds"],
-                                      **_metrics_of(Path(str(s_out) + ".metrics.json"))})
-                if s_out.exists():
-                    rec["scores"][-1]["by_kind"] = by_kind(graph, _parquet_scores(s_out))
-            if cfg.score_epochs:
-                _score_epochs(cfg, rec, graph, pre, d)
+                _score(cfg, rec, graph, pre / "final", dev, f"on {dev}", dev.replace(":", ""),
+                       {"model": "gccad-pre", "device": dev})
+            for k, ckpt in enumerate(epoch_checkpoints(pre) if cfg.score_epochs else [], start=1):
+                _score(cfg, rec, graph, ckpt, cfg.device, f"epoch {k}", f"epoch{k}", {"model": f"gccad-pre, epoch {k}"})
         if graph.exists() and cfg.baselines:
             rec["scores"] += _baselines(graph, cfg.baselines, cfg.seed, cfg.threads)
         records.append(rec)
@@ -242,7 +237,8 @@ def table(records: list[dict[str, Any]]) -> str:
                 note += f"; {s['score_seconds']:.1f} s scoring"
             if s.get("by_kind"):
                 note += "; by kind: " + ", ".join(f"{k} {v:.3f}" for k, v in s["by_kind"].items())
-            lines.append(f"| {rec['nodes']:,} | {what} | {s['seconds']:.1f} | {m} | {note.strip().lstrip(';').strip()} |")
+            note = note.strip().lstrip(";").strip()
+            lines.append(f"| {rec['nodes']:,} | {what} | {s['seconds']:.1f} | {m} | {note} |")
     return "\n".join(lines)
 
 

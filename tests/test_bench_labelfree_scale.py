@@ -88,7 +88,8 @@ def test_score_epochs_keeps_every_checkpoint_and_scores_the_earlier_ones(tmp_pat
                         {"stage": name, "rc": 0, "seconds": 1.0, "cmd": " ".join(cmd)})
     records = run(LabelFreeScaleConfig(nodes=[500], out=str(tmp_path), baselines=[], score_epochs=True))
     pretrain = dict(calls)["pretrain"]
-    assert pretrain[pretrain.index("--keep-checkpoints") + 1] == str(bench.KEEP_ALL)
+    assert pretrain[pretrain.index("--keep-checkpoints") + 1] == "10000"
+    assert pretrain[pretrain.index("--checkpoint-interval") + 1] == "0"  # one at every epoch end, however short
     scored = [(name, cmd[cmd.index("--checkpoint") + 1]) for name, cmd in calls if name.startswith("score")]
     assert [name for name, _ in scored] == ["score on cpu", "score epoch 1", "score epoch 2"]
     assert scored[1][1].endswith("checkpoint_1") and scored[2][1].endswith("checkpoint_2")
@@ -96,5 +97,5 @@ def test_score_epochs_keeps_every_checkpoint_and_scores_the_earlier_ones(tmp_pat
     # without the flag, pre-training keeps its default and only the final model is scored
     calls.clear()
     run(LabelFreeScaleConfig(nodes=[500], out=str(tmp_path), baselines=[]))
-    assert "--keep-checkpoints" not in dict(calls)["pretrain"]
+    assert "--keep-checkpoints" not in dict(calls)["pretrain"] and "--checkpoint-interval" not in dict(calls)["pretrain"]
     assert [name for name, _ in calls if name.startswith("score")] == ["score on cpu"]
