@@ -11,8 +11,9 @@ For each size, the README's label-free commands, each a subprocess timed on its 
 3. ``gcad_dist.pretrain`` with default flags (one Ray Train worker; ``--gpus-per-worker 1`` with ``--device cuda``);
 4. ``gcad_dist.score`` with default flags on ``--device``, and on each of ``--also-score-on`` from the same checkpoint
    (the same-run baseline of the scoring time, and a check that the devices agree); with ``--score-epochs`` also
-   every earlier epoch's checkpoint of the same run (pre-training writes and keeps one per epoch), on ``--device``: how the scores,
-   per kind, move as pre-training goes on (BENCHMARKS.md, session 54: at 5M nodes the cliques fade epoch by epoch);
+   every earlier epoch's checkpoint of the same run (pre-training writes and keeps one per epoch), on ``--device``:
+   how the scores, per kind, move as pre-training goes on (BENCHMARKS.md, session 54: at 5M nodes the cliques fade
+   epoch by epoch);
 
 then the label-free baselines of ``gcad_dist.quality`` (IsolationForest, neighbour cosine) on the same graph, in this
 process. AUROC / AUPRC are over every node (a label-free run reads no label; the generator knows them all), and the
@@ -150,8 +151,9 @@ def epoch_checkpoints(pre: Path) -> list[Path]:
     """Pre-training's Ray checkpoints in ``pre/ray_train`` but the last (``final`` is that one), oldest first: one per
     epoch (their names carry the time they were written), unless ``--pretrain-args`` asks for ``--checkpoint-every``,
     which adds checkpoints within an epoch."""
-    found = sorted(p for p in (pre / "ray_train").glob("checkpoint_*") if (p / "model.pt").exists())
-    return found[:-1]
+    from gcad_dist.checkpoint import checkpoint_dirs
+
+    return [p for p in checkpoint_dirs(pre / "ray_train") if (p / "model.pt").exists()][:-1]
 
 
 def _score(cfg: LabelFreeScaleConfig, rec: dict[str, Any], graph: Path, ckpt: Path, dev: str, tag: str, name: str,
@@ -255,8 +257,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--stage-timeout", type=int, default=900, help="seconds before a stage is stopped")
     p.add_argument("--baselines", nargs="*", default=list(BASELINES), help="label-free baselines of the harness")
     p.add_argument("--generator-args", default="", help="more flags of partitioning.synthetic, e.g. '--communities 47'")
-    p.add_argument("--pretrain-args", default="",
-                   help="more flags of gcad_dist.pretrain, e.g. '--batch-size 16384 --lr 0.004' (the GPU recipe on a CPU)")
+    p.add_argument("--pretrain-args", default="", help="more flags of gcad_dist.pretrain, e.g. "
+                   "'--batch-size 16384 --lr 0.004' (the GPU recipe on a CPU)")
     p.add_argument("--score-epochs", action="store_true",
                    help="also score each earlier epoch's checkpoint of pre-training (on --device), per kind")
     p.add_argument("-v", "--verbose", action="store_true")

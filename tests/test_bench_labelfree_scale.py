@@ -97,5 +97,6 @@ def test_score_epochs_keeps_every_checkpoint_and_scores_the_earlier_ones(tmp_pat
     # without the flag, pre-training keeps its default and only the final model is scored
     calls.clear()
     run(LabelFreeScaleConfig(nodes=[500], out=str(tmp_path), baselines=[]))
-    assert "--keep-checkpoints" not in dict(calls)["pretrain"] and "--checkpoint-interval" not in dict(calls)["pretrain"]
+    pretrain = dict(calls)["pretrain"]
+    assert "--keep-checkpoints" not in pretrain and "--checkpoint-interval" not in pretrain
     assert [name for name, _ in calls if name.startswith("score")] == ["score on cpu"]
