@@ -84,7 +84,7 @@ def test_the_model_keeps_the_larger_z_of_its_two_contexts() -> None:
     with torch.no_grad():
         out = off(x, ei)
         plain = off.score(out)
-        loose_ctx = neighbour_context(out.h0, ei, n, embedded_link_weights(ei, n))
+        loose_ctx = neighbour_context(off._rows(out), ei, n, embedded_link_weights(ei, n))  # h0 or [x, 1] rows
         loose = off._neutral_to_degree(off._local_score(out, loose_ctx), out, True)
         got = on.score(on(x, ei))
     has = torch.ones(n, dtype=torch.bool)

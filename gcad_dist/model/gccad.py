@@ -71,6 +71,12 @@ SCORE_SPACES = ("encoder", "projection")
 #: nodes per block of the local contrast's scoring (:meth:`GCCAD._local_score`): with the five-model ensemble the
 #: projections and cosines of all nodes at once took about 4 GB per million nodes (session 53)
 SCORE_ROWS = 1 << 17
+#: at whole-graph scoring (eval mode) of the local contrast, keep the features (with a column of ones) in place of h^(0)
+#: when they are narrower than h^(0), and project them a block of :data:`SCORE_ROWS` nodes at a time: the contexts
+#: (the neighbours' mean, the two-hop ball's, the loose context's) are then averaged over the narrow rows, exact since
+#: the projection is affine. The five-model ensemble's h^(0) is 320 wide against the 64 features of the generated
+#: graphs: its rows and contexts of all nodes took 4-5 GB per million nodes (BENCHMARKS.md, session 55)
+INPUT_SPACE_SCORING = True
 JUMPS = ("last", "cat", "cat-local")
 
 
@@ -194,6 +200,11 @@ class GCCADOutput:
     ball_context: Tensor | None = None
     ball_nodes: Tensor | None = None
     ball_input: Tensor | None = None
+    # whole-graph scoring of the local contrast on features narrower than h0 (:data:`INPUT_SPACE_SCORING`): the
+    # features with a column of ones, [N, F + 1], in place of h0 (then None; ``h`` is these rows too). h0 is their
+    # projection (:meth:`GCCAD.lift`), and the context rows above are means of these rows, so that a node without
+    # context (its ones column averages to 0) projects to 0, as the mean of no h0 rows is
+    x_in: Tensor | None = None
 
 
 class GCCAD(torch.nn.Module):
@@ -256,6 +267,10 @@ class GCCAD(torch.nn.Module):
             if num_sampled_nodes is not None and num_sampled_edges is not None and len(num_sampled_edges) >= 1:
                 return self._local_seeds(x, edge_index, batch, num_graphs, context_mask, num_sampled_nodes[0],
                                          list(num_sampled_edges), member_swaps)
+            width = self.encoder.input_proj.out_features
+            if (INPUT_SPACE_SCORING and not self.training and member_swaps is None and x.dim() == 2
+                    and x.size(1) + 1 < width):
+                return self._input_space_output(x, edge_index, batch, num_graphs, width)
             h0 = self.input_projection(x)
             if member_swaps is not None:  # the projection is row-wise: a swapped row's h^(0) is its donor's
                 pick, donor, col = self._swap_index(member_swaps)
@@ -358,24 +373,64 @@ class GCCAD(torch.nn.Module):
         h0 = torch.baddbmm(proj.bias.view(k, 1, -1), x.transpose(0, 1), w.transpose(1, 2))  # [K, N, h]
         return h0.transpose(0, 1).reshape(x.size(0), -1)
 
+    def _input_space_output(self, x: Tensor, edge_index: Tensor, batch: Tensor, num_graphs: int,
+                            width: int) -> GCCADOutput:
+        """The local contrast's whole-graph output at scoring with the features in place of h^(0)
+        (:data:`INPUT_SPACE_SCORING`): ``x_in`` = [x, 1], the contexts averaged over it; h^(0) of a block of rows is
+        :meth:`lift` of them."""
+        n = x.size(0)
+        x_in = torch.cat([x, x.new_ones(n, 1)], dim=1)
+        ctx = ball = nodes = None
+        if self.config.context_hops == 2:
+            ctx = self._ball_context(None, x_in, edge_index, n)
+        elif self.config.ball_switch:  # the ball switch's other context, at scoring
+            nodes = switch_sample(n, x.device)
+            ball = self._ball_context(None, x_in, edge_index, n, nodes)
+        return GCCADOutput(h=x_in, q=x.new_zeros(num_graphs, width), batch=batch, edge_index=edge_index,
+                           num_graphs=num_graphs, local_context=ctx, ball_context=ball, ball_nodes=nodes, x_in=x_in)
+
+    @staticmethod
+    def _rows(out: GCCADOutput) -> Tensor:
+        """The rows the local contrast's contexts average: h^(0), or the features with a column of ones where
+        ``out`` holds those instead (``out.x_in``)."""
+        return out.h0 if out.h0 is not None or out.x_in is None else out.x_in
+
+    def lift(self, rows: Tensor, out: GCCADOutput) -> Tensor:
+        """``rows`` of ``out``'s :meth:`_rows` space (a node's own row, or a mean of rows) in h^(0) space: as they are,
+        or, where ``out`` holds features with a column of ones, ``W f + b c`` for a row ``[f, c]``: a node's own
+        row (c = 1) gets its h^(0), a mean over a context gets the mean of its h^(0) rows, an empty one (c = 0) 0."""
+        if out.h0 is not None or out.x_in is None:
+            return rows
+        proj = self.encoder.input_proj
+        return torch.addcmul(F.linear(rows[:, :-1], proj.weight), rows[:, -1:], proj.bias)
+
     def local_pair(self, out: GCCADOutput, idx: Tensor | None = None, project: bool = True,
                    context: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(self, context) rows of the local contrasts for nodes ``idx`` (default all): the node's h^(L)
         (``neighbors``) or h^(0) (``ego``, ``local``) and the mean of its neighbours' h^(L) (h^(0) for
         ``local``; ``context``, rows of every node, replaces it), through the projection head if ``project``."""
-        contrast = self.config.contrast
-        if contrast == "local":
-            assert out.h0 is not None
-            ctx = out.local_context if context is None else context
-            if ctx is None:
-                ctx = neighbour_context(out.h0, out.edge_index, out.h0.size(0))
-        else:
-            ctx = neighbour_context(out.h, out.edge_index, out.h.size(0))
-        own = out.h0 if contrast in ("ego", "local") else out.h
-        if idx is not None:
-            own, ctx = own.index_select(0, idx), ctx.index_select(0, idx)
+        own, ctx = self._local_rows(out, idx, context)
+        own, ctx = self.lift(own, out), self.lift(ctx, out)
         if project:
             own, ctx = self.head(own), self.head(ctx)
+        return own, ctx
+
+    def _local_rows(self, out: GCCADOutput, idx: Tensor | None = None,
+                    context: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """:meth:`local_pair`'s (self, context) rows before :meth:`lift` and the head: in :meth:`_rows`'s space for
+        the ``local`` contrast (``context`` in that space too)."""
+        contrast = self.config.contrast
+        if contrast == "local":
+            rows = self._rows(out)
+            assert rows is not None
+            ctx = out.local_context if context is None else context
+            if ctx is None:
+                ctx = neighbour_context(rows, out.edge_index, rows.size(0))
+        else:
+            ctx = neighbour_context(out.h, out.edge_index, out.h.size(0))
+        own = self._rows(out) if contrast in ("ego", "local") else out.h
+        if idx is not None:
+            own, ctx = own.index_select(0, idx), ctx.index_select(0, idx)
         return own, ctx
 
     def loss(
@@ -444,10 +499,10 @@ class GCCAD(torch.nn.Module):
         cosine run over blocks of :data:`SCORE_ROWS` nodes, so that only the rows and contexts of all nodes are held
         at once, not their projections and temporaries (a row's score does not depend on the block)."""
         project = self.config.contrast in ("ego", "local") or self.config.score_space == "projection"
-        own, ctx = self.local_pair(out, idx, project=False, context=context)
+        own, ctx = self._local_rows(out, idx, context)
         parts = []
         for lo in range(0, own.size(0), SCORE_ROWS):
-            o, c = own[lo:lo + SCORE_ROWS], ctx[lo:lo + SCORE_ROWS]
+            o, c = self.lift(own[lo:lo + SCORE_ROWS], out), self.lift(ctx[lo:lo + SCORE_ROWS], out)
             if project:
                 o, c = self.head(o), self.head(c)
             elif self.config.ensemble > 1:  # per member: block k of h^(0) and of its context
@@ -477,11 +532,12 @@ class GCCAD(torch.nn.Module):
         calls in ``self.context_choices`` (a part-by-part scoring calls once a part). On a graph of more than
         :data:`gcad_dist.model.ball.SWITCH_SAMPLE` nodes the shares are those of a fixed sample of them, and every
         node's ball is computed only when the ball is chosen."""
-        n, detrend = out.h0.size(0), self.config.degree_detrend
+        rows = self._rows(out)
+        n, detrend = rows.size(0), self.config.degree_detrend
         ctx, nodes = out.ball_context, out.ball_nodes
         if ctx is None:  # an output not made by forward's whole-graph path: the ball from h^(0) (same rows)
-            nodes = switch_sample(n, out.h0.device)
-            ctx = self._ball_context(None, out.h0, out.edge_index, n, nodes, scoring=True)
+            nodes = switch_sample(n, rows.device)
+            ctx = self._ball_context(None, rows, out.edge_index, n, nodes, scoring=True)
         deg = torch.bincount(out.edge_index[1], minlength=n)[: plain.size(0)]
         if nodes is None:
             ball = self._neutral_to_degree(self._local_score(out, ctx), out, detrend)
@@ -491,7 +547,7 @@ class GCCAD(torch.nn.Module):
             sample = neutral_to_degree(self._local_score(out, ctx, nodes), deg[nodes], detrend)
             use, t1, t2 = ball_reveals_group(plain[nodes], sample, deg[nodes] > 0)
             if use:
-                ctx = self._ball_context(out.ball_input, out.h0, out.edge_index, n, scoring=True)
+                ctx = self._ball_context(out.ball_input, rows, out.edge_index, n, scoring=True)
                 ball = self._neutral_to_degree(self._local_score(out, ctx), out, detrend)
         choice = "ball" if use else "neighbours"
         self.last_context = {"context": choice, "stand_out_neighbours": t1, "stand_out_ball": t2}
@@ -511,7 +567,7 @@ class GCCAD(torch.nn.Module):
         1 - cos(g(h0_i), g(0)) depends on the head's bias alone, and on graphs with 10% of their nodes cut off it
         put those nodes in 90-99% of the top 5% on two of them (BENCHMARKS.md, session 21). Exact for a whole-graph
         forward; a minibatch or part uses its own nodes' degrees, trend and median."""
-        deg = torch.bincount(out.edge_index[1], minlength=out.h0.size(0))[: s.size(0)]
+        deg = torch.bincount(out.edge_index[1], minlength=GCCAD._rows(out).size(0))[: s.size(0)]
         return neutral_to_degree(s, deg, detrend)
 
     def _con(self, cos: Tensor, y: Tensor, batch: Tensor, num_graphs: int, sync: ContextSync) -> Tensor:
@@ -532,10 +588,11 @@ class GCCAD(torch.nn.Module):
                 return s
             s = self._neutral_to_degree(s, out, self.config.degree_detrend)
             if self.config.loose_context:  # the larger of the plain and the loose context's robust z-scores
-                n = out.h0.size(0)
+                rows = self._rows(out)
+                n = rows.size(0)
                 weights = embedded_link_weights(out.edge_index, n)
                 loose = self._neutral_to_degree(
-                    self._local_score(out, neighbour_context(out.h0, out.edge_index, n, weights)), out,
+                    self._local_score(out, neighbour_context(rows, out.edge_index, n, weights)), out,
                     self.config.degree_detrend)
                 has = torch.bincount(out.edge_index[1], minlength=n)[: s.size(0)] > 0
                 s = larger_z(s, loose, has)
