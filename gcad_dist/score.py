@@ -20,9 +20,10 @@ Peak memory is dominated by the link predictor, about ``E x 3 x hidden x 4`` byt
 directed edges (hidden 64: ~0.8 KB per edge, i.e. ~80 GB for 10^8 edges), so a single graph of
 tens of millions of edges needs a GPU with enough memory or a large-memory CPU host. Multi-graph data
 (``graph_id``) is scored ``--batch-size`` whole graphs at a time, which is exact and bounded. A label-free
-(local recipe) checkpoint has no link predictor: its default scoring needs about 7 KB per node (the generated
-1M-node graph with 20M directed links: 6.6 GB; session 53). Running out of memory ends with a one-line error that
-says so, not a stack trace.
+(local recipe) checkpoint has no link predictor: its default scoring needs about 3 KB per node with 20 directed links
+each (the generated 1M-node graph: 3.1 GB; 5M nodes and 100M links: 12 GB; session 55, when the contexts came to be
+averaged over the features rather than over the five members' projections: 6.3 GB at 1M before). Running out of
+memory ends with a one-line error that says so, not a stack trace.
 """
 
 from __future__ import annotations
@@ -731,8 +732,9 @@ def out_of_memory_advice(e: BaseException, data: Any, device: str, loaded: Loade
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     n, links = int(data.num_nodes), int(data.edge_index.shape[1])
     local = getattr(getattr(loaded.model, "config", None), "contrast", None) == "local"
-    need = ("a label-free checkpoint's default scoring needs about 7 KB per node (6.6 GB for 1M nodes and 20M "
-            "directed links; 5.2 GB with --context-hops 1 --feature-view off)" if local else
+    need = ("a label-free checkpoint's default scoring needs about 3 KB per node (3.1 GB for 1M nodes and 20M "
+            "directed links, 12 GB for 5M nodes and 100M links; 2.8 GB at 1M with --context-hops 1 --feature-view "
+            "off)" if local else
             "the link predictor needs about 0.8 KB per directed link per layer; --parts STORE scores part by part")
     return (f"out of memory scoring {n:,} nodes and {links:,} directed links on {device} ({first}). {need}. Score on "
             "a device with more memory (--device cpu on a host with more RAM than the GPU has), or split the graph")
