@@ -408,7 +408,8 @@ class GCCAD(torch.nn.Module):
                    context: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(self, context) rows of the local contrasts for nodes ``idx`` (default all): the node's h^(L)
         (``neighbors``) or h^(0) (``ego``, ``local``) and the mean of its neighbours' h^(L) (h^(0) for
-        ``local``; ``context``, rows of every node, replaces it), through the projection head if ``project``."""
+        ``local``; ``context``, rows of every node in :meth:`_rows`'s space, replaces it), through the projection head
+        if ``project``."""
         own, ctx = self._local_rows(out, idx, context)
         own, ctx = self.lift(own, out), self.lift(ctx, out)
         if project:
