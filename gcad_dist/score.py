@@ -646,8 +646,10 @@ def main(argv: list[str] | None = None) -> int:
         set_loose_context(loaded, cfg.loose_context)
     if cfg.feature_view is not None:
         set_feature_view(loaded, cfg.feature_view)
-    graph = load_graph(cfg.graph)  # its raw features stay for the feature view
+    graph = load_graph(cfg.graph)
+    raw_x = graph.x  # the raw features stay for the feature view; the graph's CSR goes once data has its links
     data = prepare_data(graph, loaded, cfg.normalize, source=cfg.graph)
+    del graph
     log.info("scoring %s (%d nodes, %d directed edges) with %s model from %s",
              cfg.graph, data.num_nodes, data.edge_index.shape[1], loaded.kind, cfg.checkpoint)
     if getattr(getattr(loaded.model, "config", None), "contrast", None) == "local":
@@ -690,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         raise UsageError(out_of_memory_advice(e, data, cfg.device, loaded)) from None
     context = _report_ball_switch(loaded.model)
-    scores, view = with_feature_view(loaded.model, scores, data, graph.x, always=cfg.feature_view == "always")
+    scores, view = with_feature_view(loaded.model, scores, data, raw_x, always=cfg.feature_view == "always")
     if view is not None:
         from gcad_dist.feature_view import feature_view_phrase
 
