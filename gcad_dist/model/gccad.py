@@ -179,7 +179,8 @@ class GCCADOutput:
     carry weight 0); edge_probs / edge_logits: per layer [E] link probabilities p_ij and their
     logits (empty when edge_update=False); edge_weight: [E] final edge weights w^(L) or None;
     logits: [N, 2] classifier logits (CE ablation) or None; h0: [N, hidden] the input projection (local
-    contrasts only, else None); local_context: the ``local`` contrast's context rows (the mean of the neighbours'
+    contrasts only, else None; None too at the local contrast's input-space scoring, which holds ``x_in`` instead);
+    local_context: the ``local`` contrast's context rows (the mean of the neighbours'
     h0), when a hop-trimmed minibatch computed them with its seeds' outputs (else None: computed from h0).
     """
 
