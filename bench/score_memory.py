@@ -77,7 +77,9 @@ def run(cfg: ScoreMemoryBenchConfig) -> list[dict]:
         done = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
         (out / f"score_{mode}.log").write_text(done.stdout + done.stderr)
         if done.returncode != 0:
-            raise RuntimeError(f"{mode}: gcad_dist.score failed (exit {done.returncode}); see {out}/score_{mode}.log")
+            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise UsageError(f"{mode}: gcad_dist.score failed (exit {done.returncode}): {last} "
+                             f"(whole log: {out}/score_{mode}.log)")
         row = {"mode": mode, **json.loads(done.stdout.strip().splitlines()[-1])}
         metrics = Path(f"{parquet}.metrics.json")
         if metrics.exists():
@@ -119,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ScoreMemoryBenchConfig(**vars(p.parse_args(argv)))
     if cfg.threads < 1:
         raise UsageError(f"--threads: must be >= 1, got {cfg.threads}")
+    for name in ("checkpoint", "graph"):
+        if not Path(getattr(cfg, name)).exists():
+            raise UsageError(f"--{name}: {getattr(cfg, name)} does not exist")
     setup_logging()
     print(table(run(cfg)))
     return 0

@@ -34,3 +34,14 @@ def test_both_modes_score_a_local_checkpoint_alike(rings_graph, make_checkpoint,
 def test_child_mode_must_be_known() -> None:
     with pytest.raises(score_memory.UsageError, match="--child"):
         score_memory.main(["--child", "gpu"])
+
+
+def test_missing_inputs_and_a_failed_run_are_one_line_errors(tmp_path, make_checkpoint) -> None:
+    with pytest.raises(score_memory.UsageError, match="--checkpoint: .* does not exist"):
+        score_memory.main(["--checkpoint", str(tmp_path / "none"), "--graph", str(tmp_path), "--out", str(tmp_path)])
+    ckpt = make_checkpoint("local", contrast="local", loss="logistic", ensemble=2)
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a graph")
+    with pytest.raises(score_memory.UsageError, match="h0: gcad_dist.score failed .*whole log"):
+        score_memory.run(score_memory.ScoreMemoryBenchConfig(checkpoint=str(ckpt), graph=str(bad),
+                                                            out=str(tmp_path / "out")))
