@@ -27,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
+from bench.labelfree_scale import _parquet_scores  # noqa: E402  (gcad_dist.score's scores in node order)
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.score_memory")
@@ -58,12 +59,6 @@ def child(mode: str, args: list[str]) -> int:
     return rc
 
 
-def _read_scores(path: Path) -> np.ndarray:
-    import pandas as pd
-
-    return pd.read_parquet(path, columns=["node_id", "score"]).sort_values("node_id")["score"].to_numpy()
-
-
 def run(cfg: ScoreMemoryBenchConfig) -> list[dict]:
     """Every mode in turn; one row of results each."""
     out = Path(cfg.out)
@@ -85,7 +80,7 @@ def run(cfg: ScoreMemoryBenchConfig) -> list[dict]:
         if metrics.exists():
             m = json.loads(metrics.read_text())
             row.update(auroc=m.get("auroc"), auprc=m.get("auprc"))
-        row["scores"] = _read_scores(parquet)
+        row["scores"] = _parquet_scores(parquet)
         rows.append(row)
     return rows
 

@@ -269,25 +269,28 @@ class GCCAD(torch.nn.Module):
                 return self._local_seeds(x, edge_index, batch, num_graphs, context_mask, num_sampled_nodes[0],
                                          list(num_sampled_edges), member_swaps)
             width = self.encoder.input_proj.out_features
+            x_in = source = None
             if (INPUT_SPACE_SCORING and not self.training and member_swaps is None and x.dim() == 2
-                    and x.size(1) + 1 < width):
-                return self._input_space_output(x, edge_index, batch, num_graphs, width)
-            h0 = self.input_projection(x)
-            if member_swaps is not None:  # the projection is row-wise: a swapped row's h^(0) is its donor's
-                pick, donor, col = self._swap_index(member_swaps)
-                v = h0.view(h0.size(0), self.config.ensemble, -1)
-                h0 = v.index_put((pick, col), v[donor, col]).reshape(h0.shape)
+                    and x.size(1) + 1 < width):  # scoring in input space: [x, 1] stands in for h^(0)
+                rows = x_in = torch.cat([x, x.new_ones(n, 1)], dim=1)
+            else:
+                rows = self.input_projection(x)
+                if member_swaps is not None:  # the projection is row-wise: a swapped row's h^(0) is its donor's
+                    pick, donor, col = self._swap_index(member_swaps)
+                    v = rows.view(n, self.config.ensemble, -1)
+                    rows = v.index_put((pick, col), v[donor, col]).reshape(rows.shape)
+                # one input for every member: average the narrower features, then project (exact: affine)
+                source = x if member_swaps is None and x.dim() == 2 and x.size(1) < width else None
             ctx = ball = nodes = None
-            # one input for every member: average the narrower features, then project (exact: affine)
-            source = x if member_swaps is None and x.dim() == 2 and x.size(1) < h0.size(1) else None
             if self.config.context_hops == 2:  # the mean over each node's two-hop ball is the context
-                ctx = self._ball_context(source, h0, edge_index, n)
+                ctx = self._ball_context(source, rows, edge_index, n)
             elif self.config.ball_switch and not self.training:  # the ball switch's other context, at scoring
-                nodes = switch_sample(n, h0.device)
-                ball = self._ball_context(source, h0, edge_index, n, nodes)
-            return GCCADOutput(h=h0, q=h0.new_zeros(num_graphs, h0.size(1)), batch=batch, edge_index=edge_index,
-                               num_graphs=num_graphs, h0=h0, local_context=ctx, ball_context=ball, ball_nodes=nodes,
-                               ball_input=source if ball is not None else None)
+                nodes = switch_sample(n, rows.device)
+                ball = self._ball_context(source, rows, edge_index, n, nodes)
+            return GCCADOutput(h=rows, q=rows.new_zeros(num_graphs, width), batch=batch, edge_index=edge_index,
+                               num_graphs=num_graphs, h0=None if x_in is not None else rows, local_context=ctx,
+                               ball_context=ball, ball_nodes=nodes, ball_input=source if ball is not None else None,
+                               x_in=x_in)
         if self.config.contrast != "graph":  # the neighbours' final embeddings are needed: no hop trimming
             num_sampled_nodes = num_sampled_edges = None
         h, q, probs, logits, w, h0 = self.encoder(
@@ -373,22 +376,6 @@ class GCCAD(torch.nn.Module):
         w = proj.weight.view(k, self.config.hidden, -1)  # [K, h, F]
         h0 = torch.baddbmm(proj.bias.view(k, 1, -1), x.transpose(0, 1), w.transpose(1, 2))  # [K, N, h]
         return h0.transpose(0, 1).reshape(x.size(0), -1)
-
-    def _input_space_output(self, x: Tensor, edge_index: Tensor, batch: Tensor, num_graphs: int,
-                            width: int) -> GCCADOutput:
-        """The local contrast's whole-graph output at scoring with the features in place of h^(0)
-        (:data:`INPUT_SPACE_SCORING`): ``x_in`` = [x, 1], the contexts averaged over it; h^(0) of a block of rows is
-        :meth:`lift` of them."""
-        n = x.size(0)
-        x_in = torch.cat([x, x.new_ones(n, 1)], dim=1)
-        ctx = ball = nodes = None
-        if self.config.context_hops == 2:
-            ctx = self._ball_context(None, x_in, edge_index, n)
-        elif self.config.ball_switch:  # the ball switch's other context, at scoring
-            nodes = switch_sample(n, x.device)
-            ball = self._ball_context(None, x_in, edge_index, n, nodes)
-        return GCCADOutput(h=x_in, q=x.new_zeros(num_graphs, width), batch=batch, edge_index=edge_index,
-                           num_graphs=num_graphs, local_context=ctx, ball_context=ball, ball_nodes=nodes, x_in=x_in)
 
     @staticmethod
     def _rows(out: GCCADOutput) -> Tensor:
