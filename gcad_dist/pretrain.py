@@ -16,7 +16,10 @@ within ``--max-failures`` restarts the group from the latest checkpoint automati
 Work per epoch: an epoch is at least ``--min-steps-per-epoch`` steps (default 100). A store whose
 subgraphs fit a batch or two (one step per pass) repeats whole passes over its subgraphs, each with its
 own packing, order and neighbour sampling, until the epoch has that many steps; a large store (more
-steps per pass) is unaffected. Checkpoints: at an epoch end at most once per ``--checkpoint-interval``
+steps per pass) is unaffected. Dense graphs: a whole-graph step of the local contrast with more than
+``--dense-links`` links (2M; a 12,000-node graph of mean degree 700 has 8.4M) averages each node's context over at
+most about ``--max-degree`` (64) of its in-neighbours, drawn afresh at every step, as ``gcad_dist.train`` does; a
+whole-graph step costs every link otherwise. Checkpoints: at an epoch end at most once per ``--checkpoint-interval``
 seconds (default 60), every ``--checkpoint-every`` steps if given, and always after the last epoch.
 
 Outputs in ``--out``: ``final/model.pt`` (the :mod:`gcad_dist.checkpoint` format that finetune and score
@@ -161,6 +164,10 @@ class PretrainConfig:
     fanouts: str = "10,5"
     sample_threshold: int = 50_000
     graph_batch_nodes: int = 50_000
+    # local contrast, whole-graph steps with more links than dense_links: each node's context averages at most about
+    # max_degree of its in-neighbours, a fresh draw at every step (gcad_dist.data.degree_cap); scoring uses every link
+    max_degree: int = 64
+    dense_links: int = 2_000_000
     lr: float | None = None  # None = auto (apply_auto_batch): 1e-3, scaled with all workers' batch on all-sampled stores
     hidden: int = 64
     layers: int = 2
@@ -256,6 +263,13 @@ def build_parser() -> argparse.ArgumentParser:
       "smaller ones are batched whole, each worker its own share")
     a("--graph-batch-nodes", type=int, default=d.graph_batch_nodes,
       help="cost budget (about nodes + edges/2) of one batch of whole small subgraphs")
+    a("--max-degree", type=int, default=d.max_degree, metavar="D",
+      help="local contrast on dense graphs: a whole-graph step with more than --dense-links links averages each "
+      "node's context over at most about D of its in-neighbours, drawn afresh at every step (as gcad_dist.train's "
+      "--max-degree); scoring uses every link. A whole-graph step costs every link otherwise. 0 = every link")
+    a("--dense-links", type=int, default=d.dense_links, metavar="LINKS",
+      help="links (directed, as stored) of a whole-graph step above which --max-degree applies; no real graph of "
+      "the shared data has as many (tolokers, the densest, 1.04M)")
     a("--lr", type=auto_or(float, "a number"), default="auto",
       help=f"peak Adam learning rate (10%% warm-up, then linear decay to lr/10); auto = {BASE_LR:g} x S / "
       f"{CPU_BATCH_SIZE}, S = the step's seeds over all workers (batch size x workers) up to {LR_SCALE_SEEDS}, with the "
@@ -412,6 +426,8 @@ def validate(cfg: PretrainConfig) -> dict:
         (cfg.batch_size is None or cfg.batch_size >= 1, "--batch-size", "must be >= 1"),
         (cfg.sample_threshold >= 1, "--sample-threshold", "must be >= 1"),
         (cfg.graph_batch_nodes >= 1, "--graph-batch-nodes", "must be >= 1"),
+        (cfg.max_degree >= 0, "--max-degree", "must be >= 0 (0 = every link)"),
+        (cfg.dense_links >= 0, "--dense-links", "must be >= 0"),
         (cfg.lr is None or cfg.lr > 0, "--lr", "must be > 0"),
         (cfg.hidden >= 1 and cfg.layers >= 1, "--hidden/--layers", "must be >= 1"),
         (0 <= cfg.dropout < 1, "--dropout", "must be in [0, 1)"),
@@ -475,6 +491,11 @@ def validate(cfg: PretrainConfig) -> dict:
         over = f" ({step_seeds(cfg)} over {cfg.workers} workers)" if cfg.workers > 1 else ""
         log.info("%s (auto): %d seeds a step per worker%s, learning rate %g",
                  " and ".join(f"--{a.replace('_', '-')}" for a in auto), cfg.batch_size, over, cfg.lr)
+    dense = int(((reader.node_counts <= cfg.sample_threshold) & (reader.edge_counts > cfg.dense_links)).sum())
+    if dense and cfg.contrast == "local" and cfg.max_degree > 0:
+        log.info("%d subgraph(s) trained whole hold more than --dense-links (%d) links: each step averages a node's "
+                 "context over at most about --max-degree (%d) of its in-neighbours, drawn afresh (scoring uses every "
+                 "link)", dense, cfg.dense_links, cfg.max_degree)
     idle = idle_workers(reader.node_counts, cfg.workers, cfg.sample_threshold)
     if idle:
         small = cfg.workers - idle

@@ -102,6 +102,8 @@ class QualityConfig:
     pre_loose_context: bool | None = None  # None: the local recipe's pretrain --loose-context
     pre_ball_switch: bool | None = None  # None: the local recipe's pretrain --ball-switch
     pre_feature_view: bool | None = None  # None: the local recipe's pretrain --feature-view
+    pre_dense_links: int | None = None  # None: pretrain's --dense-links
+    pre_sample_threshold: int | None = None  # None: pretrain's --sample-threshold
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
@@ -112,6 +114,7 @@ class QualityConfig:
                 "pre_context_hops": self.pre_context_hops, "pre_normalize": self.pre_normalize,
                 "pre_degree_detrend": self.pre_degree_detrend, "pre_loose_context": self.pre_loose_context,
                 "pre_ball_switch": self.pre_ball_switch, "pre_feature_view": self.pre_feature_view,
+                "pre_dense_links": self.pre_dense_links, "pre_sample_threshold": self.pre_sample_threshold,
                 "label_inputs": self.label_inputs}
     device: str = "auto"
     threads: int = 0
@@ -489,6 +492,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pre-batch-size", type=int, default=d.pre_batch_size, metavar="SEEDS",
                    help="gccad-pre: seed nodes per pre-training minibatch (pretrain --batch-size) (default: the "
                    "recipe's, 1024)")
+    p.add_argument("--pre-dense-links", type=int, default=d.pre_dense_links, metavar="LINKS",
+                   help="gccad-pre: pretrain --dense-links LINKS, whole-graph steps with more links average each "
+                   "context over at most --max-degree (64) in-neighbours; 0 = every step (default: pre-training's, "
+                   "2,000,000)")
+    p.add_argument("--pre-sample-threshold", type=int, default=d.pre_sample_threshold, metavar="NODES",
+                   help="gccad-pre: pretrain --sample-threshold NODES, a graph with more nodes is pre-trained by "
+                   "neighbour-sampled minibatches (default: pre-training's, 50,000)")
     p.add_argument("--pre-context-hops", type=int, choices=(1, 2), default=d.pre_context_hops, metavar="HOPS",
                    help="gccad-pre: pretrain --context-hops HOPS, the local contrast's context: the neighbours (1) or "
                    "the two-hop ball (2) (default: the recipe's, 1)")
@@ -529,6 +539,10 @@ def _validate(cfg: QualityConfig) -> None:
         raise UsageError(f"--seeds: must be >= 1, got {cfg.seeds}")
     if cfg.pre_epochs is not None and cfg.pre_epochs < 1:
         raise UsageError(f"--pre-epochs: must be >= 1, got {cfg.pre_epochs}")
+    if cfg.pre_dense_links is not None and cfg.pre_dense_links < 0:
+        raise UsageError(f"--pre-dense-links: must be >= 0, got {cfg.pre_dense_links}")
+    if cfg.pre_sample_threshold is not None and cfg.pre_sample_threshold < 1:
+        raise UsageError(f"--pre-sample-threshold: must be >= 1, got {cfg.pre_sample_threshold}")
     if cfg.pre_batch_size is not None and cfg.pre_batch_size < 1:
         raise UsageError(f"--pre-batch-size: must be >= 1, got {cfg.pre_batch_size}")
     if cfg.pre_ensemble is not None and cfg.pre_ensemble < 1:

@@ -131,3 +131,79 @@ def test_fit_supervised_with_a_cap_trains_on_samples_and_scores_on_every_edge(mo
     a, b = fit(0), fit(400)  # no node above 400 in-edges: the cap changes nothing
     assert all(e == ei.size(1) and not scaled for _, e, scaled in seen)
     assert np.array_equal(a.scores, b.scores)
+
+
+def test_cap_dense_step_caps_only_steps_above_the_link_threshold():
+    """Pre-training's dense whole-graph steps: at most ``dense_links`` links pass unchanged; above, each node keeps
+    every in-edge under the cap and about ``cap`` of a busier node's, in the original order, a fresh draw each step,
+    and the cap's keep probabilities are kept in the cache between steps of the same subgraph."""
+    from gcad_dist.data.degree_cap import cap_dense_step
+
+    torch.manual_seed(0)
+    n = 300
+    dst = torch.cat([torch.zeros(2000, dtype=torch.long), torch.randint(1, n, (600,))])  # node 0: 2000 in-edges
+    src = torch.randint(0, n, dst.shape)
+    order = torch.argsort(dst, stable=True)
+    ei = torch.stack([src[order], dst[order]])
+    assert cap_dense_step(ei, n, 16, ei.size(1)) is ei  # at the threshold: unchanged
+    assert cap_dense_step(ei, n, 0, 0) is ei  # cap 0: every link
+    cache: dict = {}
+    a = cap_dense_step(ei, n, 16, 100, cache, key=7)
+    assert len(cache) == 1
+    b = cap_dense_step(ei, n, 16, 100, cache, key=7)
+    assert len(cache) == 1 and not torch.equal(a, b)  # cached cap, fresh draw
+    deg_a = torch.bincount(a[1], minlength=n)
+    full = torch.bincount(ei[1], minlength=n)
+    busy = full > 16
+    assert torch.equal(deg_a[~busy], full[~busy])  # under the cap: every in-edge
+    assert 4 <= int(deg_a[0]) <= 40  # about 16 of 2000
+    # a subset in the original order (the edge kernels read links grouped by target)
+    assert bool((a[1][1:] >= a[1][:-1]).all())
+    pos = {(int(s), int(d)) for s, d in ei.t()}
+    assert all((int(s), int(d)) in pos for s, d in a.t())
+
+
+def test_pretraining_caps_dense_whole_graph_steps(tmp_path, monkeypatch):
+    """The loop Ray Train runs, local contrast on a whole-graph store: with ``--dense-links`` below the store's links
+    every step's contexts use capped links (at most about ``--max-degree`` in-edges a node); with the default, the
+    same store trains on every link."""
+    from dataclasses import asdict
+
+    import gcad_dist.distributed.train_loop as loop
+    from gcad_dist.pretrain import PretrainConfig, apply_recipe
+    from tests.test_online_corruption import _whole_graph_store
+    from tests.test_pretrain_loop import LocalReporter
+
+    store = _whole_graph_store(tmp_path)
+    seen: list[tuple[int, int]] = []
+    real = loop.cap_dense_step
+
+    def spy(edge_index, num_nodes, cap, dense_links, cache=None, key=None):
+        out = real(edge_index, num_nodes, cap, dense_links, cache, key)
+        seen.append((int(edge_index.size(1)), int(out.size(1))))
+        return out
+
+    monkeypatch.setattr(loop, "cap_dense_step", spy)
+    torch.set_num_threads(1)
+    for dense_links, capped in ((0, True), (PretrainConfig.dense_links, False)):
+        seen.clear()
+        cfg = PretrainConfig(store=str(store), out=str(tmp_path / f"o{dense_links}"), epochs=1, min_steps_per_epoch=3,
+                             hidden=16, prefetch=0, ensemble=2, max_degree=2, dense_links=dense_links)
+        apply_recipe(cfg, store_corrupted=False)
+        rep = LocalReporter(tmp_path / f"ck{dense_links}")
+        loop.run_worker({"pretrain": asdict(cfg)}, rep)
+        assert len(seen) >= 3
+        if capped:
+            assert all(kept < links for links, kept in seen)
+        else:
+            assert all(kept == links for links, kept in seen)
+        assert np.isfinite(rep.state()["history"][0]["loss"])
+
+
+def test_harness_defaults_are_pretrainings():
+    """The quality harness leaves a run's key unchanged at pre-training's defaults, so its constants must be them."""
+    from gcad_dist.detectors import gccad_pre
+    from gcad_dist.pretrain import PretrainConfig
+
+    assert gccad_pre.DENSE_LINKS == PretrainConfig.dense_links
+    assert gccad_pre.SAMPLE_THRESHOLD == PretrainConfig.sample_threshold

@@ -10,6 +10,9 @@ regularisation), so an epoch costs at most about ``cap`` edges a node. A sampled
 size: each kept in-edge of node ``i`` carries ``degree_i / kept_i``, so a sum aggregation (GIN, GCN) sees
 ``degree_i`` times the mean of the sampled neighbours, the size it has at evaluation, where every edge is used.
 Nodes under the cap are untouched, and a graph where no node exceeds it is trained exactly as without the cap.
+
+Pre-training's whole-graph steps of the local contrast use it too, on steps above ``pretrain --dense-links``
+(:func:`cap_dense_step`): a node's context there is the mean of its neighbours' rows, so no rescaling is needed.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["DegreeCap"]
+__all__ = ["DegreeCap", "cap_dense_step"]
 
 
 class DegreeCap:
@@ -69,3 +72,20 @@ class DegreeCap:
             out.edge_weight = ew[ids]
         out.edge_scale = scale.to(data.x.dtype if data.x.is_floating_point() else torch.float32)
         return out
+
+
+def cap_dense_step(edge_index: Tensor, num_nodes: int, cap: int, dense_links: int,
+                   cache: dict[Any, DegreeCap] | None = None, key: Any = None) -> Tensor:
+    """A whole-graph pre-training step's links: ``edge_index`` itself when it holds at most ``dense_links`` links or
+    ``cap`` is 0, else a fresh :class:`DegreeCap` draw of at most about ``cap`` in-edges a node (order kept).
+    ``cache`` (keyed by ``key`` and the link count) keeps the cap's per-link keep probabilities between steps."""
+    if cap <= 0 or edge_index.size(1) <= dense_links:
+        return edge_index
+    k = (key, int(edge_index.size(1)), int(num_nodes))
+    dc = cache.get(k) if cache is not None else None
+    if dc is None:
+        dc = DegreeCap(edge_index, num_nodes, cap)
+        if cache is not None:
+            cache.clear()  # one subgraph's at a time: a dense whole graph is the case this is for
+            cache[k] = dc
+    return dc.sample_edges(edge_index, None)[1] if dc.active else edge_index

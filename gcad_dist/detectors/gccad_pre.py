@@ -73,6 +73,10 @@ LOCAL_BALL_SWITCH = True
 LOCAL_FEATURE_VIEW = True
 #: seed nodes per minibatch of the local recipe (``pretrain --batch-size``; the harness's ``--pre-batch-size``)
 LOCAL_BATCH_SIZE = 1024
+#: ``pretrain --dense-links`` / ``--sample-threshold`` defaults (the harness's ``--pre-dense-links``,
+#: ``--pre-sample-threshold``; these values leave a run's key as before the options existed)
+DENSE_LINKS = 2_000_000
+SAMPLE_THRESHOLD = 50_000
 #: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
 LOCAL_ENSEMBLE = 5
 LOCAL_SETTINGS: dict[str, Any] = {"recipe": "local", "k": 1, "corruption_mix": "none",
@@ -119,7 +123,8 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
               pre_cliques: float | None = None, pre_tails: float | None = None, pre_batch_size: int | None = None,
               pre_context_hops: int | None = None, pre_normalize: str | None = None,
               pre_degree_detrend: bool | None = None, pre_loose_context: bool | None = None,
-              pre_ball_switch: bool | None = None, pre_feature_view: bool | None = None, threads: int = 1,
+              pre_ball_switch: bool | None = None, pre_feature_view: bool | None = None,
+              pre_dense_links: int | None = None, pre_sample_threshold: int | None = None, threads: int = 1,
               device: str = "cpu", workdir: str | None = None,
               scorer: Callable[[Any, Any, Path, str], np.ndarray] | None = None, **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
@@ -130,7 +135,9 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     ``pre_normalize`` (``partitioning.build --normalize``) None = the build's default, ``pre_degree_detrend``
     (``pretrain --degree-detrend``) None = the recipe's (on since session 46), ``pre_loose_context`` (``pretrain
     --loose-context``) None = the recipe's, ``pre_ball_switch`` (``pretrain --ball-switch``) None = the recipe's,
-    ``pre_feature_view`` (``pretrain --feature-view``, applied to the default scorer's score) None = the recipe's.
+    ``pre_feature_view`` (``pretrain --feature-view``, applied to the default scorer's score) None = the recipe's,
+    ``pre_dense_links`` (``pretrain --dense-links``) and ``pre_sample_threshold`` (``pretrain --sample-threshold``)
+    None = pre-training's defaults.
     ``scorer(loaded checkpoint, prepared
     data, store path, device)`` replaces the whole-graph score (``bench.two_scale_context`` scores twice)."""
     from gcad_dist.score import score_data, with_feature_view
@@ -158,6 +165,10 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     view = LOCAL_FEATURE_VIEW if pre_feature_view is None else bool(pre_feature_view)
     if view or LOCAL_FEATURE_VIEW:  # absent when off and the recipe's is off (earlier sessions' pre-training)
         pretrain["feature_view"] = view
+    for name, value, default in (("dense_links", pre_dense_links, DENSE_LINKS),
+                                 ("sample_threshold", pre_sample_threshold, SAMPLE_THRESHOLD)):
+        if value is not None and value != default:  # absent at the default: the run key of earlier sessions
+            pretrain[name] = int(value)
     build = {"k": 1, "corruption_mix": "none"}
     if pre_normalize is not None:
         build["normalize"] = pre_normalize

@@ -59,6 +59,7 @@ import torch.distributed as dist
 
 from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.checkpoint import load_model_file, load_train_state, rng_state, save_model, save_train_state, set_rng_state
+from gcad_dist.data.degree_cap import cap_dense_step
 from gcad_dist.data.online_corruption import draw_member_swaps, plant_cliques, push_to_tails, swap_features
 from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
@@ -349,6 +350,8 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
         log.info("precision: %s autocast for the forward pass and loss", precision)
 
     members = model.config.ensemble
+    # the local contrast's context is a mean over in-neighbours (no sum to rescale): a capped draw averages fewer
+    cap_dense, caps = cfg.contrast == "local" and cfg.max_degree > 0, {}
     # -- train --------------------------------------------------------------------------------
     last_checkpoint = time.perf_counter()  # a restarted group counts from its start
     net.train()
@@ -363,6 +366,8 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                 break
             tb = tb.to(device)
             ei, y, hop_edges = tb.edge_index, tb.y, tb.num_sampled_edges
+            if cap_dense and not hop_edges:  # a dense whole-graph step: contexts of at most ~max_degree neighbours
+                ei = cap_dense_step(ei, tb.x.size(0), cfg.max_degree, cfg.dense_links, caps, tb.key)
             if cfg.plant_cliques:  # one draw of cliques for every member; swaps pick among the rest
                 ei, y, hop1 = plant_cliques(ei, y, tb.loss_mask, cfg.plant_cliques, tuple(cfg.clique_size),
                                             hop_edges[0] if hop_edges else None)
@@ -390,7 +395,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             global_step += 1
             n_steps += 1
             seeds += tb.num_seeds
-            edges += tb.num_edges
+            edges += tb.num_edges if ei is tb.edge_index or hop_edges else int(ei.size(1))  # a capped step's own
             sums += torch.stack([losses["total"].detach(), losses["con"].detach(), losses["link"].detach()]).double()
             if STEP_SYNC:
                 sums.tolist()

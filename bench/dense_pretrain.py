@@ -1,0 +1,165 @@
+"""Pre-training on a dense graph: whole-graph steps over every link against the default's capped contexts, same run.
+
+    python -m bench.dense_pretrain --out /tmp/dense                 # 12,000 nodes of mean degree 700, timed steps
+    python -m bench.dense_pretrain --out /tmp/dense --full --seeds 0 1   # also 3-epoch runs, scored (AUROC / AUPRC)
+
+A graph of few nodes and many links (Amazon's co-review graph: 12k nodes, 8.8M links) is pre-trained with
+whole-graph steps (it is under ``--sample-threshold`` nodes), and a whole-graph step of the local contrast costs
+every link. Since session 56 a step above ``--dense-links`` links averages each node's context over at most about
+``--max-degree`` in-neighbours, drawn afresh (:func:`gcad_dist.data.degree_cap.cap_dense_step`). Here, on the graph
+``partitioning.synthetic --nodes 12000 --avg-degree 700`` (or ``--graph``) and its ``partitioning.build --k 1``
+store, each mode is a ``gcad_dist.pretrain`` subprocess of one worker:
+
+* ``every link``: ``--dense-links`` above the graph's links (the behaviour before session 56), the same-run baseline;
+* ``capped``: the defaults (``--dense-links`` as given here, pre-training's default unless said).
+
+Timed: ``--steps`` steps of one epoch (seconds a step from the run's own epoch time, without Ray's start-up), and
+the ratio to the baseline. With ``--full``: also each mode's default 3-epoch run per ``--seeds`` seed (wall seconds),
+scored by ``gcad_dist.score`` (AUROC / AUPRC over every node, no label read). Output: a Markdown table and
+``OUT/dense_pretrain.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
+
+from bench.labelfree_scale import _metrics_of, _stage  # noqa: E402
+from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run_cli, setup_logging  # noqa: E402
+
+log = logging.getLogger("bench.dense_pretrain")
+
+#: each mode's extra flags of gcad_dist.pretrain: the baseline first
+MODES = {"every link (before)": ["--dense-links", str(10**15)], "capped (default)": []}
+
+
+@dataclass
+class DensePretrainConfig:
+    """Settings of ``python -m bench.dense_pretrain``."""
+
+    out: str = "runs/dense_pretrain"
+    graph: str | None = None  # an .npz graph; None = generate one (nodes, avg_degree)
+    nodes: int = 12_000
+    avg_degree: int = 700
+    steps: int = 30
+    full: bool = False
+    seeds: list[int] = field(default_factory=lambda: [0])
+    threads: int = 1
+    stage_timeout: int = 3600
+    dense_links: int | None = None  # the capped mode's --dense-links; None = pre-training's default
+
+
+def _pretrain(cfg: DensePretrainConfig, store: Path, out: Path, extra: list[str], seed: int,
+              steps: int | None) -> dict[str, Any]:
+    py = sys.executable
+    cmd = [py, "-m", "gcad_dist.pretrain", "--store", str(store), "--out", str(out), "--workers", "1",
+           "--cpus-per-worker", str(cfg.threads), "--gpus-per-worker", "0", "--seed", str(seed), "--no-progress",
+           "--overwrite", *extra]
+    if steps:
+        cmd += ["--epochs", "1", "--max-steps-per-epoch", str(steps)]
+    r = _stage(f"pretrain {out.name}", cmd, cfg.stage_timeout, out.parent / f"{out.name}.log", cfg.threads)
+    m = out / "metrics.json"
+    if r["rc"] == 0 and m.exists():
+        hist = json.loads(m.read_text())["history"]
+        steps_done = sum(h["steps"] for h in hist)
+        r["train_seconds"] = sum(h["time_s"] for h in hist)
+        r["s_per_step"] = r["train_seconds"] / max(steps_done, 1)
+    return r
+
+
+def run(cfg: DensePretrainConfig) -> dict[str, Any]:
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    if cfg.graph:
+        graph = Path(cfg.graph)
+        if not graph.exists():
+            raise UsageError(f"--graph: {graph} does not exist")
+    else:
+        graph = out / "graph.npz"
+        r = _stage("generate", [py, "-m", "partitioning.synthetic", "--nodes", str(cfg.nodes), "--avg-degree",
+                                str(cfg.avg_degree), "--seed", "0", "--out", str(graph)], cfg.stage_timeout,
+                   out / "generate.log", cfg.threads)
+        if r["rc"] != 0:
+            raise UsageError(f"generating the graph failed; see {out / 'generate.log'}")
+    store = out / "whole.zarr"
+    r = _stage("build --k 1", [py, "-m", "partitioning.build", "--graph", str(graph), "--out", str(store), "--k", "1",
+                               "--threads", str(cfg.threads), "--no-plot", "--no-progress", "--overwrite"],
+               cfg.stage_timeout, out / "build.log", cfg.threads)
+    if r["rc"] != 0:
+        raise UsageError(f"building the store failed; see {out / 'build.log'}")
+    rows = []
+    for i, (mode, extra) in enumerate(MODES.items()):
+        if not extra and cfg.dense_links is not None:
+            extra = ["--dense-links", str(cfg.dense_links)]
+        row: dict[str, Any] = {"mode": mode, "timed": _pretrain(cfg, store, out / f"timed{i}", extra, 0, cfg.steps),
+                               "full": []}
+        if cfg.full:
+            for seed in cfg.seeds:
+                pre = out / f"full{i}_s{seed}"
+                f = _pretrain(cfg, store, pre, extra, seed, None)
+                s_out = out / f"scores{i}_s{seed}.parquet"
+                sc = _stage(f"score {pre.name}", [py, "-m", "gcad_dist.score", "--checkpoint", str(pre / "final"),
+                                                   "--graph", str(graph), "--out", str(s_out), "--threads",
+                                                   str(cfg.threads)],
+                            cfg.stage_timeout, out / f"score{i}_s{seed}.log", cfg.threads)
+                row["full"].append({"seed": seed, "pretrain": f, "score": sc,
+                                    **_metrics_of(Path(str(s_out) + ".metrics.json"))})
+        rows.append(row)
+    result = {"settings": asdict(cfg), "graph": str(graph), "rows": rows}
+    (out / "dense_pretrain.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def table(result: dict[str, Any]) -> str:
+    """Markdown: each mode's seconds a step and ratio to the baseline; with --full, each seed's run and scores."""
+    rows = result["rows"]
+    base = rows[0]["timed"].get("s_per_step")
+    lines = ["| mode | s / step | vs every link | 3-epoch runs: seed: pre-training s, AUROC / AUPRC |", "|---|---|---|---|"]
+    for r in rows:
+        t = r["timed"]
+        sps = t.get("s_per_step")
+        ratio = f"{base / sps:.1f}x faster" if sps and base else "failed" if t["rc"] else ""
+        full = "; ".join(f"{f['seed']}: {f['pretrain'].get('train_seconds', float('nan')):.0f} s, "
+                         + (f"{f['auroc']:.4f} / {f['auprc']:.4f}" if f.get("auroc") is not None else "failed")
+                         for f in r["full"])
+        lines.append(f"| {r['mode']} | {'' if sps is None else f'{sps:.3f}'} | {ratio} | {full} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    d = DensePretrainConfig()
+    p = ArgumentParser(prog="python -m bench.dense_pretrain", description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
+    p.add_argument("--out", default=d.out, help="folder for the graph, store, runs and JSON")
+    p.add_argument("--graph", default=None, help="an .npz graph to use instead of generating one")
+    p.add_argument("--nodes", type=int, default=d.nodes, help="nodes of the generated graph")
+    p.add_argument("--avg-degree", type=int, default=d.avg_degree, help="mean degree of the generated graph")
+    p.add_argument("--steps", type=int, default=d.steps, help="steps timed in each mode")
+    p.add_argument("--full", action="store_true", help="also each mode's default 3-epoch run, scored")
+    p.add_argument("--seeds", type=int, nargs="+", default=d.seeds, help="pre-training seeds of the --full runs")
+    p.add_argument("--threads", type=int, default=d.threads, help="CPU threads of every stage")
+    p.add_argument("--stage-timeout", type=int, default=d.stage_timeout, help="seconds before a stage is stopped")
+    p.add_argument("--dense-links", type=int, default=None,
+                   help="the capped mode's pretrain --dense-links (default: pre-training's)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    a = p.parse_args(argv)
+    setup_logging(a.verbose)
+    if a.steps < 1 or a.nodes < 2 or a.avg_degree < 1 or a.threads < 1:
+        raise UsageError("--steps, --avg-degree and --threads must be >= 1 and --nodes >= 2")
+    cfg = DensePretrainConfig(out=a.out, graph=a.graph, nodes=a.nodes, avg_degree=a.avg_degree, steps=a.steps,
+                              full=a.full, seeds=a.seeds, threads=a.threads, stage_timeout=a.stage_timeout,
+                              dense_links=a.dense_links)
+    result = run(cfg)
+    print(table(result))
+    log.info("JSON: %s", Path(cfg.out) / "dense_pretrain.json")
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,38 @@
+"""bench.dense_pretrain: both modes pre-train the same store, the capped one on fewer links a step; the table gives
+each mode's seconds a step against the baseline's (the timings themselves are measurements, not asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import dense_pretrain
+
+
+def test_table_ratio_against_the_baseline() -> None:
+    result = {"rows": [
+        {"mode": "every link (before)", "timed": {"rc": 0, "s_per_step": 1.5}, "full": []},
+        {"mode": "capped (default)", "timed": {"rc": 0, "s_per_step": 0.5},
+         "full": [{"seed": 0, "pretrain": {"train_seconds": 120.0}, "auroc": 0.87, "auprc": 0.77}]}]}
+    text = dense_pretrain.table(result)
+    assert "| every link (before) | 1.500 | 1.0x faster |" in text
+    assert "| capped (default) | 0.500 | 3.0x faster | 0: 120 s, 0.8700 / 0.7700 |" in text
+
+
+def test_both_modes_run_and_the_capped_one_uses_fewer_links(tmp_path) -> None:
+    out = tmp_path / "b"
+    result = dense_pretrain.run(dense_pretrain.DensePretrainConfig(out=str(out), nodes=200, avg_degree=150, steps=2,
+                                                                   dense_links=1000))
+    timed = [r["timed"] for r in result["rows"]]
+    assert all(t["rc"] == 0 and t["s_per_step"] > 0 for t in timed)
+    edges = [json.loads((out / f"timed{i}" / "metrics.json").read_text())["history"][0]["edges_per_s"]
+             * json.loads((out / f"timed{i}" / "metrics.json").read_text())["history"][0]["time_s"]
+             for i in range(2)]
+    assert edges[1] < 0.9 * edges[0]  # a cap of 64 in-edges on a graph of mean degree 150
+    assert all(r["full"] == [] for r in result["rows"])  # --full not asked: no 3-epoch runs
+
+
+def test_a_missing_graph_is_a_one_line_error(tmp_path) -> None:
+    with pytest.raises(dense_pretrain.UsageError, match="--graph: .* does not exist"):
+        dense_pretrain.run(dense_pretrain.DensePretrainConfig(out=str(tmp_path / "o"), graph=str(tmp_path / "no.npz")))
