@@ -16,8 +16,18 @@ def test_table_ratio_against_the_baseline() -> None:
         {"mode": "capped (default)", "timed": {"rc": 0, "s_per_step": 0.5},
          "full": [{"seed": 0, "pretrain": {"train_seconds": 120.0}, "auroc": 0.87, "auprc": 0.77}]}]}
     text = dense_pretrain.table(result)
-    assert "| every link (before) | 1.500 | 1.0x faster |" in text
+    assert "| every link (before) | 1.500 | baseline |" in text
     assert "| capped (default) | 0.500 | 3.0x faster | 0: 120 s, 0.8700 / 0.7700 |" in text
+
+
+def test_steady_step_seconds_leave_the_first_step_out(tmp_path) -> None:
+    ev = tmp_path / "events.jsonl"
+    lines = [{"event": "placement"}, {"event": "progress", "step": 1, "time": 100.0},
+             {"event": "progress", "step": 3, "time": 101.0}, {"event": "progress", "step": 5, "time": 102.0}]
+    ev.write_text("\n".join(json.dumps(e) for e in lines))
+    assert dense_pretrain.steady_step_seconds(ev) == 0.5
+    ev.write_text(json.dumps(lines[1]))
+    assert dense_pretrain.steady_step_seconds(ev) is None
 
 
 def test_both_modes_run_and_the_capped_one_uses_fewer_links(tmp_path) -> None:
@@ -25,7 +35,7 @@ def test_both_modes_run_and_the_capped_one_uses_fewer_links(tmp_path) -> None:
     result = dense_pretrain.run(dense_pretrain.DensePretrainConfig(out=str(out), nodes=200, avg_degree=150, steps=2,
                                                                    dense_links=1000))
     timed = [r["timed"] for r in result["rows"]]
-    assert all(t["rc"] == 0 and t["s_per_step"] > 0 for t in timed)
+    assert all(t["rc"] == 0 and t["train_seconds"] > 0 for t in timed)
     edges = [json.loads((out / f"timed{i}" / "metrics.json").read_text())["history"][0]["edges_per_s"]
              * json.loads((out / f"timed{i}" / "metrics.json").read_text())["history"][0]["time_s"]
              for i in range(2)]
