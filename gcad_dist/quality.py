@@ -104,6 +104,8 @@ class QualityConfig:
     pre_feature_view: bool | None = None  # None: the local recipe's pretrain --feature-view
     pre_dense_links: int | None = None  # None: pretrain's --dense-links
     pre_sample_threshold: int | None = None  # None: pretrain's --sample-threshold
+    pre_fanout: int | None = None  # None: pretrain's --fanouts (a minibatch seed's context: 10 sampled neighbours)
+    pre_lr: float | None = None  # None: pretrain's --lr auto
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
@@ -115,6 +117,7 @@ class QualityConfig:
                 "pre_degree_detrend": self.pre_degree_detrend, "pre_loose_context": self.pre_loose_context,
                 "pre_ball_switch": self.pre_ball_switch, "pre_feature_view": self.pre_feature_view,
                 "pre_dense_links": self.pre_dense_links, "pre_sample_threshold": self.pre_sample_threshold,
+                "pre_fanout": self.pre_fanout, "pre_lr": self.pre_lr,
                 "label_inputs": self.label_inputs}
     device: str = "auto"
     threads: int = 0
@@ -499,6 +502,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pre-sample-threshold", type=int, default=d.pre_sample_threshold, metavar="NODES",
                    help="gccad-pre: pretrain --sample-threshold NODES, a graph with more nodes is pre-trained by "
                    "neighbour-sampled minibatches (default: pre-training's, 50,000)")
+    p.add_argument("--pre-fanout", type=int, default=d.pre_fanout, metavar="K",
+                   help="gccad-pre: neighbours sampled for a minibatch seed's context (pretrain --fanouts K; -1 = all; "
+                   "minibatch steps only, see --pre-sample-threshold) (default: pre-training's, 10)")
+    p.add_argument("--pre-lr", type=float, default=d.pre_lr, metavar="LR",
+                   help="gccad-pre: pretrain --lr LR (default: pre-training's, auto)")
     p.add_argument("--pre-context-hops", type=int, choices=(1, 2), default=d.pre_context_hops, metavar="HOPS",
                    help="gccad-pre: pretrain --context-hops HOPS, the local contrast's context: the neighbours (1) or "
                    "the two-hop ball (2) (default: the recipe's, 1)")
@@ -539,6 +547,10 @@ def _validate(cfg: QualityConfig) -> None:
         raise UsageError(f"--seeds: must be >= 1, got {cfg.seeds}")
     if cfg.pre_epochs is not None and cfg.pre_epochs < 1:
         raise UsageError(f"--pre-epochs: must be >= 1, got {cfg.pre_epochs}")
+    if cfg.pre_fanout is not None and cfg.pre_fanout < 1 and cfg.pre_fanout != -1:
+        raise UsageError(f"--pre-fanout: must be >= 1 or -1 (all), got {cfg.pre_fanout}")
+    if cfg.pre_lr is not None and not cfg.pre_lr > 0:
+        raise UsageError(f"--pre-lr: must be > 0, got {cfg.pre_lr}")
     if cfg.pre_dense_links is not None and cfg.pre_dense_links < 0:
         raise UsageError(f"--pre-dense-links: must be >= 0, got {cfg.pre_dense_links}")
     if cfg.pre_sample_threshold is not None and cfg.pre_sample_threshold < 1:

@@ -161,3 +161,24 @@ def test_gccad_pre_store_normalisation_is_a_keyed_option(monkeypatch):
     fit_score("gccad-pre", _tiny(), None, seed=0, threads=1, device="cpu", pre_normalize="standard")
     fit_score("gccad-pre", _tiny(), None, seed=0, threads=1, device="cpu")
     assert seen[0]["normalize"] == "standard" and seen[1]["normalize"] == "power"
+
+
+def test_gccad_pre_pretraining_options_reach_pretrain_and_keep_old_run_keys(monkeypatch):
+    """--pre-dense-links, --pre-sample-threshold, --pre-fanout and --pre-lr reach pre-training's settings when given,
+    and at pre-training's defaults (or unset) they leave a run's key as it was before they existed."""
+    from gcad_dist.detectors import gccad_pre, settings_of
+
+    base = settings_of("gccad-pre", {})
+    for k in ("pre_dense_links", "pre_sample_threshold", "pre_fanout", "pre_lr"):
+        assert k not in base
+    assert settings_of("gccad-pre", {"pre_dense_links": gccad_pre.DENSE_LINKS}) == base
+    assert settings_of("gccad-pre", {"pre_fanout": -1})["pre_fanout"] == -1
+    seen = []
+    monkeypatch.setattr(gccad_pre, "_pipeline", lambda data, seed, threads, device, workdir, build, pretrain, score:
+                        seen.append(pretrain) or np.zeros(10))
+    fit_score("gccad-pre", _tiny(), None, seed=0, threads=1, device="cpu", pre_dense_links=0,
+              pre_sample_threshold=1000, pre_fanout=-1, pre_lr=2e-3)
+    fit_score("gccad-pre", _tiny(), None, seed=0, threads=1, device="cpu")
+    assert (seen[0]["dense_links"], seen[0]["sample_threshold"], seen[0]["fanouts"], seen[0]["lr"]) == (0, 1000, "-1",
+                                                                                                       2e-3)
+    assert not {"dense_links", "sample_threshold", "fanouts"} & set(seen[1]) and seen[1]["lr"] == gccad_pre.LOCAL_PRETRAIN["lr"]

@@ -124,7 +124,8 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
               pre_context_hops: int | None = None, pre_normalize: str | None = None,
               pre_degree_detrend: bool | None = None, pre_loose_context: bool | None = None,
               pre_ball_switch: bool | None = None, pre_feature_view: bool | None = None,
-              pre_dense_links: int | None = None, pre_sample_threshold: int | None = None, threads: int = 1,
+              pre_dense_links: int | None = None, pre_sample_threshold: int | None = None,
+              pre_fanout: int | None = None, pre_lr: float | None = None, threads: int = 1,
               device: str = "cpu", workdir: str | None = None,
               scorer: Callable[[Any, Any, Path, str], np.ndarray] | None = None, **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
@@ -136,8 +137,9 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     (``pretrain --degree-detrend``) None = the recipe's (on since session 46), ``pre_loose_context`` (``pretrain
     --loose-context``) None = the recipe's, ``pre_ball_switch`` (``pretrain --ball-switch``) None = the recipe's,
     ``pre_feature_view`` (``pretrain --feature-view``, applied to the default scorer's score) None = the recipe's,
-    ``pre_dense_links`` (``pretrain --dense-links``) and ``pre_sample_threshold`` (``pretrain --sample-threshold``)
-    None = pre-training's defaults.
+    ``pre_dense_links`` (``pretrain --dense-links``), ``pre_sample_threshold`` (``pretrain --sample-threshold``),
+    ``pre_fanout`` (neighbours a minibatch seed's context samples, ``pretrain --fanouts``; -1 = all) and ``pre_lr``
+    (``pretrain --lr``) None = pre-training's defaults.
     ``scorer(loaded checkpoint, prepared
     data, store path, device)`` replaces the whole-graph score (``bench.two_scale_context`` scores twice)."""
     from gcad_dist.score import score_data, with_feature_view
@@ -169,6 +171,10 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
                                  ("sample_threshold", pre_sample_threshold, SAMPLE_THRESHOLD)):
         if value is not None and value != default:  # absent at the default: the run key of earlier sessions
             pretrain[name] = int(value)
+    if pre_fanout is not None:
+        pretrain["fanouts"] = str(int(pre_fanout))
+    if pre_lr is not None:
+        pretrain["lr"] = float(pre_lr)
     build = {"k": 1, "corruption_mix": "none"}
     if pre_normalize is not None:
         build["normalize"] = pre_normalize
