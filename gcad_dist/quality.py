@@ -104,6 +104,7 @@ class QualityConfig:
     pre_feature_view: bool | None = None  # None: the local recipe's pretrain --feature-view
     pre_dense_links: int | None = None  # None: pretrain's --dense-links
     pre_sample_threshold: int | None = None  # None: pretrain's --sample-threshold
+    pre_max_degree: int | None = None  # None: pretrain's --max-degree
     pre_fanout: int | None = None  # None: pretrain's --fanouts (a minibatch seed's context: 10 sampled neighbours)
     pre_lr: float | None = None  # None: pretrain's --lr auto
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
@@ -117,7 +118,7 @@ class QualityConfig:
                 "pre_degree_detrend": self.pre_degree_detrend, "pre_loose_context": self.pre_loose_context,
                 "pre_ball_switch": self.pre_ball_switch, "pre_feature_view": self.pre_feature_view,
                 "pre_dense_links": self.pre_dense_links, "pre_sample_threshold": self.pre_sample_threshold,
-                "pre_fanout": self.pre_fanout, "pre_lr": self.pre_lr,
+                "pre_fanout": self.pre_fanout, "pre_lr": self.pre_lr, "pre_max_degree": self.pre_max_degree,
                 "label_inputs": self.label_inputs}
     device: str = "auto"
     threads: int = 0
@@ -499,6 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gccad-pre: pretrain --dense-links LINKS, whole-graph steps with more links average each "
                    "context over at most --max-degree (64) in-neighbours; 0 = every step (default: pre-training's, "
                    "2,000,000)")
+    p.add_argument("--pre-max-degree", type=int, default=d.pre_max_degree, metavar="D",
+                   help="gccad-pre: pretrain --max-degree D, the in-neighbours a capped context averages at most "
+                   "(see --pre-dense-links; 0 = every link) (default: pre-training's, 64)")
     p.add_argument("--pre-sample-threshold", type=int, default=d.pre_sample_threshold, metavar="NODES",
                    help="gccad-pre: pretrain --sample-threshold NODES, a graph with more nodes is pre-trained by "
                    "neighbour-sampled minibatches (default: pre-training's, 50,000)")
@@ -551,6 +555,8 @@ def _validate(cfg: QualityConfig) -> None:
         raise UsageError(f"--pre-fanout: must be >= 1 or -1 (all), got {cfg.pre_fanout}")
     if cfg.pre_lr is not None and not cfg.pre_lr > 0:
         raise UsageError(f"--pre-lr: must be > 0, got {cfg.pre_lr}")
+    if cfg.pre_max_degree is not None and cfg.pre_max_degree < 0:
+        raise UsageError(f"--pre-max-degree: must be >= 0, got {cfg.pre_max_degree}")
     if cfg.pre_dense_links is not None and cfg.pre_dense_links < 0:
         raise UsageError(f"--pre-dense-links: must be >= 0, got {cfg.pre_dense_links}")
     if cfg.pre_sample_threshold is not None and cfg.pre_sample_threshold < 1:

@@ -206,4 +206,5 @@ def test_harness_defaults_are_pretrainings():
     from gcad_dist.pretrain import PretrainConfig
 
     assert gccad_pre.DENSE_LINKS == PretrainConfig.dense_links
+    assert gccad_pre.MAX_DEGREE == PretrainConfig.max_degree
     assert gccad_pre.SAMPLE_THRESHOLD == PretrainConfig.sample_threshold

@@ -73,9 +73,10 @@ LOCAL_BALL_SWITCH = True
 LOCAL_FEATURE_VIEW = True
 #: seed nodes per minibatch of the local recipe (``pretrain --batch-size``; the harness's ``--pre-batch-size``)
 LOCAL_BATCH_SIZE = 1024
-#: ``pretrain --dense-links`` / ``--sample-threshold`` defaults (the harness's ``--pre-dense-links``,
-#: ``--pre-sample-threshold``; these values leave a run's key as before the options existed)
+#: ``pretrain --dense-links`` / ``--max-degree`` / ``--sample-threshold`` defaults (the harness's
+#: ``--pre-dense-links``, ``--pre-max-degree``, ``--pre-sample-threshold``; these leave a run's key as it was before)
 DENSE_LINKS = 2_000_000
+MAX_DEGREE = 64
 SAMPLE_THRESHOLD = 50_000
 #: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
 LOCAL_ENSEMBLE = 5
@@ -125,7 +126,8 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
               pre_degree_detrend: bool | None = None, pre_loose_context: bool | None = None,
               pre_ball_switch: bool | None = None, pre_feature_view: bool | None = None,
               pre_dense_links: int | None = None, pre_sample_threshold: int | None = None,
-              pre_fanout: int | None = None, pre_lr: float | None = None, threads: int = 1,
+              pre_fanout: int | None = None, pre_lr: float | None = None, pre_max_degree: int | None = None,
+              threads: int = 1,
               device: str = "cpu", workdir: str | None = None,
               scorer: Callable[[Any, Any, Path, str], np.ndarray] | None = None, **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
@@ -137,7 +139,7 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     (``pretrain --degree-detrend``) None = the recipe's (on since session 46), ``pre_loose_context`` (``pretrain
     --loose-context``) None = the recipe's, ``pre_ball_switch`` (``pretrain --ball-switch``) None = the recipe's,
     ``pre_feature_view`` (``pretrain --feature-view``, applied to the default scorer's score) None = the recipe's,
-    ``pre_dense_links`` (``pretrain --dense-links``), ``pre_sample_threshold`` (``pretrain --sample-threshold``),
+    ``pre_dense_links`` (``pretrain --dense-links``), ``pre_max_degree`` (``--max-degree``), ``pre_sample_threshold`` (``pretrain --sample-threshold``),
     ``pre_fanout`` (neighbours a minibatch seed's context samples, ``pretrain --fanouts``; -1 = all) and ``pre_lr``
     (``pretrain --lr``) None = pre-training's defaults.
     ``scorer(loaded checkpoint, prepared
@@ -168,6 +170,7 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     if view or LOCAL_FEATURE_VIEW:  # absent when off and the recipe's is off (earlier sessions' pre-training)
         pretrain["feature_view"] = view
     for name, value, default in (("dense_links", pre_dense_links, DENSE_LINKS),
+                                 ("max_degree", pre_max_degree, MAX_DEGREE),
                                  ("sample_threshold", pre_sample_threshold, SAMPLE_THRESHOLD)):
         if value is not None and value != default:  # absent at the default: the run key of earlier sessions
             pretrain[name] = int(value)
