@@ -106,7 +106,7 @@ class QualityConfig:
     pre_sample_threshold: int | None = None  # None: pretrain's --sample-threshold
     pre_max_degree: int | None = None  # None: pretrain's --max-degree
     pre_fanout: int | None = None  # None: pretrain's --fanouts (a minibatch seed's context: 10 sampled neighbours)
-    pre_lr: float | None = None  # None: pretrain's --lr auto
+    pre_lr: float | None = None  # None: the local recipe's pretrain --lr (1e-3)
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
@@ -510,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gccad-pre: neighbours sampled for a minibatch seed's context (pretrain --fanouts K; -1 = all; "
                    "minibatch steps only, see --pre-sample-threshold) (default: pre-training's, 10)")
     p.add_argument("--pre-lr", type=float, default=d.pre_lr, metavar="LR",
-                   help="gccad-pre: pretrain --lr LR (default: pre-training's, auto)")
+                   help="gccad-pre: pretrain --lr LR (default: the recipe's, 1e-3)")
     p.add_argument("--pre-context-hops", type=int, choices=(1, 2), default=d.pre_context_hops, metavar="HOPS",
                    help="gccad-pre: pretrain --context-hops HOPS, the local contrast's context: the neighbours (1) or "
                    "the two-hop ball (2) (default: the recipe's, 1)")
