@@ -58,7 +58,8 @@ from typing import Any
 
 from gcad_dist.cli import (ArgumentParser, DefaultsHelpFormatter, UsageError, auto_or, bar_disable, run_cli,
                            setup_logging)
-from gcad_dist.data.sharding import idle_workers
+from gcad_dist.data.degree_cap import DENSE_LINKS, MAX_DEGREE
+from gcad_dist.data.sharding import ShardConfig, idle_workers
 from gcad_dist.model.gccad import CONTRASTS
 from gcad_dist.model.precision import PRECISIONS
 from partitioning.features import describe_normalization
@@ -162,12 +163,12 @@ class PretrainConfig:
     epochs: int = 3
     batch_size: int | None = None  # None = auto (apply_auto_batch): 1024, or 16384 on GPU workers
     fanouts: str = "10,5"
-    sample_threshold: int = 50_000
+    sample_threshold: int = ShardConfig.sample_threshold
     graph_batch_nodes: int = 50_000
     # local contrast, whole-graph steps with more links than dense_links: each node's context averages at most about
     # max_degree of its in-neighbours, a fresh draw at every step (gcad_dist.data.degree_cap); scoring uses every link
-    max_degree: int = 64
-    dense_links: int = 2_000_000
+    max_degree: int = MAX_DEGREE
+    dense_links: int = DENSE_LINKS
     lr: float | None = None  # None = auto (apply_auto_batch): 1e-3, scaled with all workers' batch on all-sampled stores
     hidden: int = 64
     layers: int = 2

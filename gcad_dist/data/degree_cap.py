@@ -23,7 +23,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["DegreeCap", "cap_dense_step"]
+__all__ = ["DENSE_LINKS", "MAX_DEGREE", "DegreeCap", "cap_dense_step"]
+
+#: pre-training's defaults (``pretrain --dense-links``, ``--max-degree``): whole-graph steps of more links are capped
+DENSE_LINKS = 2_000_000
+MAX_DEGREE = 64
 
 
 class DegreeCap:

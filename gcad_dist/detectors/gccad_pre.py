@@ -33,6 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from gcad_dist.data.degree_cap import DENSE_LINKS, MAX_DEGREE
+from gcad_dist.data.sharding import ShardConfig
+
 log = logging.getLogger("gcad_dist.detectors.gccad_pre")
 
 # The paper's recipe (earlier sessions' gccad-pre: these settings keep its run key).
@@ -73,11 +76,10 @@ LOCAL_BALL_SWITCH = True
 LOCAL_FEATURE_VIEW = True
 #: seed nodes per minibatch of the local recipe (``pretrain --batch-size``; the harness's ``--pre-batch-size``)
 LOCAL_BATCH_SIZE = 1024
-#: ``pretrain --dense-links`` / ``--max-degree`` / ``--sample-threshold`` defaults (the harness's
-#: ``--pre-dense-links``, ``--pre-max-degree``, ``--pre-sample-threshold``; these leave a run's key as it was before)
-DENSE_LINKS = 2_000_000
-MAX_DEGREE = 64
-SAMPLE_THRESHOLD = 50_000
+#: ``pretrain --sample-threshold``'s default (the harness's ``--pre-sample-threshold``; ``DENSE_LINKS`` and
+#: ``MAX_DEGREE``, from :mod:`gcad_dist.data.degree_cap`, are ``--pre-dense-links``' and ``--pre-max-degree``'s): at
+#: these values a run's key is as it was before the options existed
+SAMPLE_THRESHOLD = ShardConfig.sample_threshold
 #: members of the recipe's ensemble (``pretrain --ensemble``; the harness's ``--pre-ensemble``, 1 = session 10's model)
 LOCAL_ENSEMBLE = 5
 LOCAL_SETTINGS: dict[str, Any] = {"recipe": "local", "k": 1, "corruption_mix": "none",
@@ -139,8 +141,8 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     (``pretrain --degree-detrend``) None = the recipe's (on since session 46), ``pre_loose_context`` (``pretrain
     --loose-context``) None = the recipe's, ``pre_ball_switch`` (``pretrain --ball-switch``) None = the recipe's,
     ``pre_feature_view`` (``pretrain --feature-view``, applied to the default scorer's score) None = the recipe's,
-    ``pre_dense_links`` (``pretrain --dense-links``), ``pre_max_degree`` (``--max-degree``), ``pre_sample_threshold`` (``pretrain --sample-threshold``),
-    ``pre_fanout`` (neighbours a minibatch seed's context samples, ``pretrain --fanouts``; -1 = all) and ``pre_lr``
+    ``pre_dense_links`` (``pretrain --dense-links``), ``pre_max_degree`` (``--max-degree``), ``pre_sample_threshold``
+    (``pretrain --sample-threshold``), ``pre_fanout`` (neighbours a minibatch seed's context samples, ``pretrain --fanouts``; -1 = all) and ``pre_lr``
     (``pretrain --lr``) None = pre-training's defaults.
     ``scorer(loaded checkpoint, prepared
     data, store path, device)`` replaces the whole-graph score (``bench.two_scale_context`` scores twice)."""

@@ -365,9 +365,10 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             if pos >= steps_per_epoch:
                 break
             tb = tb.to(device)
-            ei, y, hop_edges = tb.edge_index, tb.y, tb.num_sampled_edges
+            ei, y, hop_edges, step_edges = tb.edge_index, tb.y, tb.num_sampled_edges, tb.num_edges
             if cap_dense and not hop_edges:  # a dense whole-graph step: contexts of at most ~max_degree neighbours
                 ei = cap_dense_step(ei, tb.x.size(0), cfg.max_degree, cfg.dense_links, caps, tb.key)
+                step_edges = min(step_edges, int(ei.size(1)))  # a capped step's own links
             if cfg.plant_cliques:  # one draw of cliques for every member; swaps pick among the rest
                 ei, y, hop1 = plant_cliques(ei, y, tb.loss_mask, cfg.plant_cliques, tuple(cfg.clique_size),
                                             hop_edges[0] if hop_edges else None)
@@ -395,7 +396,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             global_step += 1
             n_steps += 1
             seeds += tb.num_seeds
-            edges += tb.num_edges if ei is tb.edge_index or hop_edges else int(ei.size(1))  # a capped step's own
+            edges += step_edges
             sums += torch.stack([losses["total"].detach(), losses["con"].detach(), losses["link"].detach()]).double()
             if STEP_SYNC:
                 sums.tolist()
