@@ -6,6 +6,9 @@ Subgraphs are split by size (METHOD.md section 5):
   share, assigned greedily by longest-processing-time over a linear cost model
   ``nodes + edge_cost * csr_entries`` (so the shares are balanced by work, not by count). Per epoch a
   worker packs its share into ``B`` batches of whole subgraphs; ``B`` is the same on every worker.
+  A subgraph whose whole-graph steps are capped (``max_degree``: more than ``dense_links`` CSR entries,
+  trained on at most about ``max_degree`` in-links a node) costs the links it is trained on, at most
+  ``nodes * max_degree`` (:func:`trained_links`).
 * **large**: all workers train on it together with neighbour-sampled minibatches; each worker takes a
   fixed disjoint share of its seed nodes, and every worker does the same number of steps on it.
 
@@ -37,6 +40,9 @@ class ShardConfig:
     edge_cost: float = 0.5  # cost of one CSR entry relative to one node
     seed: int = 0
     min_steps: int = 0  # an epoch repeats whole passes over the store until it has at least this many steps
+    # whole-graph steps of more than dense_links CSR entries train on at most ~max_degree in-links a node (0: no cap)
+    max_degree: int = 0
+    dense_links: int = 0
 
 
 @dataclass
@@ -70,6 +76,18 @@ def subgraph_cost(node_counts: np.ndarray, edge_counts: np.ndarray, edge_cost: f
     return np.asarray(node_counts, dtype=np.float64) + edge_cost * np.asarray(edge_counts, dtype=np.float64)
 
 
+def trained_links(node_counts: np.ndarray, edge_counts: np.ndarray, cfg: ShardConfig) -> np.ndarray:
+    """CSR entries a pass trains on in each subgraph: all of them, or, for a subgraph trained whole (at most
+    ``cfg.sample_threshold`` nodes) with more than ``cfg.dense_links`` of them and a cap (``cfg.max_degree`` > 0),
+    at most ``nodes * max_degree`` (:func:`gcad_dist.data.degree_cap.cap_dense_step`'s draw)."""
+    nodes = np.asarray(node_counts, dtype=np.int64)
+    links = np.asarray(edge_counts, dtype=np.int64)
+    if cfg.max_degree <= 0:
+        return links
+    capped = (nodes <= cfg.sample_threshold) & (links > cfg.dense_links)
+    return np.where(capped, np.minimum(links, nodes * int(cfg.max_degree)), links)
+
+
 def split_by_size(node_counts: np.ndarray, threshold: int) -> tuple[np.ndarray, np.ndarray]:
     """(small subgraph ids, large subgraph ids): large = more than ``threshold`` nodes."""
     node_counts = np.asarray(node_counts)
@@ -99,7 +117,7 @@ def worker_shares(
     node_counts: np.ndarray, edge_counts: np.ndarray, world: int, cfg: ShardConfig
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """(small-subgraph share of each worker, large subgraph ids)."""
-    costs = subgraph_cost(node_counts, edge_counts, cfg.edge_cost)
+    costs = subgraph_cost(node_counts, trained_links(node_counts, edge_counts, cfg), cfg.edge_cost)
     small, large = split_by_size(node_counts, cfg.sample_threshold)
     return lpt_assign(costs, small, world), large
 
@@ -155,7 +173,7 @@ def epoch_plan(
     and the same step kind at every position. ``cfg.min_steps``: whole passes are repeated (each with
     its own packing and order) until the epoch has at least that many steps."""
     node_counts = np.asarray(node_counts, dtype=np.int64)
-    costs = subgraph_cost(node_counts, edge_counts, cfg.edge_cost)
+    costs = subgraph_cost(node_counts, trained_links(node_counts, edge_counts, cfg), cfg.edge_cost)
     shares, large = worker_shares(node_counts, edge_counts, world, cfg)
     loads = [float(costs[s].sum()) for s in shares]
     num_batches = max((math.ceil(load / cfg.batch_cost) for load in loads), default=0)

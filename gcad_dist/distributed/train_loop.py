@@ -235,6 +235,8 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     shard = ShardConfig(
         sample_threshold=cfg.sample_threshold, batch_cost=cfg.graph_batch_nodes, batch_size=cfg.batch_size,
         seed=cfg.seed, min_steps=cfg.min_steps_per_epoch,
+        # a capped dense step costs the links it trains on: its epoch is as long as any whole-graph store's
+        max_degree=cfg.max_degree if cfg.contrast == "local" else 0, dense_links=cfg.dense_links,
     )
     fanouts = cfg.fanout_list()
     if cfg.contrast == "local":  # the local contrast reads the seeds' own neighbours only: one hop (two: the ball)
