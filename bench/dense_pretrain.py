@@ -14,7 +14,9 @@ store, each mode is a ``gcad_dist.pretrain`` subprocess of one worker:
 * ``capped``: the defaults (``--dense-links`` as given here, pre-training's default unless said).
 
 Timed: ``--steps`` steps of one epoch (seconds a step between the run's first and last progress events: without Ray's
-start-up and the first step's loading), and the ratio to the baseline. With ``--full``: also each mode's default 3-epoch run per ``--seeds`` seed (wall seconds),
+start-up and the first step's loading), and the ratio to the baseline; the steps of a default epoch in each mode (the
+plan the training loop follows: since session 57 a capped step costs the links it trains on, so a dense store's epoch
+is ``--min-steps-per-epoch``'s ~100 steps, like any whole-graph store's) and their seconds. With ``--full``: also each mode's default 3-epoch run per ``--seeds`` seed (wall seconds),
 scored by ``gcad_dist.score`` (AUROC / AUPRC over every node, no label read). Output: a Markdown table and
 ``OUT/dense_pretrain.json``.
 """
@@ -68,7 +70,23 @@ def _pretrain(cfg: DensePretrainConfig, store: Path, out: Path, extra: list[str]
     if r["rc"] == 0 and m.exists():
         r["train_seconds"] = sum(h["time_s"] for h in json.loads(m.read_text())["history"])
         r["s_per_step"] = steady_step_seconds(out / "events.jsonl")
+    r["steps_per_epoch"] = epoch_steps(store, extra)
     return r
+
+
+def epoch_steps(store: Path, extra: list[str]) -> int:
+    """Steps of a default epoch of one worker on ``store`` with pre-training's ``extra`` flags: the training loop's
+    own plan (:func:`gcad_dist.distributed.train_loop.shard_config`, :func:`gcad_dist.data.sharding.epoch_plan`)."""
+    from gcad_dist.data.sharding import epoch_plan
+    from gcad_dist.distributed.train_loop import shard_config
+    from gcad_dist.pretrain import apply_auto_batch, apply_recipe, parse_config
+    from partitioning.store.reader import StoreReader
+
+    reader = StoreReader(str(store), verify=False)
+    cfg = parse_config(["--store", str(store), "--out", str(store.parent / "unused"), *extra])
+    apply_recipe(cfg, reader.num_corrupted > 0)
+    apply_auto_batch(cfg, int(min(reader.node_counts)))
+    return len(epoch_plan(reader.node_counts, reader.edge_counts, 0, 1, 0, shard_config(cfg)))
 
 
 def steady_step_seconds(events: Path) -> float | None:
@@ -125,20 +143,32 @@ def run(cfg: DensePretrainConfig) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
-    """Markdown: each mode's seconds a step and ratio to the baseline; with --full, each seed's run and scores."""
+    """Markdown: each mode's seconds a step, steps and seconds an epoch, and their ratios to the baseline; with --full,
+    each seed's run and scores."""
     rows = result["rows"]
-    base = rows[0]["timed"].get("s_per_step")
-    lines = ["| mode | s / step | vs every link | 3-epoch runs: seed: pre-training s, AUROC / AUPRC |",
-             "|---|---|---|---|"]
+
+    def epoch_s(t: dict[str, Any]) -> float | None:
+        sps, n = t.get("s_per_step"), t.get("steps_per_epoch")
+        return sps * n if sps and n else None
+
+    base, base_epoch = rows[0]["timed"].get("s_per_step"), epoch_s(rows[0]["timed"])
+    lines = ["| mode | s / step | steps / epoch | s / epoch | vs every link: step, epoch "
+             "| 3-epoch runs: seed: pre-training s, AUROC / AUPRC |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         t = r["timed"]
-        sps = t.get("s_per_step")
-        ratio = ("baseline" if r is rows[0] else f"{base / sps:.1f}x faster") if sps and base else \
-            "failed" if t["rc"] else ""
+        sps, eps = t.get("s_per_step"), epoch_s(t)
+        if r is rows[0]:
+            ratio = "baseline" if sps else "failed" if t["rc"] else ""
+        elif sps and base:
+            ratio = f"{base / sps:.1f}x, " + (f"{base_epoch / eps:.1f}x faster" if eps and base_epoch else "")
+        else:
+            ratio = "failed" if t["rc"] else ""
         full = "; ".join(f"{f['seed']}: {f['pretrain'].get('train_seconds', float('nan')):.0f} s, "
                          + (f"{f['auroc']:.4f} / {f['auprc']:.4f}" if f.get("auroc") is not None else "failed")
                          for f in r["full"])
-        lines.append(f"| {r['mode']} | {'' if sps is None else f'{sps:.3f}'} | {ratio} | {full} |")
+        lines.append(f"| {r['mode']} | {'' if sps is None else f'{sps:.3f}'} | {t.get('steps_per_epoch', '')} "
+                     f"| {'' if eps is None else f'{eps:.0f}'} | {ratio} | {full} |")
     return "\n".join(lines)
 
 

@@ -12,12 +12,12 @@ from bench import dense_pretrain
 
 def test_table_ratio_against_the_baseline() -> None:
     result = {"rows": [
-        {"mode": "every link (before)", "timed": {"rc": 0, "s_per_step": 1.5}, "full": []},
-        {"mode": "capped (default)", "timed": {"rc": 0, "s_per_step": 0.5},
+        {"mode": "every link (before)", "timed": {"rc": 0, "s_per_step": 1.5, "steps_per_epoch": 200}, "full": []},
+        {"mode": "capped (default)", "timed": {"rc": 0, "s_per_step": 0.5, "steps_per_epoch": 100},
          "full": [{"seed": 0, "pretrain": {"train_seconds": 120.0}, "auroc": 0.87, "auprc": 0.77}]}]}
     text = dense_pretrain.table(result)
-    assert "| every link (before) | 1.500 | baseline |" in text
-    assert "| capped (default) | 0.500 | 3.0x faster | 0: 120 s, 0.8700 / 0.7700 |" in text
+    assert "| every link (before) | 1.500 | 200 | 300 | baseline |" in text
+    assert "| capped (default) | 0.500 | 100 | 50 | 3.0x, 6.0x faster | 0: 120 s, 0.8700 / 0.7700 |" in text
 
 
 def test_steady_step_seconds_leave_the_first_step_out(tmp_path) -> None:
@@ -40,6 +40,9 @@ def test_both_modes_run_and_the_capped_one_uses_fewer_links(tmp_path) -> None:
              * json.loads((out / f"timed{i}" / "metrics.json").read_text())["history"][0]["time_s"]
              for i in range(2)]
     assert edges[1] < 0.9 * edges[0]  # a cap of 64 in-edges on a graph of mean degree 150
+    # an epoch is the loop's plan: the capped store's pass costs its capped links, so it is no longer
+    steps = [t["steps_per_epoch"] for t in timed]
+    assert steps[1] <= steps[0] and all(n >= 100 for n in steps)  # --min-steps-per-epoch's 100 at least
     assert all(r["full"] == [] for r in result["rows"])  # --full not asked: no 3-epoch runs
 
 

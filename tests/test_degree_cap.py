@@ -167,7 +167,7 @@ def test_pretraining_caps_dense_whole_graph_steps(tmp_path, monkeypatch):
     """The loop Ray Train runs, local contrast on a whole-graph store: with ``--dense-links`` below the store's links
     every step's contexts use capped links (at most about ``--max-degree`` in-edges a node); with the default, the
     same store trains on every link."""
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     import gcad_dist.distributed.train_loop as loop
     from gcad_dist.pretrain import PretrainConfig, apply_recipe
@@ -184,6 +184,14 @@ def test_pretraining_caps_dense_whole_graph_steps(tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(loop, "cap_dense_step", spy)
+    shards: list = []
+    real_shard = loop.shard_config
+
+    def shard_spy(cfg):
+        shards.append(real_shard(cfg))
+        return shards[-1]
+
+    monkeypatch.setattr(loop, "shard_config", shard_spy)
     torch.set_num_threads(1)
     for dense_links, capped in ((0, True), (PretrainConfig.dense_links, False)):
         seen.clear()
@@ -193,6 +201,9 @@ def test_pretraining_caps_dense_whole_graph_steps(tmp_path, monkeypatch):
         rep = LocalReporter(tmp_path / f"ck{dense_links}")
         loop.run_worker({"pretrain": asdict(cfg)}, rep)
         assert len(seen) >= 3
+        # the epoch plan costs a step's links as the cap leaves them (sharding.trained_links)
+        assert (shards[-1].max_degree, shards[-1].dense_links) == (2, dense_links)
+        assert shard_spy(replace(cfg, contrast="graph")).max_degree == 0  # the cap is the local contrast's
         if capped:
             assert all(kept < links for links, kept in seen)
         else:

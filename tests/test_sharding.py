@@ -14,6 +14,7 @@ from gcad_dist.data.sharding import (
     lpt_assign,
     seed_share,
     subgraph_cost,
+    trained_links,
     worker_shares,
 )
 from gcad_dist.data.store_dataset import StoreDataset
@@ -179,3 +180,27 @@ def test_side_stream_batches_equal_the_default_streams(monkeypatch: pytest.Monke
     assert len(on) == len(off)
     for a, b in zip(on, off):
         assert len(a) == len(b) and all(torch.equal(s, t) for s, t in zip(a, b))
+
+
+def test_trained_links_counts_a_capped_dense_subgraph_at_most_nodes_times_cap() -> None:
+    """Only a subgraph trained whole (at most sample_threshold nodes) with more than dense_links links is capped, and
+    it costs at most nodes x max_degree of its links; without a cap every link counts."""
+    nodes = np.array([1000, 1000, 1000, 5000])
+    links = np.array([900_000, 40_000, 10_000, 900_000])  # dense, dense but under the cap's bound, sparse, sampled
+    cfg = ShardConfig(sample_threshold=2000, max_degree=64, dense_links=20_000)
+    assert trained_links(nodes, links, cfg).tolist() == [64_000, 40_000, 10_000, 900_000]
+    assert trained_links(nodes, links, ShardConfig(sample_threshold=2000, dense_links=20_000)).tolist() == links.tolist()
+    loose = ShardConfig(sample_threshold=2000, max_degree=64, dense_links=10**9)
+    assert trained_links(nodes, links, loose).tolist() == links.tolist()
+
+
+def test_a_capped_dense_store_gets_the_epoch_of_any_whole_graph_store() -> None:
+    """One dense subgraph: uncapped, a pass is as many whole-graph steps as its links fill batches; capped, the pass
+    costs the capped links, and the epoch falls back to --min-steps-per-epoch's passes."""
+    nodes, links = np.array([12_000]), np.array([8_356_276])
+    plain = ShardConfig(min_steps=100)
+    capped = ShardConfig(min_steps=100, max_degree=64, dense_links=2_000_000)
+    p0, p1 = epoch_plan(nodes, links, 0, 1, 0, plain), epoch_plan(nodes, links, 0, 1, 0, capped)
+    assert (len(p0), p0.passes) == (168, 2)  # ceil((12k + 4.18M) / 50k) = 84 steps a pass
+    assert (len(p1), p1.passes) == (104, 13)  # ceil((12k + 384k) / 50k) = 8 steps a pass
+    assert all(s.kind == "graphs" and s.subgraphs.tolist() == [0] for s in p1.steps)

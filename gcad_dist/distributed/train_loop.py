@@ -52,7 +52,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.distributed as dist
@@ -68,6 +68,9 @@ from gcad_dist.model import GCCAD, GCCADConfig
 from gcad_dist.model.ball import DEFAULT_FANOUT
 from gcad_dist.model.precision import autocast, resolve_precision
 from gcad_dist.optim import adam
+
+if TYPE_CHECKING:
+    from gcad_dist.pretrain import PretrainConfig
 
 log = logging.getLogger("gcad_dist.pretrain")
 
@@ -206,6 +209,16 @@ def checkpoint_due(last_epoch: bool, since_last_s: float, interval_s: float) -> 
     return last_epoch or since_last_s >= interval_s
 
 
+def shard_config(cfg: PretrainConfig) -> ShardConfig:
+    """How a :class:`gcad_dist.pretrain.PretrainConfig` (batch size resolved) divides the store among workers."""
+    return ShardConfig(
+        sample_threshold=cfg.sample_threshold, batch_cost=cfg.graph_batch_nodes, batch_size=cfg.batch_size,
+        seed=cfg.seed, min_steps=cfg.min_steps_per_epoch,
+        # a capped dense step costs the links it trains on: its epoch is as long as any whole-graph store's
+        max_degree=cfg.max_degree if cfg.contrast == "local" else 0, dense_links=cfg.dense_links,
+    )
+
+
 def train_loop_per_worker(config: dict) -> None:
     """Ray Train entry point; ``config["pretrain"]`` is a :class:`gcad_dist.pretrain.PretrainConfig` as a dict."""
     import ray.train.torch
@@ -232,12 +245,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     reader = StoreReader(cfg.store, verify=False)
     normalize = reader.feature_normalization()  # recorded in every checkpoint's extra
     apply_auto_batch(cfg, int(min(reader.node_counts)))  # the driver's choice, unless called directly
-    shard = ShardConfig(
-        sample_threshold=cfg.sample_threshold, batch_cost=cfg.graph_batch_nodes, batch_size=cfg.batch_size,
-        seed=cfg.seed, min_steps=cfg.min_steps_per_epoch,
-        # a capped dense step costs the links it trains on: its epoch is as long as any whole-graph store's
-        max_degree=cfg.max_degree if cfg.contrast == "local" else 0, dense_links=cfg.dense_links,
-    )
+    shard = shard_config(cfg)
     fanouts = cfg.fanout_list()
     if cfg.contrast == "local":  # the local contrast reads the seeds' own neighbours only: one hop (two: the ball)
         fanouts = fanouts[:1] + ([DEFAULT_FANOUT] if getattr(cfg, "context_hops", 1) == 2 else [])
