@@ -267,7 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--max-degree", type=int, default=d.max_degree, metavar="D",
       help="local contrast on dense graphs: a whole-graph step with more than --dense-links links averages each "
       "node's context over at most about D of its in-neighbours, drawn afresh at every step (as gcad_dist.train's "
-      "--max-degree); scoring uses every link. A whole-graph step costs every link otherwise. 0 = every link")
+      "--max-degree); scoring uses every link. An epoch's length then counts those links only (at most nodes x D), "
+      "so a dense graph's epoch is about --min-steps-per-epoch steps, like a sparse one's. A whole-graph step costs "
+      "every link otherwise. 0 = every link")
     a("--dense-links", type=int, default=d.dense_links, metavar="LINKS",
       help="links (directed, as stored) of a whole-graph step above which --max-degree applies; no real graph of "
       "the shared data has as many (tolokers, the densest, 1.04M)")
@@ -495,8 +497,8 @@ def validate(cfg: PretrainConfig) -> dict:
     dense = int(((reader.node_counts <= cfg.sample_threshold) & (reader.edge_counts > cfg.dense_links)).sum())
     if dense and cfg.contrast == "local" and cfg.max_degree > 0:
         log.info("%d subgraph(s) trained whole hold more than --dense-links (%d) links: each step averages a node's "
-                 "context over at most about --max-degree (%d) of its in-neighbours, drawn afresh (scoring uses every "
-                 "link)", dense, cfg.dense_links, cfg.max_degree)
+                 "context over at most about --max-degree (%d) of its in-neighbours, drawn afresh, and an epoch counts "
+                 "those links only (scoring uses every link)", dense, cfg.dense_links, cfg.max_degree)
     idle = idle_workers(reader.node_counts, cfg.workers, cfg.sample_threshold)
     if idle:
         small = cfg.workers - idle
