@@ -16,9 +16,9 @@ store, each mode is a ``gcad_dist.pretrain`` subprocess of one worker:
 Timed: ``--steps`` steps of one epoch (seconds a step between the run's first and last progress events: without Ray's
 start-up and the first step's loading), and the ratio to the baseline; the steps of a default epoch in each mode (the
 plan the training loop follows: since session 57 a capped step costs the links it trains on, so a dense store's epoch
-is ``--min-steps-per-epoch``'s ~100 steps, like any whole-graph store's) and their seconds. With ``--full``: also each mode's default 3-epoch run per ``--seeds`` seed (wall seconds),
-scored by ``gcad_dist.score`` (AUROC / AUPRC over every node, no label read). Output: a Markdown table and
-``OUT/dense_pretrain.json``.
+is ``--min-steps-per-epoch``'s ~100 steps, like any whole-graph store's) and their seconds. With ``--full``: also each
+mode's default 3-epoch run per ``--seeds`` seed (wall seconds), scored by ``gcad_dist.score`` (AUROC / AUPRC over
+every node, no label read). Output: a Markdown table and ``OUT/dense_pretrain.json``.
 """
 
 from __future__ import annotations

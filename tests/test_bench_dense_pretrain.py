@@ -40,7 +40,7 @@ def test_both_modes_run_and_the_capped_one_uses_fewer_links(tmp_path) -> None:
              * json.loads((out / f"timed{i}" / "metrics.json").read_text())["history"][0]["time_s"]
              for i in range(2)]
     assert edges[1] < 0.9 * edges[0]  # a cap of 64 in-edges on a graph of mean degree 150
-    # an epoch is the loop's plan: the capped store's pass costs its capped links, so it is no longer
+    # an epoch is the loop's plan: the capped store's pass costs its capped links, so its epoch is no longer
     steps = [t["steps_per_epoch"] for t in timed]
     assert steps[1] <= steps[0] and all(n >= 100 for n in steps)  # --min-steps-per-epoch's 100 at least
     assert all(r["full"] == [] for r in result["rows"])  # --full not asked: no 3-epoch runs
