@@ -11,7 +11,8 @@ every link. Since session 56 a step above ``--dense-links`` links averages each 
 store, each mode is a ``gcad_dist.pretrain`` subprocess of one worker:
 
 * ``every link``: ``--dense-links`` above the graph's links (the behaviour before session 56), the same-run baseline;
-* ``capped``: the defaults (``--dense-links`` as given here, pre-training's default unless said).
+* ``capped``: the defaults (``--dense-links`` as given here, pre-training's default unless said);
+* ``capped, --max-degree N``: with ``--max-degrees N ...``, the same with each other cap, to weigh a cap's time.
 
 Timed: ``--steps`` steps of one epoch (seconds a step between the run's first and last progress events: without Ray's
 start-up and the first step's loading), and the ratio to the baseline; the steps of a default epoch in each mode (the
@@ -37,7 +38,7 @@ from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run
 
 log = logging.getLogger("bench.dense_pretrain")
 
-#: each mode's extra flags of gcad_dist.pretrain: the baseline first
+#: each mode's extra flags of gcad_dist.pretrain: the baseline first (``--max-degrees`` adds capped modes)
 MODES = {"every link (before)": ["--dense-links", str(10**15)], "capped (default)": []}
 
 
@@ -54,7 +55,18 @@ class DensePretrainConfig:
     seeds: list[int] = field(default_factory=lambda: [0])
     threads: int = 1
     stage_timeout: int = 3600
-    dense_links: int | None = None  # the capped mode's --dense-links; None = pre-training's default
+    dense_links: int | None = None  # the capped modes' --dense-links; None = pre-training's default
+    max_degrees: list[int] = field(default_factory=list)  # capped modes beside the default's, one per cap
+
+
+def modes(cfg: DensePretrainConfig) -> dict[str, list[str]]:
+    """Each mode's extra flags of gcad_dist.pretrain, the baseline first: every link, the default cap, then one capped
+    mode per ``cfg.max_degrees`` cap (``--dense-links`` as ``cfg.dense_links`` in every capped mode)."""
+    dense = [] if cfg.dense_links is None else ["--dense-links", str(cfg.dense_links)]
+    out = {name: (extra or dense) for name, extra in MODES.items()}
+    for cap in cfg.max_degrees:
+        out[f"capped, --max-degree {cap}"] = [*dense, "--max-degree", str(cap)]
+    return out
 
 
 def _pretrain(cfg: DensePretrainConfig, store: Path, out: Path, extra: list[str], seed: int,
@@ -120,9 +132,7 @@ def run(cfg: DensePretrainConfig) -> dict[str, Any]:
     if r["rc"] != 0:
         raise UsageError(f"building the store failed; see {out / 'build.log'}")
     rows = []
-    for i, (mode, extra) in enumerate(MODES.items()):
-        if not extra and cfg.dense_links is not None:
-            extra = ["--dense-links", str(cfg.dense_links)]
+    for i, (mode, extra) in enumerate(modes(cfg).items()):
         row: dict[str, Any] = {"mode": mode, "timed": _pretrain(cfg, store, out / f"timed{i}", extra, 0, cfg.steps),
                                "full": []}
         if cfg.full:
@@ -186,15 +196,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=d.threads, help="CPU threads of every stage")
     p.add_argument("--stage-timeout", type=int, default=d.stage_timeout, help="seconds before a stage is stopped")
     p.add_argument("--dense-links", type=int, default=None,
-                   help="the capped mode's pretrain --dense-links (default: pre-training's)")
+                   help="the capped modes' pretrain --dense-links (default: pre-training's)")
+    p.add_argument("--max-degrees", type=int, nargs="+", default=[], metavar="CAP",
+                   help="also a capped mode for each of these pretrain --max-degree caps (to compare with the "
+                        "default's)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     setup_logging(a.verbose)
-    if a.steps < 1 or a.nodes < 2 or a.avg_degree < 1 or a.threads < 1:
-        raise UsageError("--steps, --avg-degree and --threads must be >= 1 and --nodes >= 2")
+    if a.steps < 1 or a.nodes < 2 or a.avg_degree < 1 or a.threads < 1 or min(a.max_degrees, default=1) < 1:
+        raise UsageError("--steps, --avg-degree, --threads and --max-degrees must be >= 1 and --nodes >= 2")
     cfg = DensePretrainConfig(out=a.out, graph=a.graph, nodes=a.nodes, avg_degree=a.avg_degree, steps=a.steps,
                               full=a.full, seeds=a.seeds, threads=a.threads, stage_timeout=a.stage_timeout,
-                              dense_links=a.dense_links)
+                              dense_links=a.dense_links, max_degrees=a.max_degrees)
     result = run(cfg)
     print(table(result))
     log.info("JSON: %s", Path(cfg.out) / "dense_pretrain.json")

@@ -59,7 +59,7 @@ from typing import Any
 from gcad_dist.cli import (ArgumentParser, DefaultsHelpFormatter, UsageError, auto_or, bar_disable, run_cli,
                            setup_logging)
 from gcad_dist.data.degree_cap import DENSE_LINKS, MAX_DEGREE
-from gcad_dist.data.sharding import ShardConfig, idle_workers
+from gcad_dist.data.sharding import ShardConfig, capped_whole, idle_workers
 from gcad_dist.model.gccad import CONTRASTS
 from gcad_dist.model.precision import PRECISIONS
 from partitioning.features import describe_normalization
@@ -494,8 +494,10 @@ def validate(cfg: PretrainConfig) -> dict:
         over = f" ({step_seeds(cfg)} over {cfg.workers} workers)" if cfg.workers > 1 else ""
         log.info("%s (auto): %d seeds a step per worker%s, learning rate %g",
                  " and ".join(f"--{a.replace('_', '-')}" for a in auto), cfg.batch_size, over, cfg.lr)
-    dense = int(((reader.node_counts <= cfg.sample_threshold) & (reader.edge_counts > cfg.dense_links)).sum())
-    if dense and cfg.contrast == "local" and cfg.max_degree > 0:
+    from gcad_dist.distributed.train_loop import shard_config
+
+    dense = int(capped_whole(reader.node_counts, reader.edge_counts, shard_config(cfg)).sum())
+    if dense:
         log.info("%d subgraph(s) trained whole hold more than --dense-links (%d) links: each step averages a node's "
                  "context over at most about --max-degree (%d) of its in-neighbours, drawn afresh, and an epoch counts "
                  "those links only (scoring uses every link)", dense, cfg.dense_links, cfg.max_degree)

@@ -20,6 +20,18 @@ def test_table_ratio_against_the_baseline() -> None:
     assert "| capped (default) | 0.500 | 100 | 50 | 3.0x, 6.0x faster | 0: 120 s, 0.8700 / 0.7700 |" in text
 
 
+def test_modes_baseline_first_then_each_cap() -> None:
+    cfg = dense_pretrain.DensePretrainConfig(dense_links=1000, max_degrees=[32, 16])
+    m = dense_pretrain.modes(cfg)
+    assert list(m) == ["every link (before)", "capped (default)", "capped, --max-degree 32",
+                       "capped, --max-degree 16"]
+    assert m["every link (before)"] == ["--dense-links", str(10**15)]  # the baseline keeps every link
+    assert m["capped (default)"] == ["--dense-links", "1000"]
+    assert m["capped, --max-degree 32"] == ["--dense-links", "1000", "--max-degree", "32"]
+    assert list(dense_pretrain.modes(dense_pretrain.DensePretrainConfig()).values()) == [
+        ["--dense-links", str(10**15)], []]  # no flag beyond the default's
+
+
 def test_steady_step_seconds_leave_the_first_step_out(tmp_path) -> None:
     ev = tmp_path / "events.jsonl"
     lines = [{"event": "placement"}, {"event": "progress", "step": 1, "time": 100.0},

@@ -9,6 +9,7 @@ from torch_geometric.data import Data
 
 from gcad_dist.data.sharding import (
     ShardConfig,
+    capped_whole,
     epoch_plan,
     large_steps,
     lpt_assign,
@@ -192,6 +193,9 @@ def test_trained_links_counts_a_capped_dense_subgraph_at_most_nodes_times_cap() 
     assert trained_links(nodes, links, ShardConfig(sample_threshold=2000, dense_links=20_000)).tolist() == links.tolist()
     loose = ShardConfig(sample_threshold=2000, max_degree=64, dense_links=10**9)
     assert trained_links(nodes, links, loose).tolist() == links.tolist()
+    # the same predicate says which subgraphs are capped (pretrain's log counts them)
+    assert capped_whole(nodes, links, cfg).tolist() == [True, True, False, False]
+    assert not capped_whole(nodes, links, ShardConfig(sample_threshold=2000, dense_links=20_000)).any()
 
 
 def test_a_capped_dense_store_gets_the_epoch_of_any_whole_graph_store() -> None:

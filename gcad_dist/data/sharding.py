@@ -76,16 +76,21 @@ def subgraph_cost(node_counts: np.ndarray, edge_counts: np.ndarray, edge_cost: f
     return np.asarray(node_counts, dtype=np.float64) + edge_cost * np.asarray(edge_counts, dtype=np.float64)
 
 
-def trained_links(node_counts: np.ndarray, edge_counts: np.ndarray, cfg: ShardConfig) -> np.ndarray:
-    """CSR entries a pass trains on in each subgraph: all of them, or, for a subgraph trained whole (at most
-    ``cfg.sample_threshold`` nodes) with more than ``cfg.dense_links`` of them and a cap (``cfg.max_degree`` > 0),
-    at most ``nodes * max_degree`` (:func:`gcad_dist.data.degree_cap.cap_dense_step`'s draw)."""
+def capped_whole(node_counts: np.ndarray, edge_counts: np.ndarray, cfg: ShardConfig) -> np.ndarray:
+    """Which subgraphs a pass trains whole (at most ``cfg.sample_threshold`` nodes) with capped contexts: more than
+    ``cfg.dense_links`` links and a cap (``cfg.max_degree`` > 0); bool [subgraphs]."""
     nodes = np.asarray(node_counts, dtype=np.int64)
     links = np.asarray(edge_counts, dtype=np.int64)
-    if cfg.max_degree <= 0:
-        return links
-    capped = (nodes <= cfg.sample_threshold) & (links > cfg.dense_links)
-    return np.where(capped, np.minimum(links, nodes * int(cfg.max_degree)), links)
+    return (cfg.max_degree > 0) & (nodes <= cfg.sample_threshold) & (links > cfg.dense_links)
+
+
+def trained_links(node_counts: np.ndarray, edge_counts: np.ndarray, cfg: ShardConfig) -> np.ndarray:
+    """CSR entries a pass trains on in each subgraph: all of them, or, for a :func:`capped_whole` subgraph, at most
+    ``nodes * max_degree`` (:func:`gcad_dist.data.degree_cap.cap_dense_step`'s draw)."""
+    nodes = np.asarray(node_counts, dtype=np.int64)
+    links = np.asarray(edge_counts, dtype=np.int64)
+    cap = capped_whole(nodes, links, cfg)
+    return np.where(cap, np.minimum(links, nodes * int(cfg.max_degree)), links)
 
 
 def split_by_size(node_counts: np.ndarray, threshold: int) -> tuple[np.ndarray, np.ndarray]:
