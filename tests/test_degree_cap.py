@@ -133,10 +133,17 @@ def test_fit_supervised_with_a_cap_trains_on_samples_and_scores_on_every_edge(mo
     assert np.array_equal(a.scores, b.scores)
 
 
+def test_draw_links_without_a_busy_node_keeps_every_link():
+    ei = torch.tensor([[1, 2, 3, 0], [0, 0, 1, 2]])
+    dc = DegreeCap(ei, 4, 4)
+    d = dc.draw_links(ei)
+    assert sorted(map(tuple, d.t().tolist())) == sorted(map(tuple, ei.t().tolist()))
+
+
 def test_cap_dense_step_caps_only_steps_above_the_link_threshold():
     """Pre-training's dense whole-graph steps: at most ``dense_links`` links pass unchanged; above, each node keeps
-    every in-edge under the cap and about ``cap`` of a busier node's, in the original order, a fresh draw each step,
-    and the cap's keep probabilities are kept in the cache between steps of the same subgraph."""
+    every in-edge under the cap and about ``cap`` of a busier node's, a fresh draw each step, and the cap's layout is
+    kept in the cache between steps of the same subgraph."""
     from gcad_dist.data.degree_cap import cap_dense_step
 
     torch.manual_seed(0)
@@ -157,10 +164,41 @@ def test_cap_dense_step_caps_only_steps_above_the_link_threshold():
     busy = full > 16
     assert torch.equal(deg_a[~busy], full[~busy])  # under the cap: every in-edge
     assert 4 <= int(deg_a[0]) <= 40  # about 16 of 2000
-    # a subset in the original order (the edge kernels read links grouped by target)
-    assert bool((a[1][1:] >= a[1][:-1]).all())
     pos = {(int(s), int(d)) for s, d in ei.t()}
     assert all((int(s), int(d)) in pos for s, d in a.t())
+
+
+def test_draw_links_is_the_bernoulli_draw_of_sample_edges():
+    """DegreeCap.draw_links (the geometric gaps between kept in-edges) keeps each in-edge of a busy node with
+    probability cap / degree, each at most once, and every in-edge of a node under the cap: over 400 draws the kept
+    counts match the Bernoulli draw of sample_edges within sampling noise, and the links kept are spread evenly."""
+    n, cap, draws = 3000, 16, 400
+    # node 0: 2000 in-edges from distinct sources; node 1: cap + 1; node 2: cap (under); nodes 3.. : 1 each
+    src = torch.cat([torch.arange(1, 2001), torch.arange(100, 117), torch.arange(200, 216), torch.arange(3, 1000)])
+    dst = torch.cat([torch.zeros(2000, dtype=torch.long), torch.ones(17, dtype=torch.long),
+                     torch.full((16,), 2, dtype=torch.long), torch.arange(3, 1000)])
+    ei = torch.stack([src, dst])[:, torch.randperm(src.numel(), generator=torch.Generator().manual_seed(1))]
+    dc = DegreeCap(ei, n, cap)
+    g = torch.Generator().manual_seed(0)
+    kept0 = torch.zeros(2001)
+    counts = torch.zeros(draws, n)
+    for i in range(draws):
+        d = dc.draw_links(ei, g)
+        counts[i] = torch.bincount(d[1], minlength=n).float()
+        s0 = d[0][d[1] == 0]
+        assert s0.unique().numel() == s0.numel()  # no in-edge twice
+        kept0[s0] += 1
+        assert {(int(a), int(b)) for a, b in d.t()} <= {(int(a), int(b)) for a, b in ei.t()}
+    full = torch.bincount(ei[1], minlength=n).float()
+    assert torch.equal(counts[:, 2:], full[2:].expand(draws, -1))  # under the cap: every in-edge, every draw
+    for node, deg in ((0, 2000), (1, 17)):
+        p = cap / deg  # Bernoulli(p) per in-edge: the mean of `draws` kept counts is cap, its sd sqrt(deg p (1-p) / draws)
+        sd = (deg * p * (1 - p) / draws) ** 0.5
+        assert abs(float(counts[:, node].mean()) - cap) < 5 * sd, (node, float(counts[:, node].mean()))
+        assert abs(float(counts[:, node].var()) - deg * p * (1 - p)) < 0.35 * deg * p * (1 - p)
+    # every in-edge of node 0 equally likely: the first and second halves of its sources kept alike
+    a, b = float(kept0[1:1001].sum()), float(kept0[1001:].sum())
+    assert abs(a - b) < 5 * (a + b) ** 0.5
 
 
 def test_pretraining_caps_dense_whole_graph_steps(tmp_path, monkeypatch):
