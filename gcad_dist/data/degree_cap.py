@@ -97,8 +97,8 @@ class DegreeCap:
             start = torch.cumsum(self.degree, 0) - self.degree
             busy = torch.nonzero(self.degree > self.cap).squeeze(1)
             deg = self.degree[busy]
-            # positions within a node's in-edges fit int32 while degree x gaps drawn does
-            small = int(deg.max()) * (self._width() + 1) < 2**31 if busy.numel() else True
+            # a draw's positions (at most gaps drawn x (degree + 1)) fit int32 on all but huge hubs
+            small = (int(deg.max()) + 1) * self._width() < 2**31 if busy.numel() else True
             self._layout = {
                 "under": edge_index[:, order[self.degree[dst[order]] <= self.cap]],
                 "busy": busy, "degree": deg.to(torch.int32 if small else torch.int64).unsqueeze(1),
@@ -136,7 +136,7 @@ def cap_dense_step(edge_index: Tensor, num_nodes: int, cap: int, dense_links: in
     """A whole-graph pre-training step's links: ``edge_index`` itself when it holds at most ``dense_links`` links or
     ``cap`` is 0, else a fresh :class:`DegreeCap` draw of at most about ``cap`` in-edges a node
     (:meth:`DegreeCap.draw_links`: grouped by target).
-    ``cache`` (keyed by ``key`` and the link count) keeps the cap's per-link keep probabilities between steps."""
+    ``cache`` (keyed by ``key`` and the link count) keeps the cap and its layout of the links between steps."""
     if cap <= 0 or edge_index.size(1) <= dense_links:
         return edge_index
     k = (key, int(edge_index.size(1)), int(num_nodes))
