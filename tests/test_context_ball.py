@@ -96,9 +96,11 @@ def test_whole_graph_score_uses_the_ball(f: int) -> None:
     assert not torch.equal(model(x, ei).local_context, model(x, ei).local_context)
 
 
-def test_ball_mean_in_chunks_equals_the_whole_ball() -> None:
-    """Scoring a large graph takes the balls in chunks of targets: the same means as the whole ball's, however small
-    the chunks."""
+@pytest.mark.parametrize("dense", [False, True, None])
+def test_ball_mean_in_chunks_equals_the_whole_ball(dense: bool | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scoring a large graph takes the balls in chunks of targets, or by a membership matrix a block of targets at a
+    time (a dense graph's path): the same means as the whole ball's, however small the chunks or blocks."""
+    import gcad_dist.model.ball as ball
     from gcad_dist.model.ball import ball_mean
     from gcad_dist.model.readout import neighbour_context
 
@@ -106,11 +108,40 @@ def test_ball_mean_in_chunks_equals_the_whole_ball() -> None:
     ei = _graph(n)
     h = torch.randn(n, 4, dtype=torch.float64)
     want = neighbour_context(h, context_ball(ei, n, 3, torch.Generator().manual_seed(5)), n)
-    for max_pairs in (1, 50, 1 << 23):
-        mean, size = ball_mean(h, ei, n, 3, torch.Generator().manual_seed(5), max_pairs=max_pairs)
+    for max_pairs, cells in ((1, 1), (50, 700), (1 << 23, 1 << 25)):
+        monkeypatch.setattr(ball, "DENSE_BALL_CELLS", cells)  # blocks of 1, 4 and every target
+        mean, size = ball_mean(h, ei, n, 3, torch.Generator().manual_seed(5), max_pairs=max_pairs, dense=dense)
         torch.testing.assert_close(mean, want)
         assert torch.equal(size, torch.bincount(context_ball(ei, n, 3, torch.Generator().manual_seed(5))[1],
                                                 minlength=n))
+
+
+def test_ball_mean_takes_the_membership_path_where_balls_cover_the_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The automatic choice: the membership matrix where the composed edges average DENSE_BALL_SHARE of the nodes a
+    target (a dense graph), the sorted-unique chunks elsewhere; with targets, their rows only, the same either way."""
+    import gcad_dist.model.ball as ball
+
+    calls: list[int] = []
+    real = ball._dense_ball_sums
+
+    def spy(h, inner, outer, n):
+        calls.append(n)
+        return real(h, inner, outer, n)
+
+    monkeypatch.setattr(ball, "_dense_ball_sums", spy)
+    g = torch.Generator().manual_seed(0)
+    sparse_n, dense_n = 2000, 100
+    sparse = torch.randint(0, sparse_n, (2, 4 * sparse_n), generator=g)  # mean degree 4: balls of ~20 of 2,000 nodes
+    dense = torch.randint(0, dense_n, (2, 30 * dense_n), generator=g)  # mean degree 30: balls of most of 100 nodes
+    ball.ball_mean(torch.randn(sparse_n, 3), sparse, sparse_n, 3, torch.Generator().manual_seed(1))
+    assert calls == []
+    h = torch.randn(dense_n, 3, dtype=torch.float64)
+    targets = torch.tensor([1, 5, 50])
+    mean, size = ball.ball_mean(h, dense, dense_n, 3, torch.Generator().manual_seed(1), targets=targets)
+    assert calls == [dense_n]
+    want, want_size = ball.ball_mean(h, dense, dense_n, 3, torch.Generator().manual_seed(1), dense=False)
+    torch.testing.assert_close(mean[targets], want[targets])
+    assert torch.equal(size[targets], want_size[targets]) and int(size.sum()) == int(size[targets].sum())
 
 
 @pytest.mark.parametrize("members", [1, 3])
