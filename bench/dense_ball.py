@@ -3,6 +3,7 @@
     python -m bench.dense_ball                                    # generated graphs: 12,000 nodes of mean degree 700, and
                                                                   # 20,000 of mean degree 20 (where the matrix is not taken)
     python -m bench.dense_ball --graph G.npz [--graph H.npz ...]  # your graphs instead
+    python -m bench.dense_ball --device cuda                      # on a GPU
 
 Scoring a label-free checkpoint computes every node's two-hop ball (the ball switch's other context, and the context
 itself with ``--context-hops 2``): the neighbours and up to 10 sampled neighbours of each, every node once
@@ -46,6 +47,7 @@ class DenseBallConfig:
     fanout: int = 10
     repeats: int = 3
     threads: int = 1
+    device: str = "cpu"
 
 
 def _graphs(cfg: DenseBallConfig) -> list[tuple[str, Any]]:
@@ -63,16 +65,19 @@ def _graphs(cfg: DenseBallConfig) -> list[tuple[str, Any]]:
 
 
 def measure(x: torch.Tensor, edge_index: torch.Tensor, fanout: int, repeats: int) -> dict[str, Any]:
-    """Seconds of the second hop's sample and of each path (medians), the automatic choice, the largest difference."""
+    """Seconds of the second hop's sample and of each path (medians; on ``x``'s device, synchronised), the automatic
+    choice, the largest difference."""
     from gcad_dist.model import ball
 
     n = x.size(0)
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     gen = lambda: torch.Generator().manual_seed(ball.SCORE_SEED)  # noqa: E731
     row: dict[str, Any] = {"nodes": n, "links": int(edge_index.size(1))}
     t = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         ball.sample_in_edges(edge_index, n, fanout, gen())
+        sync()
         t.append(time.perf_counter() - t0)
     row["sample_s"] = statistics.median(t)
     means = {}
@@ -81,6 +86,7 @@ def measure(x: torch.Tensor, edge_index: torch.Tensor, fanout: int, repeats: int
         for _ in range(repeats):
             t0 = time.perf_counter()
             means[name], _ = ball.ball_mean(x, edge_index, n, fanout, gen(), dense=dense)
+            sync()
             t.append(time.perf_counter() - t0)
         row[f"{name}_s"] = statistics.median(t) - row["sample_s"]
     calls: list[int] = []
@@ -115,15 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fanout", type=int, default=d.fanout, help="second-hop neighbours per neighbour")
     p.add_argument("--repeats", type=int, default=d.repeats, help="timed runs of each path (the median is reported)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads")
+    p.add_argument("--device", default=d.device, choices=["cpu", "cuda"], help="where the balls are computed")
     cfg = DenseBallConfig(**vars(p.parse_args(argv)))
     if cfg.fanout < 1 or cfg.repeats < 1 or cfg.threads < 1:
         raise UsageError("--fanout, --repeats and --threads must be >= 1")
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device here")
     setup_logging()
     torch.set_num_threads(cfg.threads)
     rows = []
     for name, g in _graphs(cfg):
-        x = torch.as_tensor(g.x, dtype=torch.float32)
-        ei = torch.as_tensor(g.edge_index(), dtype=torch.long)
+        x = torch.as_tensor(g.x, dtype=torch.float32).to(cfg.device)
+        ei = torch.as_tensor(g.edge_index(), dtype=torch.long).to(cfg.device)
         log.info("%s: %d nodes, %d links", name, x.size(0), ei.size(1))
         rows.append({"graph": name, **measure(x, ei, cfg.fanout, cfg.repeats)})
     print(table(rows))

@@ -12,7 +12,8 @@
 # zarr, numcodecs, faiss-cpu and their closure; BENCHMARKS.md, session 27, says how), unpacked to /tmp and put on
 # PYTHONPATH. Stages, each under a time limit: the native CPU kernels built once; `python -m bench.labelfree_scale` at
 # 5M nodes, pre-trained on the GPU, the checkpoint scored on the GPU and on the host's CPU threads (AUROC per planted
-# kind each); the GPU tests last. About 8 minutes on an H200 host with 16 cores.
+# kind each); since session 58 `python -m bench.dense_ball --device cuda` (the dense graph's two-hop ball, both
+# paths); the GPU tests last. About 8-10 minutes on an H200 host with 16 cores.
 # (Session 53 ran the first version of this script, commit 342b031: 1M scored on both devices, then 5M on the GPU.)
 # The baselines are left out: the generator is deterministic across machines, and BENCHMARKS.md has them per size.
 # JSON and logs go to $OUT (default /tmp/out).
@@ -31,8 +32,12 @@ tail -n 25 /tmp/lf5/n5000000/score_cuda.log > "$OUT/score_5m_cuda.log" 2>/dev/nu
 tail -n 25 /tmp/lf5/n5000000/score_cpu.log > "$OUT/score_5m_cpu.log" 2>/dev/null
 tail -n 25 /tmp/lf5/n5000000/pretrain.log > "$OUT/pretrain_5m.log" 2>/dev/null
 
+stage "the two-hop ball of a dense graph on the GPU: sorted-unique against the membership matrix (session 58)"
+timeout 120 python3 -m bench.dense_ball --device cuda 2>&1 | grep -E "^\|" | tee "$OUT/dense_ball_cuda.md"
+
 stage "pytest: GPU-touching tests"
-timeout 40 python3 -m pytest -q -p no:cacheprovider tests/test_sharding.py tests/test_sampler.py tests/test_kmeans_torch.py \
+timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_sharding.py tests/test_sampler.py tests/test_kmeans_torch.py \
+  tests/test_degree_cap.py tests/test_context_ball.py \
   -k "cuda or gpu or side_stream or backend" 2>&1 | tail -4
 
 stage done

@@ -18,8 +18,8 @@ DATA=${GCAD_DATA:-.whl/data}
 source "$(dirname "$0")/gpu_site.sh" || exit 1
 
 stage "pytest: GPU-touching files"
-timeout 75 python3 -m pytest -q -p no:cacheprovider tests/test_sharding.py tests/test_sampler.py tests/test_kmeans_torch.py \
-  -k "cuda or gpu or side_stream or backend" 2>&1 | tail -6
+timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_sharding.py tests/test_sampler.py tests/test_kmeans_torch.py \
+  tests/test_degree_cap.py tests/test_context_ball.py -k "cuda or gpu or side_stream or backend" 2>&1 | tail -6
 
 stage "stores: generated 1M nodes; K=4 corrupt subgraphs, and K=1 whole graph"
 timeout 60 python3 -m partitioning.synthetic --out /tmp/g1m.npz --nodes 1000000 --seed 0 2>&1 | tail -1

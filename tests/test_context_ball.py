@@ -247,3 +247,18 @@ def test_pretraining_with_the_ball(tmp_path: Path, sampled: bool) -> None:
 
     assert load_model_file(rep.checkpoints[-1])["config"]["context_hops"] == 2
     assert np.isfinite(rep.state()["history"][0]["loss"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_dense_ball_on_the_gpu_equals_the_unique_path() -> None:
+    """The membership-matrix path on a GPU: the same balls as the sorted-unique path, on the device."""
+    from gcad_dist.model.ball import ball_mean
+
+    g = torch.Generator().manual_seed(0)
+    n = 300
+    ei = torch.randint(0, n, (2, 30 * n), generator=g).cuda()
+    h = torch.randn(n, 4, generator=g).cuda()
+    a, sa = ball_mean(h, ei, n, 5, torch.Generator().manual_seed(1), dense=False)
+    b, sb = ball_mean(h, ei, n, 5, torch.Generator().manual_seed(1), dense=True)
+    assert b.is_cuda and torch.equal(sa, sb)
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

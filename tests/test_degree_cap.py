@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch_geometric.data import Data
 
@@ -257,3 +258,19 @@ def test_harness_defaults_are_pretrainings():
     assert gccad_pre.DENSE_LINKS == PretrainConfig.dense_links
     assert gccad_pre.MAX_DEGREE == PretrainConfig.max_degree
     assert gccad_pre.SAMPLE_THRESHOLD == PretrainConfig.sample_threshold
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_draw_links_on_the_gpu_keeps_links_of_the_graph() -> None:
+    """A dense step on a GPU: the draw runs on the device, every kept link is a link, nodes under the cap keep all."""
+    g = torch.Generator().manual_seed(0)
+    n, cap = 500, 16
+    ei = torch.randint(0, n, (2, 40 * n), generator=g).cuda()
+    dc = DegreeCap(ei, n, cap)
+    d = dc.draw_links(ei)
+    assert d.is_cuda
+    key = lambda e: set((e[0] * n + e[1]).tolist())  # noqa: E731
+    assert key(d) <= key(ei)
+    full, kept = torch.bincount(ei[1], minlength=n), torch.bincount(d[1], minlength=n)
+    assert torch.equal(kept[full <= cap], full[full <= cap])
+    assert abs(float(kept[full > cap].float().mean()) - cap) < 2
