@@ -17,7 +17,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # On a GPU host install the CUDA build of torch before running this script; it is kept.
 python -c "import torch" 2>/dev/null || { echo "[setup] installing torch 2.13.0 (CPU)"; pip install -q torch==2.13.0; }
 echo "[setup] installing gcad-dist and its dependencies"
-pip install -q -e ".[cpu,dev,baselines]" 2>&1 | grep -v "is ignored: it is neither" || true
+# the versions BENCHMARKS.md was measured with (launch/constraints.txt); GCAD_UNPINNED=1: the newest allowed
+PIN=(-c launch/constraints.txt)
+[ "${GCAD_UNPINNED:-0}" = 1 ] && PIN=()
+pip install -q "${PIN[@]}" -e ".[cpu,dev,baselines]" 2>&1 | grep -v "is ignored: it is neither" || true
 python -c "import gcad_dist, partitioning, torch_geometric, ray, zarr, faiss" \
   || { echo "[setup] install failed" >&2; exit 1; }
 # the native CPU edge kernels: compiled once here (~15 s) instead of in the first training step
