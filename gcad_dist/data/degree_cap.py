@@ -21,6 +21,7 @@ about ``cap`` random numbers a node instead of one a link (session 58: 64 ms -> 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from typing import Any
 
@@ -47,11 +48,16 @@ class DegreeCap:
         dst = edge_index[1]
         self.degree = torch.bincount(dst, minlength=self.num_nodes)
         self.active = bool(edge_index.size(1)) and int(self.degree.max()) > self.cap
-        # keep probability of each edge: 1 below the cap, cap / degree(target) above it
-        deg = self.degree.to(torch.float32).clamp_min(1.0)
-        self.keep_prob = (self.cap / deg).clamp_max(1.0)[dst]
+        self._dst = dst
         self.num_edges = int(edge_index.size(1))
         self._layout: dict[str, Tensor] | None = None  # draw_links' layout of the links, made on its first draw
+
+    @functools.cached_property
+    def keep_prob(self) -> Tensor:
+        """Keep probability of each edge [E]: 1 below the cap, cap / degree(target) above it (made on first use:
+        :meth:`draw_links` does not need it)."""
+        deg = self.degree.to(torch.float32).clamp_min(1.0)
+        return (self.cap / deg).clamp_max(1.0)[self._dst]
 
     @property
     def expected_share(self) -> float:
