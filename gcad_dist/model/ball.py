@@ -10,8 +10,8 @@ On a whole graph the second hop is sampled here (:func:`sample_in_edges`), afres
 fixed generator when scoring, and :func:`ball_mean` averages over the balls a chunk of targets at a time (a 1M-node
 graph's balls have about 10^8 edges), or, where the balls cover a fair share of the graph (a dense graph: a ball of
 1,000 neighbours' 10 each), by a membership matrix of a block of targets at a time (:func:`_dense_ball_sums`, session
-58: 4x faster on a graph of 25,000 nodes and 25M links, the same balls); on a neighbour-sampled minibatch it is the sampler's second hop
-(:func:`two_hop_ball` composes the two hops' edges). All vectorised: sorts, ``repeat_interleave`` and one
+58: the same balls, 2.8x faster on 25,000 nodes and 25M links); on a neighbour-sampled minibatch it is the sampler's
+second hop (:func:`two_hop_ball` composes the two hops' edges). All vectorised: sorts, ``repeat_interleave`` and one
 ``unique`` per chunk.
 """
 
@@ -28,7 +28,7 @@ DEFAULT_FANOUT = 10
 SCORE_SEED = 0
 #: :func:`ball_mean` takes the membership-matrix path when its targets' composed edges average at least this share of
 #: the graph's nodes a target (the sorted-unique path's work grows with the composed edges, the matrix's with the
-#: nodes: at mean degree 1,000 and 25,000 nodes it is 4x faster, at tolokers' 88 never taken)
+#: nodes: 4.1x faster at 12,000 nodes of mean degree 700, 2.8x at 25,000 of 1,000; at tolokers' 88 never taken)
 DENSE_BALL_SHARE = 0.125
 #: the membership matrix's cells (nodes x targets of a block) at most: 128 MiB of float32
 DENSE_BALL_CELLS = 1 << 25
