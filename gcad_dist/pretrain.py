@@ -150,6 +150,14 @@ def step_seeds(cfg: "PretrainConfig") -> int:
     return int(cfg.batch_size) * max(1, int(cfg.workers))
 
 
+def shards_targets(cfg: "PretrainConfig", node_counts: Any, world: int) -> bool:
+    """Whether ``world`` workers split a whole-graph store's target nodes at every step
+    (:mod:`gcad_dist.data.target_shard`): ``--shard-targets``, more than one worker, one subgraph trained whole,
+    and the local recipe's per-node loss (logistic, the neighbours as context). After :func:`apply_recipe`."""
+    return bool(cfg.shard_targets and world > 1 and len(node_counts) == 1 and int(node_counts[0]) <= cfg.sample_threshold
+                and cfg.contrast == "local" and cfg.loss == "logistic" and cfg.context_hops == 1)
+
+
 @dataclass
 class PretrainConfig:
     """All settings of a pre-training run (one per CLI option)."""
@@ -169,6 +177,9 @@ class PretrainConfig:
     # max_degree of its in-neighbours, a fresh draw at every step (gcad_dist.data.degree_cap); scoring uses every link
     max_degree: int = MAX_DEGREE
     dense_links: int = DENSE_LINKS
+    # a whole-graph store trained by several workers: each takes a disjoint share of the target nodes at every step
+    # (gcad_dist.data.target_shard); False = every worker trains every node (the extra workers add nothing)
+    shard_targets: bool = True
     lr: float | None = None  # None = auto (apply_auto_batch): 1e-3, scaled with all workers' batch on all-sampled stores
     hidden: int = 64
     layers: int = 2
@@ -273,6 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--dense-links", type=int, default=d.dense_links, metavar="LINKS",
       help="links (directed, as stored) of a whole-graph step above which --max-degree applies; no real graph of "
       "the shared data has as many (tolokers, the densest, 1.04M)")
+    a("--no-shard-targets", dest="shard_targets", action="store_false",
+      help="a whole-graph store (partitioning.build --k 1) with --workers above 1: every worker trains every node "
+      "at every step, as before session 59, so the extra workers add nothing. By default each worker takes a fixed "
+      "share of the nodes, their contexts and loss terms, and the workers' gradients together make the one "
+      "whole-graph step (the local recipe; gcad_dist/data/target_shard.py)")
     a("--lr", type=auto_or(float, "a number"), default="auto",
       help=f"peak Adam learning rate (10%% warm-up, then linear decay to lr/10); auto = {BASE_LR:g} x S / "
       f"{CPU_BATCH_SIZE}, S = the step's seeds over all workers (batch size x workers) up to {LR_SCALE_SEEDS}, with the "
@@ -502,7 +518,11 @@ def validate(cfg: PretrainConfig) -> dict:
                  "context over at most about --max-degree (%d) of its in-neighbours, drawn afresh, and an epoch counts "
                  "those links only (scoring uses every link)", dense, cfg.dense_links, cfg.max_degree)
     idle = idle_workers(reader.node_counts, cfg.workers, cfg.sample_threshold)
-    if idle:
+    if shards_targets(cfg, reader.node_counts, cfg.workers):
+        log.info("--workers %d on a whole-graph store: each worker takes a share of about %d of its %d nodes at every "
+                 "step (their contexts and loss terms; --no-shard-targets: every worker every node)", cfg.workers,
+                 -(-int(reader.node_counts[0]) // cfg.workers), int(reader.node_counts[0]))
+    elif idle:
         small = cfg.workers - idle
         log.warning("--workers %d: the store has %d subgraph(s) of at most --sample-threshold (%d) nodes, so %d worker(s) "
                     "have none of their own and repeat another's whole-subgraph steps, adding no data to them%s",

@@ -107,6 +107,7 @@ class QualityConfig:
     pre_max_degree: int | None = None  # None: pretrain's --max-degree
     pre_fanout: int | None = None  # None: pretrain's --fanouts (a minibatch seed's context: 10 sampled neighbours)
     pre_lr: float | None = None  # None: the local recipe's pretrain --lr (1e-3)
+    pre_workers: int | None = None  # None: pretrain --workers 1 (each worker --threads threads)
     # the model every other one is compared with seed by seed (paired_tables); None = gccad when it is run
     paired_with: str | None = None
 
@@ -119,6 +120,7 @@ class QualityConfig:
                 "pre_ball_switch": self.pre_ball_switch, "pre_feature_view": self.pre_feature_view,
                 "pre_dense_links": self.pre_dense_links, "pre_sample_threshold": self.pre_sample_threshold,
                 "pre_fanout": self.pre_fanout, "pre_lr": self.pre_lr, "pre_max_degree": self.pre_max_degree,
+                "pre_workers": self.pre_workers,
                 "label_inputs": self.label_inputs}
     device: str = "auto"
     threads: int = 0
@@ -503,6 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pre-max-degree", type=int, default=d.pre_max_degree, metavar="D",
                    help="gccad-pre: pretrain --max-degree D, the in-neighbours a capped context averages at most "
                    "(see --pre-dense-links; 0 = every link) (default: pre-training's, 64)")
+    p.add_argument("--pre-workers", type=int, default=d.pre_workers, metavar="W",
+                   help="gccad-pre: pretrain --workers W, each of --threads threads (a whole-graph store: each worker "
+                   "takes a share of the nodes at every step) (default: 1)")
     p.add_argument("--pre-sample-threshold", type=int, default=d.pre_sample_threshold, metavar="NODES",
                    help="gccad-pre: pretrain --sample-threshold NODES, a graph with more nodes is pre-trained by "
                    "neighbour-sampled minibatches (default: pre-training's, 50,000)")
@@ -557,6 +562,8 @@ def _validate(cfg: QualityConfig) -> None:
         raise UsageError(f"--pre-lr: must be > 0, got {cfg.pre_lr}")
     if cfg.pre_max_degree is not None and cfg.pre_max_degree < 0:
         raise UsageError(f"--pre-max-degree: must be >= 0, got {cfg.pre_max_degree}")
+    if cfg.pre_workers is not None and cfg.pre_workers < 1:
+        raise UsageError(f"--pre-workers: must be >= 1, got {cfg.pre_workers}")
     if cfg.pre_dense_links is not None and cfg.pre_dense_links < 0:
         raise UsageError(f"--pre-dense-links: must be >= 0, got {cfg.pre_dense_links}")
     if cfg.pre_sample_threshold is not None and cfg.pre_sample_threshold < 1:

@@ -170,6 +170,28 @@ def test_two_workers_survive_a_killed_worker_then_resume(store: Path, tmp_path: 
 
 
 @pytest.mark.slow
+def test_two_workers_split_a_small_whole_graph_and_stay_one_model(tmp_path: Path, ray_instance) -> None:
+    """The label-free recipe on 2 workers and a whole-graph store trained whole: each worker takes half of the nodes
+    at every step, the gradients are averaged by hand, and the two workers' weights never part (checked every
+    epoch)."""
+    from partitioning.build import main as build_main
+    from partitioning.synthetic import SyntheticConfig, synthesize
+    from partitioning.io import save_npz
+
+    g = synthesize(SyntheticConfig(nodes=400, avg_degree=8, features=8, anomaly_fraction=0.05, seed=0)).graph
+    save_npz(g, tmp_path / "g.npz")
+    assert build_main(["--graph", str(tmp_path / "g.npz"), "--out", str(tmp_path / "w.zarr"), "--k", "1",
+                       "--no-progress", "--no-plot"]) == 0
+    cfg = PretrainConfig(store=str(tmp_path / "w.zarr"), out=str(tmp_path / "pre"), workers=2, epochs=2,
+                         min_steps_per_epoch=5, hidden=16)
+    summary = run(cfg)
+    assert summary["global_step"] == 10
+    hist = json.loads((tmp_path / "pre" / "metrics.json").read_text())["history"]
+    assert [h["weight_spread"] for h in hist] == [0.0, 0.0]
+    assert all(h["workers"] == 2 and np.isfinite(h["loss"]) for h in hist)
+
+
+@pytest.mark.slow
 def test_two_workers_local_recipe_on_a_whole_graph_store(tmp_path: Path, ray_instance) -> None:
     """The label-free recipe on 2 workers: a whole-graph store (build --k 1) above the sample threshold is trained
     by both workers on one-hop minibatches under DDP, though the skipped GCCAD layers never get a gradient."""
@@ -190,6 +212,7 @@ def test_two_workers_local_recipe_on_a_whole_graph_store(tmp_path: Path, ray_ins
     assert ck["config"]["contrast"] == "local" and ck["config"]["loss"] == "logistic" and ck["config"]["tau"] == 0.2
     hist = json.loads((tmp_path / "pre" / "metrics.json").read_text())["history"]
     assert all(np.isfinite(h["loss"]) and h["loss"] > 0 for h in hist)
+    assert all(h["weight_spread"] == 0.0 for h in hist)  # minibatches too: one model on both workers
 
 
 def test_a_finished_run_is_recognised_for_resume(tmp_path: Path) -> None:
@@ -234,14 +257,20 @@ def test_workers_without_a_subgraph_of_their_own_are_named(store: Path, tmp_path
     build(BuildConfig(graph="test", out=str(whole), k=1, corruption_mix="none", plot=False, progress=False),
           graph=Graph(x=rng.normal(size=(300, 8)).astype(np.float32), indptr=indptr, indices=indices, source="test"))
 
-    def said(path: Path, workers: int) -> list[str]:
+    def said(path: Path, workers: int, *more: str, what: str = "have none of their own") -> list[str]:
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="gcad_dist.pretrain"):
-            validate(parse_config(["--store", str(path), "--workers", str(workers), "--out", str(tmp_path / "o")]))
-        return [r.getMessage() for r in caplog.records if "have none of their own" in r.getMessage()]
+        with caplog.at_level(logging.INFO, logger="gcad_dist.pretrain"):
+            validate(parse_config(["--store", str(path), "--workers", str(workers), "--out", str(tmp_path / "o"),
+                                   *more]))
+        return [r.getMessage() for r in caplog.records if what in r.getMessage()]
 
-    one = said(whole, 2)
+    # a whole-graph store: by default the workers split its nodes (session 59); without, the extra ones repeat
+    assert said(whole, 2) == []
+    split = said(whole, 2, what="takes a share")
+    assert len(split) == 1 and "about 150 of its 300 nodes" in split[0]
+    one = said(whole, 2, "--no-shard-targets")
     assert len(one) == 1 and "--workers 2" in one[0] and "has 1 subgraph(s)" in one[0] and "--workers 1" in one[0]
+    assert said(whole, 2, "--context-hops", "2", what="takes a share") == []  # a ball reads others' in-links
     four = said(store, 6)  # four small subgraphs at the default threshold, six workers: two repeat
     assert len(four) == 1 and "has 4 subgraph(s)" in four[0] and "2 worker(s)" in four[0]
     assert "--workers 1" not in four[0]

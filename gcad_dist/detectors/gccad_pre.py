@@ -100,7 +100,7 @@ def _graph(data: Any) -> Any:
 
 def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | None, build_options: dict[str, Any],
               pretrain_options: dict[str, Any], score: Callable[[Any, Any, Path, str], np.ndarray]) -> np.ndarray:
-    """Build a store of ``data``, pre-train on it (one in-process Ray worker), then ``score(loaded checkpoint,
+    """Build a store of ``data``, pre-train on it (in-process Ray workers: one unless ``pretrain_options`` say), then ``score(loaded checkpoint,
     prepared data, store path, device)``; the store and checkpoint live in a temporary folder."""
     from gcad_dist.pretrain import PretrainConfig, run
     from gcad_dist.score import load_checkpoint_model, prepare_data
@@ -114,9 +114,9 @@ def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | No
         store = Path(tmp) / "store.zarr"
         build(BuildConfig(graph=graph.source, out=str(store), seed=seed, threads=threads, plot=False, progress=False,
                           **build_options), graph=graph)
-        run(PretrainConfig(store=str(store), out=str(Path(tmp) / "pre"), workers=1, cpus_per_worker=threads,
+        run(PretrainConfig(store=str(store), out=str(Path(tmp) / "pre"), cpus_per_worker=threads,
                            seed=seed, overwrite=True, max_failures=0, gpus_per_worker=1.0 if cuda else 0.0,
-                           **pretrain_options))
+                           **{"workers": 1, **pretrain_options}))
         loaded = load_checkpoint_model(Path(tmp) / "pre" / "final")
         prepared = prepare_data(graph, loaded)  # the store's normalisation, recorded in the checkpoint
         return score(loaded, prepared, store, "cuda" if cuda else "cpu")
@@ -129,7 +129,7 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
               pre_ball_switch: bool | None = None, pre_feature_view: bool | None = None,
               pre_dense_links: int | None = None, pre_sample_threshold: int | None = None,
               pre_fanout: int | None = None, pre_lr: float | None = None, pre_max_degree: int | None = None,
-              threads: int = 1,
+              pre_workers: int | None = None, threads: int = 1,
               device: str = "cpu", workdir: str | None = None,
               scorer: Callable[[Any, Any, Path, str], np.ndarray] | None = None, **_: Any) -> np.ndarray:
     """The local recipe: whole-graph store, local logistic pre-training with per-step swaps, whole-graph
@@ -143,7 +143,8 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     ``pre_feature_view`` (``pretrain --feature-view``, applied to the default scorer's score) None = the recipe's,
     ``pre_dense_links`` (``pretrain --dense-links``), ``pre_max_degree`` (``--max-degree``), ``pre_sample_threshold``
     (``pretrain --sample-threshold``), ``pre_fanout`` (neighbours a minibatch seed's context samples, ``pretrain --fanouts``; -1 = all) and ``pre_lr``
-    (``pretrain --lr``) None = pre-training's defaults.
+    (``pretrain --lr``) None = pre-training's defaults; ``pre_workers`` (``pretrain --workers``, each of ``threads``
+    threads) None = 1.
     ``scorer(loaded checkpoint, prepared
     data, store path, device)`` replaces the whole-graph score (``bench.two_scale_context`` scores twice)."""
     from gcad_dist.score import score_data, with_feature_view
@@ -180,6 +181,8 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
         pretrain["fanouts"] = str(int(pre_fanout))
     if pre_lr is not None:
         pretrain["lr"] = float(pre_lr)
+    if pre_workers not in (None, 1):  # absent at 1: the run key of earlier sessions
+        pretrain["workers"] = int(pre_workers)
     build = {"k": 1, "corruption_mix": "none"}
     if pre_normalize is not None:
         build["normalize"] = pre_normalize

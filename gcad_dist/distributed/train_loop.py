@@ -63,7 +63,9 @@ from gcad_dist.data.degree_cap import cap_dense_step
 from gcad_dist.data.online_corruption import draw_member_swaps, plant_cliques, push_to_tails, swap_features
 from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
+from gcad_dist.data.target_shard import shard_for
 from gcad_dist.distributed.context import AllReduceContextSync
+from gcad_dist.distributed.grad_sync import average_gradients
 from gcad_dist.model import GCCAD, GCCADConfig
 from gcad_dist.model.ball import DEFAULT_FANOUT
 from gcad_dist.model.precision import autocast, resolve_precision
@@ -230,7 +232,7 @@ def train_loop_per_worker(config: dict) -> None:
 def run_worker(config: dict, reporter: Reporter, device: torch.device | None = None) -> None:
     """The training loop of one worker (rank and world from ``torch.distributed`` if initialised)."""
     from gcad_dist.cli import setup_logging
-    from gcad_dist.pretrain import PretrainConfig, apply_auto_batch, apply_recipe
+    from gcad_dist.pretrain import PretrainConfig, apply_auto_batch, apply_recipe, shards_targets
     from partitioning.store.reader import StoreReader
 
     setup_logging(config.get("verbose", False))
@@ -296,13 +298,16 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                      epoch, pos, global_step, restarts)
 
     net: torch.nn.Module = model
-    if world > 1:
+    # the local contrast's loss applies the head outside forward and skips the GCCAD layers: DDP's hooks never averaged
+    # its gradients (until session 59), so its workers average them by hand after each backward (grad_sync)
+    by_hand = world > 1 and model.config.contrast == "local"
+    trained = [p for p in model.parameters() if p.requires_grad]
+    if world > 1 and not by_hand:
         net = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None,
-            # the local contrast skips the GCCAD layers, whose parameters then never get a gradient, and its loss
-            # applies the head outside forward: a static graph (the same parameters unused at every step)
-            static_graph=model.config.contrast == "local",
-        )
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    elif by_hand:  # as DDP does: every rank starts from rank 0's weights
+        for t in model.state_dict().values():
+            dist.broadcast(t, 0)
     # Where every rank runs (node IP, host, pid): logged, in every epoch record and in the run record.
     ip, node_id = node_ip()
     me = {"rank": rank, "ip": ip, "node_id": node_id, "host": socket.gethostname(), "pid": os.getpid()}
@@ -362,6 +367,8 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
     members = model.config.ensemble
     # the local contrast's context is a mean over in-neighbours (no sum to rescale): a capped draw averages fewer
     cap_dense, caps = cfg.contrast == "local" and cfg.max_degree > 0, {}
+    # a whole-graph store with several workers: each trains its share of the target nodes (gcad_dist.data.target_shard)
+    split_targets, shards = shards_targets(cfg, reader.node_counts, world), {}
     # -- train --------------------------------------------------------------------------------
     last_checkpoint = time.perf_counter()  # a restarted group counts from its start
     net.train()
@@ -376,8 +383,15 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                 break
             tb = tb.to(device)
             ei, y, hop_edges, step_edges = tb.edge_index, tb.y, tb.num_sampled_edges, tb.num_edges
+            loss_mask, num_seeds, shard = tb.loss_mask, tb.num_seeds, None
+            if split_targets and not hop_edges:  # this worker's targets: their in-links and loss terms only
+                shard = shard_for(shards, ei, tb.x.size(0), rank, world, cfg.seed, tb.key)
+                ei, loss_mask = shard.edge_index, shard.loss_mask(tb.loss_mask)
+                num_seeds, step_edges = int(loss_mask.sum()), int(ei.size(1))
             if cap_dense and not hop_edges:  # a dense whole-graph step: contexts of at most ~max_degree neighbours
-                ei = cap_dense_step(ei, tb.x.size(0), cfg.max_degree, cfg.dense_links, caps, tb.key)
+                # (the whole graph's link count decides; a share's targets keep all their in-links to draw from)
+                dense = (shard.total_links if shard is not None else int(ei.size(1))) > cfg.dense_links
+                ei = cap_dense_step(ei, tb.x.size(0), cfg.max_degree if dense else 0, 0, caps, tb.key)
                 step_edges = min(step_edges, int(ei.size(1)))  # a capped step's own links
             if cfg.plant_cliques:  # one draw of cliques for every member; swaps pick among the rest
                 ei, y, hop1 = plant_cliques(ei, y, tb.loss_mask, cfg.plant_cliques, tuple(cfg.clique_size),
@@ -397,15 +411,19 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                 out = net(x, ei, batch=tb.batch, num_graphs=tb.num_graphs,
                           context_mask=tb.context_mask, sync=sync, num_sampled_nodes=tb.num_sampled_nodes,
                           num_sampled_edges=hop_edges, **swaps)
-                losses = model.loss(out, y, mask=tb.loss_mask, sync=sync)
+                losses = model.loss(out, y, mask=loss_mask, sync=sync)
+                if shard is not None:  # DDP's mean of the shares' gradients is then the whole step's
+                    losses = {k: v * shard.weight(tb.loss_mask, loss_mask) for k, v in losses.items()}
             optimizer.zero_grad(set_to_none=True)
             losses["total"].backward()
+            if by_hand:
+                average_gradients(trained)
             optimizer.step()
             scheduler.step()
             pos += 1
             global_step += 1
             n_steps += 1
-            seeds += tb.num_seeds
+            seeds += num_seeds
             edges += step_edges
             sums += torch.stack([losses["total"].detach(), losses["con"].detach(), losses["link"].detach()]).double()
             if STEP_SYNC:
@@ -427,8 +445,10 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
         elapsed = now - t_epoch
         tot = _allreduce_floats([*sums.tolist(), n_steps, seeds, edges,
                                  dataset.wait_time, dataset.read_time])
-        elapsed_max, since_ckpt = _allreduce_floats([elapsed, now - last_checkpoint],
-                                                    op=dist.ReduceOp.MAX if world > 1 else None)
+        # the workers' models must be one model: the spread of a weight checksum over them (0 when in step)
+        check = float(sum(p.detach().double().sum() for p in trained))
+        elapsed_max, since_ckpt, hi, neg_lo = _allreduce_floats([elapsed, now - last_checkpoint, check, -check],
+                                                                op=dist.ReduceOp.MAX if world > 1 else None)
         steps_all = max(1.0, tot[3])
         record = {
             "epoch": epoch, "step": global_step, "loss": tot[0] / steps_all, "con": tot[1] / steps_all,
@@ -436,9 +456,13 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             "seeds_per_s": tot[4] / max(elapsed_max, 1e-9), "edges_per_s": tot[5] / max(elapsed_max, 1e-9),
             "wait_frac": tot[6] / world / max(elapsed_max, 1e-9), "read_s": tot[7] / world,
             "time_s": elapsed_max, "restarts": restarts, "workers": world, "nodes": nodes,
+            "weight_spread": hi + neg_lo,
         }
         history.append(record)
         events.write("epoch", **record, steps_per_epoch=steps_per_epoch, epochs=cfg.epochs)
+        if record["weight_spread"] > 1e-6 * max(1.0, abs(check)) and rank == 0:
+            log.warning("epoch %d: the workers' models differ (weight checksum spread %.3g): their gradients are not "
+                        "averaged", epoch, record["weight_spread"])
         if rank == 0:
             log.info("epoch %d: step %d loss %.4f (con %.4f link %.4f) %.0f seeds/s, %.1f%% waiting for data",
                      epoch, global_step, record["loss"], record["con"], record["link"], record["seeds_per_s"],
