@@ -69,10 +69,12 @@ def modes(cfg: DensePretrainConfig) -> dict[str, list[str]]:
     return out
 
 
-def _pretrain(cfg: DensePretrainConfig, store: Path, out: Path, extra: list[str], seed: int,
-              steps: int | None) -> dict[str, Any]:
+def _pretrain(cfg: Any, store: Path, out: Path, extra: list[str], seed: int,
+              steps: int | None, workers: int = 1) -> dict[str, Any]:
+    """One ``gcad_dist.pretrain`` subprocess of ``workers`` workers of ``cfg.threads`` threads (``steps``: one epoch
+    of that many steps): its stage record, training seconds, steady seconds a step and the epoch's planned steps."""
     py = sys.executable
-    cmd = [py, "-m", "gcad_dist.pretrain", "--store", str(store), "--out", str(out), "--workers", "1",
+    cmd = [py, "-m", "gcad_dist.pretrain", "--store", str(store), "--out", str(out), "--workers", str(workers),
            "--cpus-per-worker", str(cfg.threads), "--gpus-per-worker", "0", "--seed", str(seed), "--no-progress",
            "--overwrite", *extra]
     if steps:

@@ -31,8 +31,10 @@ def _worker(rank: int, world: int, port: int, out: dict) -> None:
         b.grad = torch.arange(4.0) * (rank + 1)
         if rank == 1:
             c.grad = torch.tensor([2.0, 4.0])  # rank 0 never used c
-        average_gradients([a, b, c])
+        d = torch.nn.Parameter(torch.ones(2))  # used by no worker
+        average_gradients([a, b, c, d])
         out[f"simple{rank}"] = [a.grad.clone(), b.grad.clone(), c.grad.clone()]
+        out[f"unused{rank}"] = None if d.grad is None else d.grad.clone()
 
         # the local recipe's model: each rank its own swaps, as in pre-training; by hand the steps stay one model
         from gcad_dist.data.online_corruption import draw_member_swaps
@@ -68,6 +70,7 @@ def test_two_workers_average_their_gradients_and_stay_one_model() -> None:
         torch.testing.assert_close(a, torch.full((3, 2), 1.5))
         torch.testing.assert_close(b, torch.arange(4.0) * 1.5)
         torch.testing.assert_close(c, torch.tensor([1.0, 2.0]))  # rank 1's gradient over two workers
+        assert got[f"unused{r}"] is not None and not got[f"unused{r}"].any()  # no worker used it: zeros
     assert torch.equal(got["model0"], got["model1"])  # the same weights on both workers, bitwise
 
 
