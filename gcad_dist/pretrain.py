@@ -121,7 +121,9 @@ def apply_recipe(cfg: "PretrainConfig", store_corrupted: bool) -> "PretrainConfi
 #: ``--batch-size auto`` and ``--lr auto`` (BENCHMARKS.md, sessions 27 and 51). For the local contrast (the label-free
 #: recipe) on a store whose every subgraph is trained in neighbour-sampled minibatches (all above ``--sample-threshold``),
 #: GPU workers take ``GPU_BATCH_SIZE`` seeds a step, and the learning rate follows the step's seeds over *all* workers
-#: (DDP averages their gradients: W workers of B seeds train as one of W x B, in W times fewer steps): linearly from
+#: (their gradients are averaged: W workers of B seeds train as one of W x B, in W times fewer steps; for the local
+#: contrast only since session 59, gcad_dist.distributed.grad_sync, so the figures below were measured with workers that
+#: each trained a model of their own and rank 0's was kept): linearly from
 #: ``BASE_LR`` at ``CPU_BATCH_SIZE`` seeds up to ``LR_SCALE_SEEDS`` seeds (4e-3), flat beyond. On the generated 1M-node
 #: graph, against one worker of 1024 at 1e-3: 4096 seeds a step (four workers) scored higher at 4e-3 than at 2e-3 (two
 #: seeds); 16384 at 4e-3 were level (validation, two seeds) where 1e-3 lost 0.03 AUROC (session 27) and 2.83e-3 lost
@@ -286,9 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
       "the shared data has as many (tolokers, the densest, 1.04M)")
     a("--no-shard-targets", dest="shard_targets", action="store_false",
       help="a whole-graph store (partitioning.build --k 1) with --workers above 1: every worker trains every node "
-      "at every step, as before session 59, so the extra workers add nothing. By default each worker takes a fixed "
-      "share of the nodes, their contexts and loss terms, and the workers' gradients together make the one "
-      "whole-graph step (the local recipe; gcad_dist/data/target_shard.py)")
+      "at every step (each with its own swaps; the step averages their gradients), as before session 59: W times "
+      "the work of one worker a step. By default each worker takes a fixed share of the nodes, their contexts and "
+      "loss terms, and the workers' gradients together make the one whole-graph step at about 1/W of the work a "
+      "worker (the local recipe; gcad_dist/data/target_shard.py)")
     a("--lr", type=auto_or(float, "a number"), default="auto",
       help=f"peak Adam learning rate (10%% warm-up, then linear decay to lr/10); auto = {BASE_LR:g} x S / "
       f"{CPU_BATCH_SIZE}, S = the step's seeds over all workers (batch size x workers) up to {LR_SCALE_SEEDS}, with the "

@@ -5,7 +5,8 @@ used to train every node at every step, so that extra workers added nothing. The
 per-node terms, each of which reads the node's own row and the mean of its in-neighbours' rows. So each worker
 takes a fixed share of about ``N / W`` target nodes (:func:`gcad_dist.data.sharding.seed_share`): it projects every
 node (a neighbour may be anywhere), averages the contexts of its own targets only (their in-links: about ``E / W``
-of the links) and puts only their terms in its loss. DDP averages the workers' gradients; weighted by
+of the links) and puts only their terms in its loss. The workers' gradients are averaged
+(:func:`gcad_dist.distributed.grad_sync.average_gradients`); weighted by
 ``W * n_rank / n`` (:attr:`TargetShard.weight`), their mean is the gradient of the whole step's mean exactly, so a
 step of ``W`` workers is the one step of one worker, at about ``1 / W`` of its cost in links.
 

@@ -412,7 +412,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                           context_mask=tb.context_mask, sync=sync, num_sampled_nodes=tb.num_sampled_nodes,
                           num_sampled_edges=hop_edges, **swaps)
                 losses = model.loss(out, y, mask=loss_mask, sync=sync)
-                if shard is not None:  # DDP's mean of the shares' gradients is then the whole step's
+                if shard is not None:  # the mean of the shares' gradients is then the whole step's
                     losses = {k: v * shard.weight(tb.loss_mask, loss_mask) for k, v in losses.items()}
             optimizer.zero_grad(set_to_none=True)
             losses["total"].backward()

@@ -62,7 +62,7 @@ def logistic_loss_from_cosines(cos: Tensor, y: Tensor, tau: float) -> Tensor:
     """Per-node logistic loss on the cosine with the context (beyond METHOD.md): the mean over the given nodes
     of ``BCE(cos_i / tau, 1 - y_i)``; a normal node is pulled towards its context and an abnormal one pushed
     away, each on its own, with no ranking against the graph's other nodes. 0 for no node. (Under data
-    parallelism DDP averages the workers' means, as for every other term.)"""
+    parallelism the workers' means are averaged, as for every other term: gcad_dist.distributed.grad_sync.)"""
     if cos.numel() == 0:
         return cos.new_zeros((), dtype=torch.float32)
     return F.binary_cross_entropy_with_logits(cos.float() / tau, 1.0 - y.float())
