@@ -112,9 +112,9 @@ def steady_step_seconds(events: Path) -> float | None:
     return (pr[-1]["time"] - pr[0]["time"]) / (pr[-1]["step"] - pr[0]["step"])
 
 
-def run(cfg: DensePretrainConfig) -> dict[str, Any]:
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+def graph_and_store(cfg: Any, out: Path) -> tuple[Path, Path]:
+    """(graph, whole-graph store): ``cfg.graph``, or a graph of ``cfg.nodes`` nodes of mean degree ``cfg.avg_degree``
+    generated into ``out``; its ``partitioning.build --k 1`` store in ``out/whole.zarr``."""
     py = sys.executable
     if cfg.graph:
         graph = Path(cfg.graph)
@@ -133,22 +133,33 @@ def run(cfg: DensePretrainConfig) -> dict[str, Any]:
                cfg.stage_timeout, out / "build.log", cfg.threads)
     if r["rc"] != 0:
         raise UsageError(f"building the store failed; see {out / 'build.log'}")
+    return graph, store
+
+
+def full_runs(cfg: Any, graph: Path, store: Path, out: Path, i: int, extra: list[str],
+              workers: int = 1) -> list[dict[str, Any]]:
+    """Mode ``i``'s default 3-epoch run per ``cfg.seeds`` seed, each scored by ``gcad_dist.score`` (AUROC / AUPRC
+    against the graph's labels, which no run reads)."""
+    rows = []
+    for seed in cfg.seeds:
+        pre = out / f"full{i}_s{seed}"
+        f = _pretrain(cfg, store, pre, extra, seed, None, workers)
+        s_out = out / f"scores{i}_s{seed}.parquet"
+        sc = _stage(f"score {pre.name}", [sys.executable, "-m", "gcad_dist.score", "--checkpoint", str(pre / "final"),
+                                           "--graph", str(graph), "--out", str(s_out), "--threads", str(cfg.threads)],
+                    cfg.stage_timeout, out / f"score{i}_s{seed}.log", cfg.threads)
+        rows.append({"seed": seed, "pretrain": f, "score": sc, **_metrics_of(Path(str(s_out) + ".metrics.json"))})
+    return rows
+
+
+def run(cfg: DensePretrainConfig) -> dict[str, Any]:
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    graph, store = graph_and_store(cfg, out)
     rows = []
     for i, (mode, extra) in enumerate(modes(cfg).items()):
-        row: dict[str, Any] = {"mode": mode, "timed": _pretrain(cfg, store, out / f"timed{i}", extra, 0, cfg.steps),
-                               "full": []}
-        if cfg.full:
-            for seed in cfg.seeds:
-                pre = out / f"full{i}_s{seed}"
-                f = _pretrain(cfg, store, pre, extra, seed, None)
-                s_out = out / f"scores{i}_s{seed}.parquet"
-                sc = _stage(f"score {pre.name}", [py, "-m", "gcad_dist.score", "--checkpoint", str(pre / "final"),
-                                                   "--graph", str(graph), "--out", str(s_out), "--threads",
-                                                   str(cfg.threads)],
-                            cfg.stage_timeout, out / f"score{i}_s{seed}.log", cfg.threads)
-                row["full"].append({"seed": seed, "pretrain": f, "score": sc,
-                                    **_metrics_of(Path(str(s_out) + ".metrics.json"))})
-        rows.append(row)
+        rows.append({"mode": mode, "timed": _pretrain(cfg, store, out / f"timed{i}", extra, 0, cfg.steps),
+                     "full": full_runs(cfg, graph, store, out, i, extra) if cfg.full else []})
     result = {"settings": asdict(cfg), "graph": str(graph), "rows": rows}
     (out / "dense_pretrain.json").write_text(json.dumps(result, indent=1))
     return result

@@ -30,8 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from bench.dense_pretrain import _pretrain  # noqa: E402
-from bench.labelfree_scale import _metrics_of, _stage  # noqa: E402
+from bench.dense_pretrain import _pretrain, full_runs, graph_and_store  # noqa: E402
 from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.whole_graph_workers")
@@ -65,40 +64,12 @@ def run(cfg: WholeGraphWorkersConfig) -> dict[str, Any]:
         raise UsageError(f"--workers: at least 2 to compare with one, got {cfg.workers}")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    py = sys.executable
-    if cfg.graph:
-        graph = Path(cfg.graph)
-        if not graph.exists():
-            raise UsageError(f"--graph: {graph} does not exist")
-    else:
-        graph = out / "graph.npz"
-        r = _stage("generate", [py, "-m", "partitioning.synthetic", "--nodes", str(cfg.nodes), "--avg-degree",
-                                str(cfg.avg_degree), "--seed", "0", "--out", str(graph)], cfg.stage_timeout,
-                   out / "generate.log", cfg.threads)
-        if r["rc"] != 0:
-            raise UsageError(f"generating the graph failed; see {out / 'generate.log'}")
-    store = out / "whole.zarr"
-    r = _stage("build --k 1", [py, "-m", "partitioning.build", "--graph", str(graph), "--out", str(store), "--k", "1",
-                               "--threads", str(cfg.threads), "--no-plot", "--no-progress", "--overwrite"],
-               cfg.stage_timeout, out / "build.log", cfg.threads)
-    if r["rc"] != 0:
-        raise UsageError(f"building the store failed; see {out / 'build.log'}")
+    graph, store = graph_and_store(cfg, out)
     rows = []
     for i, (mode, workers, extra) in enumerate(modes(cfg)):
-        row: dict[str, Any] = {"mode": mode, "workers": workers,
-                               "timed": _pretrain(cfg, store, out / f"timed{i}", extra, 0, cfg.steps, workers),
-                               "full": []}
-        for seed in cfg.seeds if cfg.full else []:
-            pre = out / f"full{i}_s{seed}"
-            f = _pretrain(cfg, store, pre, extra, seed, None, workers)
-            s_out = out / f"scores{i}_s{seed}.parquet"
-            sc = _stage(f"score {pre.name}", [py, "-m", "gcad_dist.score", "--checkpoint", str(pre / "final"),
-                                               "--graph", str(graph), "--out", str(s_out), "--threads",
-                                               str(cfg.threads)], cfg.stage_timeout, out / f"score{i}_s{seed}.log",
-                        cfg.threads)
-            row["full"].append({"seed": seed, "pretrain": f, "score": sc,
-                                **_metrics_of(Path(str(s_out) + ".metrics.json"))})
-        rows.append(row)
+        rows.append({"mode": mode, "workers": workers,
+                     "timed": _pretrain(cfg, store, out / f"timed{i}", extra, 0, cfg.steps, workers),
+                     "full": full_runs(cfg, graph, store, out, i, extra, workers) if cfg.full else []})
     result = {"settings": asdict(cfg), "graph": str(graph), "rows": rows}
     (out / "whole_graph_workers.json").write_text(json.dumps(result, indent=1))
     return result
