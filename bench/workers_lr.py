@@ -4,9 +4,11 @@ Example (BENCHMARKS.md, session 51):
     python -m bench.workers_lr --graph /tmp/big1m.npz --store /tmp/big1m.zarr --out /tmp/wlr \\
         --runs 1:1024:auto 2:1024:per-worker 2:1024:auto 2:8192:per-worker 2:8192:auto
 
-DDP averages the workers' gradients, so W workers of B seeds a step train as one worker of W x B seeds: fewer,
-larger steps. ``gcad_dist.pretrain --lr auto`` gives 1e-3 x S / 1024, S = W x B up to 4096 seeds (4e-3; session
-51); before, it gave 1e-3 x sqrt(B / 1024), one worker's B alone. Each run is ``WORKERS:BATCH:LR``, LR a number, ``auto`` (the rate
+The workers' gradients are averaged (for the label-free recipe only since session 59, which found that DDP had
+averaged none of them), so W workers of B seeds a step train as one worker of W x B seeds: fewer, larger steps.
+``gcad_dist.pretrain --lr auto`` gives 1e-3 x sqrt(S / 1024), S = W x B up to 16384 seeds (4e-3; session 59); session
+51's rule, 1e-3 x S / 1024 up to 4096, was fitted to workers whose gradients were not averaged; before it, 1e-3 x
+sqrt(B / 1024), one worker's B alone. Each run is ``WORKERS:BATCH:LR``, LR a number, ``auto`` (the rate
 ``gcad_dist.pretrain`` picks now) or ``per-worker`` (the rule before session 51, sqrt(B / 1024)). Every run
 pre-trains the local recipe on ``--store`` (a whole-graph store, ``partitioning.build --k 1``, of a graph above
 ``--sample-threshold`` nodes, whose steps are sampled minibatches) with ``gcad_dist.pretrain``, then scores
@@ -92,8 +94,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--store", required=True, help="its whole-graph store (partitioning.build --k 1)")
     p.add_argument("--out", default=d.out, help="folder for each run's checkpoint, scores and the table")
     p.add_argument("--runs", nargs="+", default=d.runs,
-                   help="WORKERS:BATCH:LR each; LR a number, auto (gcad_dist.pretrain's rule: min(workers x batch, "
-                   f"{LR_SCALE_SEEDS}) / {CPU_BATCH_SIZE} x {BASE_LR:g}) or per-worker (the rule before "
+                   help="WORKERS:BATCH:LR each; LR a number, auto (gcad_dist.pretrain's rule since session 59: "
+                   f"sqrt(min(workers x batch, {LR_SCALE_SEEDS}) / {CPU_BATCH_SIZE}) x {BASE_LR:g}) or per-worker "
+                   "(the rule before "
                    f"session 51: sqrt(batch / "
                    f"{CPU_BATCH_SIZE}) x {BASE_LR:g}); the first run is the baseline")
     p.add_argument("--epochs", type=int, default=d.epochs, help="pre-training epochs of every run")

@@ -489,16 +489,17 @@ def test_auto_batch_size_and_learning_rate() -> None:
     mixed = apply_auto_batch(PretrainConfig(store="s", gpus_per_worker=1.0), small)  # whole-graph steps: unchanged
     assert (mixed.batch_size, mixed.lr) == (CPU_BATCH_SIZE, BASE_LR)
     given = apply_auto_batch(PretrainConfig(store="s", batch_size=4096), big)
-    assert given.batch_size == 4096 and given.lr == pytest.approx(4 * BASE_LR)
+    assert given.batch_size == 4096 and given.lr == pytest.approx(2 * BASE_LR)  # sqrt(4096 / 1024)
     assert apply_auto_batch(PretrainConfig(store="s", batch_size=4096, lr=5e-4), big).lr == 5e-4
     assert apply_auto_batch(PretrainConfig(store="s", batch_size=4096), small).lr == BASE_LR
     paper = apply_auto_batch(PretrainConfig(store="s", gpus_per_worker=1.0, contrast="graph"), big)
     assert (paper.batch_size, paper.lr) == (CPU_BATCH_SIZE, BASE_LR)
-    # DDP averages the workers' gradients: W workers of B seeds are one step of W x B, and the rate follows that
+    # the workers' gradients are averaged: W workers of B seeds are one step of W x B, and the rate follows that
     two = apply_auto_batch(PretrainConfig(store="s", workers=2), big)
-    assert two.batch_size == CPU_BATCH_SIZE and two.lr == pytest.approx(2 * BASE_LR)
+    assert two.batch_size == CPU_BATCH_SIZE and two.lr == pytest.approx(2 ** 0.5 * BASE_LR)
+    assert apply_auto_batch(PretrainConfig(store="s", workers=4), big).lr == pytest.approx(2 * BASE_LR)
     many = apply_auto_batch(PretrainConfig(store="s", workers=64), big)  # flat beyond LR_SCALE_SEEDS a step
-    assert many.lr == pytest.approx(4 * BASE_LR) and LR_SCALE_SEEDS == 4 * CPU_BATCH_SIZE
+    assert many.lr == pytest.approx(4 * BASE_LR) and LR_SCALE_SEEDS == 16 * CPU_BATCH_SIZE
     gpus = apply_auto_batch(PretrainConfig(store="s", workers=4, gpus_per_worker=1.0), big)
     assert gpus.batch_size == GPU_BATCH_SIZE and gpus.lr == pytest.approx(4 * BASE_LR)
     assert apply_auto_batch(PretrainConfig(store="s", workers=4), small).lr == BASE_LR  # whole-graph steps
