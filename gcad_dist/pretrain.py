@@ -155,10 +155,12 @@ def step_seeds(cfg: "PretrainConfig") -> int:
 
 def shards_targets(cfg: "PretrainConfig", node_counts: Any, world: int) -> bool:
     """Whether ``world`` workers split a whole-graph store's target nodes at every step
-    (:mod:`gcad_dist.data.target_shard`): ``--shard-targets``, more than one worker, one subgraph trained whole,
-    and the local recipe's per-node loss (logistic, the neighbours as context). After :func:`apply_recipe`."""
-    return bool(cfg.shard_targets and world > 1 and len(node_counts) == 1 and int(node_counts[0]) <= cfg.sample_threshold
-                and cfg.contrast == "local" and cfg.loss == "logistic" and cfg.context_hops == 1)
+    (:mod:`gcad_dist.data.target_shard`): ``shard_targets`` (off: ``--no-shard-targets``), more than one worker, one
+    subgraph trained whole, and the local recipe's per-node loss (logistic, the neighbours as context). After
+    :func:`apply_recipe`."""
+    whole = len(node_counts) == 1 and int(node_counts[0]) <= cfg.sample_threshold
+    return bool(cfg.shard_targets and world > 1 and whole and cfg.contrast == "local" and cfg.loss == "logistic"
+                and cfg.context_hops == 1)
 
 
 @dataclass
@@ -181,7 +183,7 @@ class PretrainConfig:
     max_degree: int = MAX_DEGREE
     dense_links: int = DENSE_LINKS
     # a whole-graph store trained by several workers: each takes a disjoint share of the target nodes at every step
-    # (gcad_dist.data.target_shard); False = every worker trains every node (the extra workers add nothing)
+    # (gcad_dist.data.target_shard); False = every worker trains every node (W times the work for the one step)
     shard_targets: bool = True
     lr: float | None = None  # None = auto (apply_auto_batch): 1e-3, scaled with all workers' batch on all-sampled stores
     hidden: int = 64
@@ -295,8 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
       "worker (the local recipe; gcad_dist/data/target_shard.py)")
     a("--lr", type=auto_or(float, "a number"), default="auto",
       help=f"peak Adam learning rate (10%% warm-up, then linear decay to lr/10); auto = {BASE_LR:g} x sqrt(S / "
-      f"{CPU_BATCH_SIZE}), S = the step's seeds over all workers (batch size x workers) up to {LR_SCALE_SEEDS}, with the "
-      f"local contrast when every subgraph of the store is above --sample-threshold (measured on a 1M-node graph "
+      f"{CPU_BATCH_SIZE}), S = the step's seeds over all workers (batch size x workers) up to {LR_SCALE_SEEDS}, with "
+      f"the local contrast when every subgraph of the store is above --sample-threshold (measured on a 1M-node graph "
       f"against {CPU_BATCH_SIZE} seeds at {BASE_LR:g}, two seeds: 2048 seeds a step at 1.41e-3 and 4096 at 2e-3 are "
       f"level or above, twice those rates 0.001-0.004 AUROC below; 16384 and 65536 at 4e-3 are level; 16384 at 1e-3 "
       f"lose 0.03, 65536 at 8e-3 0.006), else {BASE_LR:g}")

@@ -44,7 +44,7 @@ class TargetShard:
 
     def weight(self, mask: Tensor | None, own: Tensor) -> float:
         """``W * n_rank / n``: the factor on this worker's mean loss (over ``own``, its part of ``mask``) that makes
-        DDP's mean of the workers' gradients the gradient of the mean over all of ``mask`` (1 where shares are equal)."""
+        mean of the workers' gradients the gradient of the mean over all of ``mask`` (1 where shares are equal)."""
         total = self.num_nodes if mask is None else int(mask.sum())
         return self.world * int(own.sum()) / max(1, total)
 

@@ -100,8 +100,9 @@ def _graph(data: Any) -> Any:
 
 def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | None, build_options: dict[str, Any],
               pretrain_options: dict[str, Any], score: Callable[[Any, Any, Path, str], np.ndarray]) -> np.ndarray:
-    """Build a store of ``data``, pre-train on it (in-process Ray workers: one unless ``pretrain_options`` say), then ``score(loaded checkpoint,
-    prepared data, store path, device)``; the store and checkpoint live in a temporary folder."""
+    """Build a store of ``data``, pre-train on it (in-process Ray workers: one unless ``pretrain_options`` say), then
+    ``score(loaded checkpoint, prepared data, store path, device)``; the store and checkpoint live in a temporary
+    folder."""
     from gcad_dist.pretrain import PretrainConfig, run
     from gcad_dist.score import load_checkpoint_model, prepare_data
     from partitioning.build import BuildConfig, build
