@@ -232,6 +232,38 @@ def test_network_cut_mid_epoch_run_finishes_on_the_survivor(cluster, tmp_path: P
     assert "host a" in status
 
 
+@pytest.mark.multihost
+@pytest.mark.slow
+@pytest.mark.skipif(_PROBLEM is not None, reason=f"multihost: {_PROBLEM}")
+def test_two_hosts_split_a_whole_graph_and_stay_one_model(cluster, tmp_path: Path) -> None:
+    """The label-free recipe on a whole-graph store, one worker per host: each host trains its share of the nodes, the
+    gradients are averaged across the hosts (session 59: DDP had averaged none of them), and the two hosts' weights
+    never part (``weight_spread``, a weight checksum's spread over the workers, 0 on every epoch)."""
+    from partitioning.build import main as build_main
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, synthesize
+
+    g = synthesize(SyntheticConfig(nodes=600, avg_degree=8, features=8, anomaly_fraction=0.05, seed=0)).graph
+    save_npz(g, tmp_path / "g.npz")
+    store = tmp_path / "w.zarr"
+    assert build_main(["--graph", str(tmp_path / "g.npz"), "--out", str(store), "--k", "1", "--no-progress",
+                       "--no-plot"]) == 0
+    out = tmp_path / "pre"
+    job = _submit(cluster, store, out, step_delay=0)
+    try:
+        log, _ = job.communicate(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, log[-4000:]
+    assert "takes a share of about 300 of its 600 nodes" in log, log[-4000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["config"]["contrast"] == "local" and metrics["config"]["shard_targets"]
+    hist = metrics["history"]
+    assert len(hist) == 2 and all(sorted(h["nodes"]) == [HEAD_IP, WORKER_IP] for h in hist), hist
+    assert [h["weight_spread"] for h in hist] == [0.0, 0.0]
+
+
 # -- the pieces the end-to-end tests rely on, without a cluster ------------------------------------------
 
 
