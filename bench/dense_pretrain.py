@@ -187,18 +187,14 @@ def table(result: dict[str, Any]) -> str:
             ratio = f"{base / sps:.1f}x, " + (f"{base_epoch / eps:.1f}x faster" if eps and base_epoch else "")
         else:
             ratio = "failed" if t["rc"] else ""
-        full = "; ".join(f"{f['seed']}: {f['pretrain'].get('train_seconds', float('nan')):.0f} s, "
-                         + (f"{f['auroc']:.4f} / {f['auprc']:.4f}" if f.get("auroc") is not None else "failed")
-                         for f in r["full"])
+        full = full_cell(r["full"])
         lines.append(f"| {r['mode']} | {'' if sps is None else f'{sps:.3f}'} | {t.get('steps_per_epoch', '')} "
                      f"| {'' if eps is None else f'{eps:.0f}'} | {ratio} | {full} |")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    d = DensePretrainConfig()
-    p = ArgumentParser(prog="python -m bench.dense_pretrain", description=__doc__.split("\n\n")[0],
-                       formatter_class=DefaultsHelpFormatter)
+def add_run_options(p: ArgumentParser, d: Any) -> None:
+    """The options of a bench that times modes of ``gcad_dist.pretrain`` on one graph (defaults from settings ``d``)."""
     p.add_argument("--out", default=d.out, help="folder for the graph, store, runs and JSON")
     p.add_argument("--graph", default=None, help="an .npz graph to use instead of generating one")
     p.add_argument("--nodes", type=int, default=d.nodes, help="nodes of the generated graph")
@@ -206,8 +202,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=d.steps, help="steps timed in each mode")
     p.add_argument("--full", action="store_true", help="also each mode's default 3-epoch run, scored")
     p.add_argument("--seeds", type=int, nargs="+", default=d.seeds, help="pre-training seeds of the --full runs")
-    p.add_argument("--threads", type=int, default=d.threads, help="CPU threads of every stage")
+    p.add_argument("--threads", type=int, default=d.threads, help="CPU threads of each worker and stage")
     p.add_argument("--stage-timeout", type=int, default=d.stage_timeout, help="seconds before a stage is stopped")
+
+
+def full_cell(full: list[dict[str, Any]]) -> str:
+    """A table cell of a mode's scored 3-epoch runs (:func:`full_runs`): seed: pre-training s, AUROC / AUPRC."""
+    return "; ".join(f"{f['seed']}: {f['pretrain'].get('train_seconds', float('nan')):.0f} s, "
+                     + (f"{f['auroc']:.4f} / {f['auprc']:.4f}" if f.get("auroc") is not None else "failed")
+                     for f in full)
+
+
+def main(argv: list[str] | None = None) -> None:
+    d = DensePretrainConfig()
+    p = ArgumentParser(prog="python -m bench.dense_pretrain", description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
+    add_run_options(p, d)
     p.add_argument("--dense-links", type=int, default=None,
                    help="the capped modes' pretrain --dense-links (default: pre-training's)")
     p.add_argument("--max-degrees", type=int, nargs="+", default=[], metavar="CAP",

@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from bench.dense_pretrain import _pretrain, full_runs, graph_and_store  # noqa: E402
+from bench.dense_pretrain import _pretrain, add_run_options, full_cell, full_runs, graph_and_store  # noqa: E402
 from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.whole_graph_workers")
@@ -89,9 +89,7 @@ def table(result: dict[str, Any]) -> str:
         else:
             cells = [f"{s:.3f}", "baseline" if r is rows[0] else (f"{base / s:.2f}x faster" if base else ""),
                      f"{one / s:.2f}x" if one else ""]
-        full = "; ".join(f"{f['seed']}: {f['pretrain'].get('train_seconds', float('nan')):.0f} s, "
-                         + (f"{f['auroc']:.4f} / {f['auprc']:.4f}" if f.get("auroc") is not None else "failed")
-                         for f in r["full"])
+        full = full_cell(r["full"])
         lines.append(f"| {r['mode']} | {' | '.join(cells)} | {full} |")
     return "\n".join(lines)
 
@@ -100,16 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     d = WholeGraphWorkersConfig()
     p = ArgumentParser(prog="python -m bench.whole_graph_workers", description=__doc__.split("\n\n")[0],
                        formatter_class=DefaultsHelpFormatter)
-    p.add_argument("--out", default=d.out, help="folder for the graph, store, runs and JSON")
-    p.add_argument("--graph", default=None, help="an .npz graph to use instead of generating one")
-    p.add_argument("--nodes", type=int, default=d.nodes, help="nodes of the generated graph")
-    p.add_argument("--avg-degree", type=int, default=d.avg_degree, help="mean degree of the generated graph")
+    add_run_options(p, d)
     p.add_argument("--workers", type=int, default=d.workers, help="workers of the multi-worker modes (at least 2)")
-    p.add_argument("--steps", type=int, default=d.steps, help="steps timed in each mode")
-    p.add_argument("--full", action="store_true", help="also each mode's default 3-epoch run, scored")
-    p.add_argument("--seeds", type=int, nargs="+", default=d.seeds, help="pre-training seeds of the --full runs")
-    p.add_argument("--threads", type=int, default=d.threads, help="CPU threads of each worker and stage")
-    p.add_argument("--stage-timeout", type=int, default=d.stage_timeout, help="seconds before a stage is stopped")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     setup_logging(a.verbose)

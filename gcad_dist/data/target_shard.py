@@ -37,16 +37,22 @@ class TargetShard:
         self.mine[share.to(edge_index.device)] = True
         self.edge_index = edge_index[:, self.mine[edge_index[1]]]
         self.num_nodes, self.world, self.total_links = int(num_nodes), int(world), int(edge_index.size(1))
+        self.size = int(share.numel())  # the share's node count, kept: a whole graph's steps have no other mask
 
     def loss_mask(self, mask: Tensor | None) -> Tensor:
         """The step's loss mask restricted to this share (``mask`` None: every node)."""
         return self.mine if mask is None else mask & self.mine
 
+    def count(self, own: Tensor, mask: Tensor | None = None) -> int:
+        """Nodes in ``own`` (:meth:`loss_mask` of ``mask``): the share's size without a mask, read from no tensor (a
+        whole-graph step's count costs a GPU no wait)."""
+        return self.size if mask is None else int(own.sum())
+
     def weight(self, mask: Tensor | None, own: Tensor) -> float:
-        """``W * n_rank / n``: the factor on this worker's mean loss (over ``own``, its part of ``mask``) that makes
+        """``W * n_rank / n``: the factor on this worker's mean loss (over ``own``, its part of ``mask``) that makes the
         mean of the workers' gradients the gradient of the mean over all of ``mask`` (1 where shares are equal)."""
         total = self.num_nodes if mask is None else int(mask.sum())
-        return self.world * int(own.sum()) / max(1, total)
+        return self.world * self.count(own, mask) / max(1, total)
 
 
 def shard_for(cache: dict[Any, TargetShard], edge_index: Tensor, num_nodes: int, rank: int, world: int,

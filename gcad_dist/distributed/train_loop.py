@@ -387,7 +387,7 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             if split_targets and not hop_edges:  # this worker's targets: their in-links and loss terms only
                 shard = shard_for(shards, ei, tb.x.size(0), rank, world, cfg.seed, tb.key)
                 ei, loss_mask = shard.edge_index, shard.loss_mask(tb.loss_mask)
-                num_seeds, step_edges = int(loss_mask.sum()), int(ei.size(1))
+                num_seeds, step_edges = shard.count(loss_mask, tb.loss_mask), int(ei.size(1))
             if cap_dense and not hop_edges:  # a dense whole-graph step: contexts of at most ~max_degree neighbours
                 # (the whole graph's link count decides; a share's targets keep all their in-links to draw from)
                 dense = (shard.total_links if shard is not None else int(ei.size(1))) > cfg.dense_links
@@ -413,7 +413,8 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                           num_sampled_edges=hop_edges, **swaps)
                 losses = model.loss(out, y, mask=loss_mask, sync=sync)
                 if shard is not None:  # the mean of the shares' gradients is then the whole step's
-                    losses = {k: v * shard.weight(tb.loss_mask, loss_mask) for k, v in losses.items()}
+                    w = shard.weight(tb.loss_mask, loss_mask)
+                    losses = {k: v * w for k, v in losses.items()}
             optimizer.zero_grad(set_to_none=True)
             losses["total"].backward()
             if by_hand:
