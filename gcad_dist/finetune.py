@@ -303,7 +303,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     # ball switch and the feature view stay with the zero-shot score: a fine-tuned model is scored against its
     # neighbours alone, as before session 49 (the switch would recompute the two-hop ball at every evaluation).
     ft_config = dataclasses.replace(loaded.config, link_eval=cfg.link_eval, score_space=cfg.score_space,
-                                    ball_switch=False, feature_view=False)
+                                    ball_switch=False, feature_view=False,
+                                    signature_view=False)
     model = GCCAD(ft_config)
     model.load_state_dict(base_model(zs_model).state_dict())  # a snapshot ensemble starts from its best state
     graph_np = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()

@@ -94,10 +94,12 @@ PLACEMENT_STRATEGIES = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": {"contrast": "graph", "loss": "contrastive", "tau": 0.1, "swap_features": 0.0,
               "plant_cliques": 0.0, "push_tails": 0.0, "ensemble": 1, "degree_detrend": False,
-              "loose_context": False, "ball_switch": False, "feature_view": False},
+              "loose_context": False, "ball_switch": False, "feature_view": False,
+              "signature_view": False},
     "local": {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15, "plant_cliques": 0.0,
               "push_tails": 0.0, "ensemble": 5, "degree_detrend": True, "loose_context": False,
-              "ball_switch": True, "feature_view": True},
+              "ball_switch": True, "feature_view": True,
+              "signature_view": True},
 }
 
 
@@ -112,7 +114,7 @@ def apply_recipe(cfg: "PretrainConfig", store_corrupted: bool) -> "PretrainConfi
                 value = 1
             elif name == "ball_switch" and (cfg.contrast != "local" or cfg.context_hops != 1 or cfg.loose_context):
                 value = False  # the switch chooses between the neighbours and the ball: not with another context
-            elif name == "feature_view" and cfg.contrast != "local":
+            elif name in ("feature_view", "signature_view") and cfg.contrast != "local":
                 value = False  # the feature view joins the local contrast's score
             setattr(cfg, name, value)
     return cfg
@@ -192,7 +194,7 @@ class PretrainConfig:
     readout: str = "memory"
     dropout: float = 0.1
     # "auto" | "paper" | "local": the defaults of contrast, loss, tau, swap_features, ensemble, degree_detrend,
-    # loose_context, ball_switch and feature_view (RECIPES;
+    # loose_context, ball_switch, feature_view and signature_view (RECIPES;
     # auto = local for a store without stored corruption, paper otherwise); an option given explicitly wins
     recipe: str = "auto"
     tau: float | None = None
@@ -220,6 +222,9 @@ class PretrainConfig:
     # local contrast: at scoring, add an isolation forest on the raw features where it corroborates the contrast's top
     # nodes or where the links say nothing about the features (gcad_dist.feature_view); None = the recipe's
     feature_view: bool | None = None
+    # local contrast: at scoring, the score's top nodes generalised by a cross-fitted linear classifier of their
+    # features where it tells them apart (gcad_dist.signature_view); None = the recipe's
+    signature_view: bool | None = None
     memory_momentum: float = 0.5
     backend: str = "auto"
     sample_on: str = "auto"
@@ -359,6 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
       "are logged). It finds what a contrast with the neighbours hardly sees, nodes extreme in a few attributes "
       "(camouflaged fraud), and stays off where the forest's outliers are normal nodes. No label is read. Recorded "
       "in the checkpoint. Default: the recipe's, on for local (BENCHMARKS.md, sessions 50 and 52), off for paper")
+    a("--signature-view", action=argparse.BooleanOptionalAction, default=d.signature_view,
+      help="local contrast: when the model scores, the top 5%% of its score are taken as pseudo anomalies and a "
+      "logistic regression on each node's features, its neighbours' mean features and its degree learns them, "
+      "cross-fitted over 5 folds (no node is scored by a model that saw it). Where it tells them at AUROC >= 0.85, "
+      "they share a signature, and its rank is added to the score's rank, so that the other nodes with that "
+      "signature rise too; otherwise the score is kept. The fit and the choice are logged. No label is read. "
+      "Recorded in the checkpoint. Default: the recipe's, on for local (BENCHMARKS.md, session 60), off for paper")
     a("--context-hops", type=int, choices=(1, 2), default=d.context_hops,
       help="local contrast: each node is contrasted with the mean of its neighbours (1) or of its two-hop ball (2: "
       "its neighbours and up to 10 sampled neighbours of each, itself excluded; minibatches then sample two hops). "
@@ -551,6 +563,9 @@ def validate(cfg: PretrainConfig) -> dict:
                          f"local contrast with --context-hops 1 and without --loose-context (this run: --contrast "
                          f"{cfg.contrast} --context-hops {cfg.context_hops}"
                          f"{' --loose-context' if cfg.loose_context else ''}); leave it off")
+    if cfg.signature_view and cfg.contrast != "local":
+        raise UsageError(f"--signature-view: joins the local contrast's score (this run's contrast is {cfg.contrast}); "
+                         "leave it off")
     if cfg.feature_view and cfg.contrast != "local":
         raise UsageError(f"--feature-view: joins the local contrast's score (this run's contrast is {cfg.contrast}); "
                          "leave it off")

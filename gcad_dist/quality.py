@@ -102,6 +102,7 @@ class QualityConfig:
     pre_loose_context: bool | None = None  # None: the local recipe's pretrain --loose-context
     pre_ball_switch: bool | None = None  # None: the local recipe's pretrain --ball-switch
     pre_feature_view: bool | None = None  # None: the local recipe's pretrain --feature-view
+    pre_signature_view: bool | None = None  # None: the local recipe's pretrain --signature-view
     pre_dense_links: int | None = None  # None: pretrain's --dense-links
     pre_sample_threshold: int | None = None  # None: pretrain's --sample-threshold
     pre_max_degree: int | None = None  # None: pretrain's --max-degree
@@ -118,6 +119,7 @@ class QualityConfig:
                 "pre_context_hops": self.pre_context_hops, "pre_normalize": self.pre_normalize,
                 "pre_degree_detrend": self.pre_degree_detrend, "pre_loose_context": self.pre_loose_context,
                 "pre_ball_switch": self.pre_ball_switch, "pre_feature_view": self.pre_feature_view,
+                "pre_signature_view": self.pre_signature_view,
                 "pre_dense_links": self.pre_dense_links, "pre_sample_threshold": self.pre_sample_threshold,
                 "pre_fanout": self.pre_fanout, "pre_lr": self.pre_lr, "pre_max_degree": self.pre_max_degree,
                 "pre_workers": self.pre_workers,
@@ -536,6 +538,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gccad-pre: pretrain --feature-view, an isolation forest on the raw features added to the score "
                    "where it corroborates the contrast's top nodes or the links say nothing about the features "
                    "(default: the recipe's)")
+    p.add_argument("--pre-signature-view", action=argparse.BooleanOptionalAction, default=d.pre_signature_view,
+                   help="gccad-pre: pretrain --signature-view, the score's top nodes generalised by a cross-fitted "
+                   "linear classifier of the features where it tells them apart (default: the recipe's)")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=d.threads,
                    help="torch CPU threads (0 = torch default; use 1 when running several at once); "

@@ -82,6 +82,9 @@ class ScoreConfig:
     # (gcad_dist.feature_view): "auto" (where it corroborates, or where the links say nothing about the features),
     # "always" or "off"; None = as trained
     feature_view: str | None = None
+    # the label-free local model: the score's top nodes generalised by a cross-fitted linear classifier where it tells
+    # them apart (gcad_dist.signature_view): "auto", "always" or "off"; None = as trained
+    signature_view: str | None = None
     device: str = "auto"
     normalize: str = "auto"
     threads: int = 0
@@ -405,7 +408,8 @@ def score_graph(checkpoint_dir: str | Path, graph: Any, device: str = "auto", no
     data = prepare_data(graph, loaded, normalize)
     scores = score_data(loaded.model, data, device=device, batch_size=batch_size)
     raw = graph.x if isinstance(graph, Graph) else graph.x.detach().cpu().numpy()
-    return with_feature_view(loaded.model, scores, data, raw)[0]
+    scores = with_feature_view(loaded.model, scores, data, raw)[0]
+    return with_signature_view(loaded.model, scores, data, raw)[0]
 
 
 def with_feature_view(model: torch.nn.Module, scores: np.ndarray, data: Any, x_raw: np.ndarray,
@@ -421,6 +425,19 @@ def with_feature_view(model: torch.nn.Module, scores: np.ndarray, data: Any, x_r
     has = (torch.bincount(data.edge_index[1], minlength=data.num_nodes) > 0).numpy()
     return apply_feature_view(scores, np.asarray(x_raw), has, threads=torch.get_num_threads(), always=always,
                               edge_index=data.edge_index)
+
+
+def with_signature_view(model: torch.nn.Module, scores: np.ndarray, data: Any, x_raw: np.ndarray,
+                        always: bool = False) -> tuple[np.ndarray, dict[str, Any] | None]:
+    """``scores`` with the signature view (:func:`gcad_dist.signature_view.apply_signature_view`: the scores' top
+    nodes learnt by a cross-fitted linear classifier of the raw features ``x_raw`` and the links of ``data``, its rank
+    added where it tells them apart, or ``always``) when ``model`` records it (``signature_view``), and its record;
+    ``(scores, None)`` for any other model. Applied after :func:`with_feature_view`."""
+    if not getattr(getattr(model, "config", None), "signature_view", False):
+        return scores, None
+    from gcad_dist.signature_view import apply_signature_view
+
+    return apply_signature_view(scores, np.asarray(x_raw), data.edge_index, always=always)
 
 
 def write_scores(path: str | Path, scores: np.ndarray, y: np.ndarray | None = None,
@@ -527,6 +544,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "anomalies, compare always with auto on a labelled sample. Default: as trained (pretrain "
                         "--feature-view): auto for checkpoints of the local recipe since session 50, off for older "
                         "ones (BENCHMARKS.md, session 50)")
+    p.add_argument("--signature-view", default=d.signature_view, choices=FEATURE_VIEWS,
+                   help="label-free local checkpoints only: take the top 5%% of the score as pseudo anomalies and learn "
+                        "them with a logistic regression on each node's raw features, its neighbours' mean features "
+                        "and its degree, cross-fitted over 5 folds. auto: where it tells them at AUROC >= 0.85 (they "
+                        "share a signature), its rank is added to the score's rank; logged, and written to the metrics "
+                        "file as \"signature_view\"; always: on every graph; off: the score as it is. On the design "
+                        "graphs it joined on reddit, books and enron and nowhere else (BENCHMARKS.md, session 60). "
+                        "Default: as trained (pretrain --signature-view): auto for checkpoints of the local recipe "
+                        "since session 60, off for older ones")
     p.add_argument("--device", default=d.device, help="auto (CUDA when available), cpu, cuda, cuda:N")
     p.add_argument("--normalize", default=d.normalize, choices=NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
@@ -617,6 +643,19 @@ def set_feature_view(loaded: LoadedModel, how: str) -> None:
     cfg.feature_view = on
 
 
+def set_signature_view(loaded: LoadedModel, how: str) -> None:
+    """Score ``loaded``'s label-free local model with the signature view (:mod:`gcad_dist.signature_view`) as ``how``
+    says (one of :data:`FEATURE_VIEWS`); :class:`UsageError` for any other model. ``always`` is passed to
+    :func:`with_signature_view` by the caller."""
+    if how not in FEATURE_VIEWS:
+        raise UsageError(f"--signature-view: must be one of {', '.join(FEATURE_VIEWS)}, got {how!r}")
+    cfg = _local_config(loaded, "--signature-view")
+    on = how != "off"
+    if on != cfg.signature_view or how == "always":
+        log.info("--signature-view %s: the checkpoint recorded %s", how, "auto" if cfg.signature_view else "off")
+    cfg.signature_view = on
+
+
 def main(argv: list[str] | None = None) -> int:
     from partitioning.io import load_graph
 
@@ -646,6 +685,8 @@ def main(argv: list[str] | None = None) -> int:
         set_loose_context(loaded, cfg.loose_context)
     if cfg.feature_view is not None:
         set_feature_view(loaded, cfg.feature_view)
+    if cfg.signature_view is not None:
+        set_signature_view(loaded, cfg.signature_view)
     graph = load_graph(cfg.graph)
     raw_x = graph.x  # the raw features stay for the feature view; the graph's CSR goes once data has its links
     data = prepare_data(graph, loaded, cfg.normalize, source=cfg.graph)
@@ -697,6 +738,12 @@ def main(argv: list[str] | None = None) -> int:
         from gcad_dist.feature_view import feature_view_phrase
 
         log.info("feature view: %s", feature_view_phrase(view))
+    scores, signature = with_signature_view(loaded.model, scores, data, raw_x,
+                                            always=cfg.signature_view == "always")
+    if signature is not None:
+        from gcad_dist.signature_view import signature_view_phrase
+
+        log.info("signature view: %s", signature_view_phrase(signature))
     y = None if getattr(data, "y", None) is None else data.y.numpy()
     gid = None if getattr(data, "graph_id", None) is None else data.graph_id.numpy()
     write_scores(out, scores, y, gid)
@@ -714,6 +761,8 @@ def main(argv: list[str] | None = None) -> int:
         m["context"] = context
     if view is not None:
         m["feature_view"] = view
+    if signature is not None:
+        m["signature_view"] = signature
     if cfg.parts:
         m["parts"]["context"] = cfg.context
         log.info("per K-means part (a diagnostic, not a figure of the graph): %s",

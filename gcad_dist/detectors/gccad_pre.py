@@ -74,6 +74,9 @@ LOCAL_BALL_SWITCH = True
 #: forest on the raw features added where it corroborates the contrast's top nodes (the default since session 50) or
 #: where the links say nothing about the features (since session 52)
 LOCAL_FEATURE_VIEW = True
+#: ``pretrain --signature-view`` of the local recipe (the harness's ``--pre-signature-view``): at scoring, the score's
+#: top nodes generalised by a cross-fitted linear classifier where it tells them apart (the default since session 60)
+LOCAL_SIGNATURE_VIEW = True
 #: seed nodes per minibatch of the local recipe (``pretrain --batch-size``; the harness's ``--pre-batch-size``)
 LOCAL_BATCH_SIZE = 1024
 #: ``pretrain --sample-threshold``'s default (the harness's ``--pre-sample-threshold``; ``DENSE_LINKS`` and
@@ -128,6 +131,7 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
               pre_context_hops: int | None = None, pre_normalize: str | None = None,
               pre_degree_detrend: bool | None = None, pre_loose_context: bool | None = None,
               pre_ball_switch: bool | None = None, pre_feature_view: bool | None = None,
+              pre_signature_view: bool | None = None,
               pre_dense_links: int | None = None, pre_sample_threshold: int | None = None,
               pre_fanout: int | None = None, pre_lr: float | None = None, pre_max_degree: int | None = None,
               pre_workers: int | None = None, threads: int = 1,
@@ -142,13 +146,14 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     (``pretrain --degree-detrend``) None = the recipe's (on since session 46), ``pre_loose_context`` (``pretrain
     --loose-context``) None = the recipe's, ``pre_ball_switch`` (``pretrain --ball-switch``) None = the recipe's,
     ``pre_feature_view`` (``pretrain --feature-view``, applied to the default scorer's score) None = the recipe's,
+    ``pre_signature_view`` (``pretrain --signature-view``, applied after it) None = the recipe's,
     ``pre_dense_links`` (``pretrain --dense-links``), ``pre_max_degree`` (``--max-degree``), ``pre_sample_threshold``
     (``pretrain --sample-threshold``), ``pre_fanout`` (neighbours a minibatch seed's context samples, ``pretrain --fanouts``; -1 = all) and ``pre_lr``
     (``pretrain --lr``) None = pre-training's defaults; ``pre_workers`` (``pretrain --workers``, each of ``threads``
     threads) None = 1.
     ``scorer(loaded checkpoint, prepared
     data, store path, device)`` replaces the whole-graph score (``bench.two_scale_context`` scores twice)."""
-    from gcad_dist.score import score_data, with_feature_view
+    from gcad_dist.score import score_data, with_feature_view, with_signature_view
 
     cliques = LOCAL_CLIQUES if pre_cliques is None else pre_cliques
     tails = LOCAL_TAILS if pre_tails is None else pre_tails
@@ -173,6 +178,9 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     view = LOCAL_FEATURE_VIEW if pre_feature_view is None else bool(pre_feature_view)
     if view or LOCAL_FEATURE_VIEW:  # absent when off and the recipe's is off (earlier sessions' pre-training)
         pretrain["feature_view"] = view
+    signature = LOCAL_SIGNATURE_VIEW if pre_signature_view is None else bool(pre_signature_view)
+    if signature or LOCAL_SIGNATURE_VIEW:  # absent when off and the recipe's is off (earlier sessions' pre-training)
+        pretrain["signature_view"] = signature
     for name, value, default in (("dense_links", pre_dense_links, DENSE_LINKS),
                                  ("max_degree", pre_max_degree, MAX_DEGREE),
                                  ("sample_threshold", pre_sample_threshold, SAMPLE_THRESHOLD)):
@@ -190,7 +198,9 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     if scorer is None:
         def scorer(loaded: Any, prepared: Any, _store: Path, dev: str) -> np.ndarray:
             scores = score_data(loaded.model, prepared, device=dev)
-            return with_feature_view(loaded.model, scores, prepared, data.x.detach().cpu().numpy())[0]
+            raw = data.x.detach().cpu().numpy()
+            scores = with_feature_view(loaded.model, scores, prepared, raw)[0]
+            return with_signature_view(loaded.model, scores, prepared, raw)[0]
 
     return _pipeline(data, seed, threads, device, workdir, build, pretrain, scorer)
 

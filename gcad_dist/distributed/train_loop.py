@@ -103,6 +103,7 @@ def model_config(cfg, in_dim: int) -> GCCADConfig:
         loose_context=bool(getattr(cfg, "loose_context", False)),
         ball_switch=bool(getattr(cfg, "ball_switch", False)),
         feature_view=bool(getattr(cfg, "feature_view", False)),
+        signature_view=bool(getattr(cfg, "signature_view", False)),
     )
 
 

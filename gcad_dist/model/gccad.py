@@ -125,6 +125,9 @@ class GCCADConfig:
     # the contrast's top nodes or where the links say nothing about the features (gcad_dist.feature_view; applied by
     # gcad_dist.score, which holds the raw features)
     feature_view: bool = False
+    # local contrast: at scoring, the score's top nodes are generalised by a cross-fitted linear classifier of their
+    # features where it tells them apart (gcad_dist.signature_view; applied by gcad_dist.score)
+    signature_view: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -154,6 +157,8 @@ class GCCADConfig:
              "ball_switch needs the local contrast with context_hops 1, without loose_context (and not the ce loss)"),
             (not self.feature_view or (self.contrast == "local" and not self.passes_messages),
              "feature_view needs the local contrast (and not the ce loss)"),
+            (not self.signature_view or (self.contrast == "local" and not self.passes_messages),
+             "signature_view needs the local contrast (and not the ce loss)"),
             (self.tau > 0 and self.gumbel_temperature > 0, "tau and gumbel_temperature must be > 0"),
             (0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)"),
             (0.0 <= self.input_dropout < 1.0, "input_dropout must be in [0, 1)"),
