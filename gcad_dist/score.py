@@ -630,30 +630,20 @@ def set_loose_context(loaded: LoadedModel, on: bool) -> None:
     cfg.loose_context = on
 
 
-def set_feature_view(loaded: LoadedModel, how: str) -> None:
-    """Score ``loaded``'s label-free local model with the feature view (:mod:`gcad_dist.feature_view`) as ``how``
-    says (one of :data:`FEATURE_VIEWS`), whatever it was trained with; :class:`UsageError` for any other model.
-    ``always`` is passed to :func:`with_feature_view` by the caller."""
-    if how not in FEATURE_VIEWS:
-        raise UsageError(f"--feature-view: must be one of {', '.join(FEATURE_VIEWS)}, got {how!r}")
-    cfg = _local_config(loaded, "--feature-view")
-    on = how != "off"
-    if on != cfg.feature_view or how == "always":
-        log.info("--feature-view %s: the checkpoint recorded %s", how, "auto" if cfg.feature_view else "off")
-    cfg.feature_view = on
-
-
-def set_signature_view(loaded: LoadedModel, how: str) -> None:
-    """Score ``loaded``'s label-free local model with the signature view (:mod:`gcad_dist.signature_view`) as ``how``
-    says (one of :data:`FEATURE_VIEWS`); :class:`UsageError` for any other model. ``always`` is passed to
+def set_view(loaded: LoadedModel, view: str, how: str) -> None:
+    """Score ``loaded``'s label-free local model with ``view`` (``"feature_view"``: :mod:`gcad_dist.feature_view`;
+    ``"signature_view"``: :mod:`gcad_dist.signature_view`) as ``how`` says (one of :data:`FEATURE_VIEWS`), whatever it
+    was trained with; :class:`UsageError` for any other model. ``always`` is passed to :func:`with_feature_view` /
     :func:`with_signature_view` by the caller."""
+    option = "--" + view.replace("_", "-")
     if how not in FEATURE_VIEWS:
-        raise UsageError(f"--signature-view: must be one of {', '.join(FEATURE_VIEWS)}, got {how!r}")
-    cfg = _local_config(loaded, "--signature-view")
+        raise UsageError(f"{option}: must be one of {', '.join(FEATURE_VIEWS)}, got {how!r}")
+    cfg = _local_config(loaded, option)
     on = how != "off"
-    if on != cfg.signature_view or how == "always":
-        log.info("--signature-view %s: the checkpoint recorded %s", how, "auto" if cfg.signature_view else "off")
-    cfg.signature_view = on
+    recorded = getattr(cfg, view)
+    if on != recorded or how == "always":
+        log.info("%s %s: the checkpoint recorded %s", option, how, "auto" if recorded else "off")
+    setattr(cfg, view, on)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -684,9 +674,9 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.loose_context is not None:
         set_loose_context(loaded, cfg.loose_context)
     if cfg.feature_view is not None:
-        set_feature_view(loaded, cfg.feature_view)
+        set_view(loaded, "feature_view", cfg.feature_view)
     if cfg.signature_view is not None:
-        set_signature_view(loaded, cfg.signature_view)
+        set_view(loaded, "signature_view", cfg.signature_view)
     graph = load_graph(cfg.graph)
     raw_x = graph.x  # the raw features stay for the feature view; the graph's CSR goes once data has its links
     data = prepare_data(graph, loaded, cfg.normalize, source=cfg.graph)
