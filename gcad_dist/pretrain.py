@@ -90,7 +90,9 @@ PLACEMENT_STRATEGIES = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 #: nothing and cost two (BENCHMARKS.md, session 20). Feature tails (``--push-tails``) are off too: on the real graphs'
 #: training and validation labels they cost inj_cora, reddit and tolokers (BENCHMARKS.md, session 30). The local
 #: recipe's ball switch (``--ball-switch``) scores with the two-hop ball where it makes a group stand out that the
-#: neighbours hide (BENCHMARKS.md, session 49).
+#: neighbours hide (BENCHMARKS.md, session 49); its feature view (``--feature-view``) adds an isolation forest where it
+#: corroborates the contrast (session 50), and its signature view (``--signature-view``) the rank of a cross-fitted
+#: classifier of the score's top nodes where it tells them apart (session 60).
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": {"contrast": "graph", "loss": "contrastive", "tau": 0.1, "swap_features": 0.0,
               "plant_cliques": 0.0, "push_tails": 0.0, "ensemble": 1, "degree_detrend": False,
@@ -115,7 +117,7 @@ def apply_recipe(cfg: "PretrainConfig", store_corrupted: bool) -> "PretrainConfi
             elif name == "ball_switch" and (cfg.contrast != "local" or cfg.context_hops != 1 or cfg.loose_context):
                 value = False  # the switch chooses between the neighbours and the ball: not with another context
             elif name in ("feature_view", "signature_view") and cfg.contrast != "local":
-                value = False  # the feature view joins the local contrast's score
+                value = False  # the views join the local contrast's score
             setattr(cfg, name, value)
     return cfg
 
