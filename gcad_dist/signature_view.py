@@ -61,8 +61,10 @@ def node_inputs(x_raw: np.ndarray, edge_index: Any) -> tuple[np.ndarray, np.ndar
     float32; z over all nodes (a constant column stays 0)."""
     x = np.asarray(x_raw, dtype=np.float32)
     mean = x.mean(0, dtype=np.float64)
-    std = x.std(0, dtype=np.float64)
-    z = ((x - mean) / np.where(std > 0, std, 1.0)).astype(np.float32)
+    scale = np.where((std := x.std(0, dtype=np.float64)) > 0, std, 1.0)
+    z = np.empty(x.shape, dtype=np.float32)
+    for lo in range(0, x.shape[0], BLOCK_ROWS):  # blocks: no float64 copy of the whole matrix (5M x 64: 2.6 GB)
+        z[lo:lo + BLOCK_ROWS] = (x[lo:lo + BLOCK_ROWS] - mean) / scale
     a = _csr_in(edge_index, x.shape[0])
     deg = np.asarray(a.sum(axis=1), dtype=np.float32).ravel()
     nbr = np.asarray(a @ z, dtype=np.float32) / np.maximum(deg, 1.0)[:, None]
