@@ -257,7 +257,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.model.snapshots import base_model, member_states
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import (_resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data,
-                                 with_feature_view)
+                                 with_feature_view, with_signature_view)
     from gcad_dist.supervised import fit_supervised, predict
     from gcad_dist.data.label_inputs import LABEL_COLUMNS, with_label_inputs
     from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates, resolve_label_inputs,
@@ -311,9 +311,10 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     y_np = y.numpy()
     dev = _resolve_device(cfg.device)
     zs_scores = predict(zs_model.to(dev), copy.copy(data).to(dev)).cpu().numpy()
-    # the feature view (gcad_dist.score's, label-free) is reported beside the zero-shot score; the candidate and every
-    # written model are the model's own score, which a written checkpoint reproduces
+    # the feature and signature views (gcad_dist.score's, label-free) are reported beside the zero-shot score; the
+    # candidate and every written model are the model's own score, which a written checkpoint reproduces
     view_scores, zs_view = with_feature_view(zs_model, zs_scores, data, graph.x)
+    view_scores, zs_signature = with_signature_view(zs_model, view_scores, data, graph.x)
     zero_shot = {
         "val": evaluate(y_np, zs_scores, graph_np, split.val.numpy()),
         "test": evaluate(y_np, zs_scores, graph_np, split.test.numpy()),
@@ -331,10 +332,12 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         "zero_shot_settings": zs_settings,
         "zero_shot": zero_shot,
     }
-    if zs_view is not None:  # the checkpoint as gcad_dist.score scores it
+    if zs_view is not None or zs_signature is not None:  # the checkpoint as gcad_dist.score scores it
         metrics["zero_shot_feature_view"] = {
             "choice": zs_view, "val": evaluate(y_np, view_scores, graph_np, split.val.numpy()),
             "test": evaluate(y_np, view_scores, graph_np, split.test.numpy())}
+        if zs_signature is not None:
+            metrics["zero_shot_feature_view"]["signature_view"] = zs_signature
     label_inputs = cfg.epochs > 0 and resolve_label_inputs("gccad", cfg.label_inputs,
                                                          label_counts["train_labelled_anomalies"])
     metrics["label_inputs"] = label_inputs

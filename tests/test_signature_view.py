@@ -155,3 +155,37 @@ def test_score_applies_the_recorded_view_and_its_flag_overrides_it(tmp_path, mak
     code, err = run_score(["--checkpoint", str(other), "--graph", str(path), "--out", str(tmp_path / "c.parquet"),
                            "--signature-view", "auto"])
     assert code == 2 and "--signature-view: applies to label-free local checkpoints" in err
+
+
+def test_fine_tuning_with_no_epochs_reports_the_checkpoint_as_score_scores_it(tmp_path, capsys) -> None:
+    """``finetune --epochs 0`` writes the checkpoint unchanged; its reported figures are those of the scores that
+    ``gcad_dist.score`` gives it, the signature view included (``always``: applied whatever its fit)."""
+    from gcad_dist.checkpoint import save_model
+    from gcad_dist.cli import run_cli
+    from gcad_dist.finetune import main as finetune_main
+    from gcad_dist.model import GCCAD, GCCADConfig
+    from gcad_dist.score import load_checkpoint_model, prepare_data, score_data
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    g = generate(SyntheticConfig(nodes=1500, avg_degree=8, features=8, anomaly_fraction=0.06, seed=5))
+    path = tmp_path / "g.npz"
+    save_npz(g, path)
+    torch.manual_seed(3)
+    cfg = GCCADConfig(in_dim=8, hidden=16, **LOCAL, signature_view=True)
+    pre = tmp_path / "pre" / "final"
+    save_model(pre, GCCAD(cfg), cfg, extra={"stage": "pretrain", "normalize": "standard"})
+    out = tmp_path / "zs"
+    with pytest.raises(SystemExit) as e:
+        run_cli(finetune_main, ["--checkpoint", str(pre), "--graph", str(path), "--out", str(out), "--model",
+                                "checkpoint", "--epochs", "0", "--seed", "0", "--no-progress", "--no-plots",
+                                "--threads", "1"])
+    assert int(e.value.code or 0) == 0, capsys.readouterr().err
+    m = json.loads((out / "metrics.json").read_text())
+    record = m["zero_shot_feature_view"]
+    assert record["choice"] is None and record["signature_view"]["top_nodes"] == 75
+    assert m["test"] == record["test"]
+    loaded = load_checkpoint_model(out / "final")
+    data = prepare_data(g, loaded, "standard")
+    want = sv.apply_signature_view(score_data(loaded.model, data, device="cpu"), g.x, data.edge_index)
+    assert want[1]["fit"] == record["signature_view"]["fit"]
