@@ -257,7 +257,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.model.snapshots import base_model, member_states
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import (_resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data,
-                                 with_feature_view, with_signature_view)
+                                 with_views)
     from gcad_dist.supervised import fit_supervised, predict
     from gcad_dist.data.label_inputs import LABEL_COLUMNS, with_label_inputs
     from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates, resolve_label_inputs,
@@ -313,8 +313,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     zs_scores = predict(zs_model.to(dev), copy.copy(data).to(dev)).cpu().numpy()
     # the feature and signature views (gcad_dist.score's, label-free) are reported beside the zero-shot score; the
     # candidate and every written model are the model's own score, which a written checkpoint reproduces
-    view_scores, zs_view = with_feature_view(zs_model, zs_scores, data, graph.x)
-    view_scores, zs_signature = with_signature_view(zs_model, view_scores, data, graph.x)
+    view_scores, zs_view, zs_signature = with_views(zs_model, zs_scores, data, graph.x)
     zero_shot = {
         "val": evaluate(y_np, zs_scores, graph_np, split.val.numpy()),
         "test": evaluate(y_np, zs_scores, graph_np, split.test.numpy()),

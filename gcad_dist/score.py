@@ -408,8 +408,7 @@ def score_graph(checkpoint_dir: str | Path, graph: Any, device: str = "auto", no
     data = prepare_data(graph, loaded, normalize)
     scores = score_data(loaded.model, data, device=device, batch_size=batch_size)
     raw = graph.x if isinstance(graph, Graph) else graph.x.detach().cpu().numpy()
-    scores = with_feature_view(loaded.model, scores, data, raw)[0]
-    return with_signature_view(loaded.model, scores, data, raw)[0]
+    return with_views(loaded.model, scores, data, raw)[0]
 
 
 def with_feature_view(model: torch.nn.Module, scores: np.ndarray, data: Any, x_raw: np.ndarray,
@@ -438,6 +437,16 @@ def with_signature_view(model: torch.nn.Module, scores: np.ndarray, data: Any, x
     from gcad_dist.signature_view import apply_signature_view
 
     return apply_signature_view(scores, np.asarray(x_raw), data.edge_index, always=always)
+
+
+def with_views(model: torch.nn.Module, scores: np.ndarray, data: Any, x_raw: np.ndarray, feature_always: bool = False,
+               signature_always: bool = False) -> tuple[np.ndarray, dict[str, Any] | None, dict[str, Any] | None]:
+    """``scores`` with the label-free views ``model`` records, as :func:`score_graph` and ``score`` apply them: the
+    feature view (:func:`with_feature_view`), then the signature view (:func:`with_signature_view`); and their
+    records (None where a view is not recorded)."""
+    scores, view = with_feature_view(model, scores, data, x_raw, always=feature_always)
+    scores, signature = with_signature_view(model, scores, data, x_raw, always=signature_always)
+    return scores, view, signature
 
 
 def write_scores(path: str | Path, scores: np.ndarray, y: np.ndarray | None = None,
@@ -723,13 +732,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         raise UsageError(out_of_memory_advice(e, data, cfg.device, loaded)) from None
     context = _report_ball_switch(loaded.model)
-    scores, view = with_feature_view(loaded.model, scores, data, raw_x, always=cfg.feature_view == "always")
+    scores, view, signature = with_views(loaded.model, scores, data, raw_x, feature_always=cfg.feature_view == "always",
+                                         signature_always=cfg.signature_view == "always")
     if view is not None:
         from gcad_dist.feature_view import feature_view_phrase
 
         log.info("feature view: %s", feature_view_phrase(view))
-    scores, signature = with_signature_view(loaded.model, scores, data, raw_x,
-                                            always=cfg.signature_view == "always")
     if signature is not None:
         from gcad_dist.signature_view import signature_view_phrase
 

@@ -48,7 +48,9 @@ BLOCK_ROWS = 65_536
 
 
 def _csr_in(edge_index: Any, n: int) -> Any:
-    """The in-link adjacency as a SciPy CSR matrix [N, N]: row i holds the sources of the links into i."""
+    """The in-link adjacency as a SciPy CSR matrix [N, N]: row i holds the sources of the links into i, a repeated link
+    counted as often as it appears (as the model's neighbour mean counts it), in float32 so that ``A @ z`` stays
+    float32. :func:`gcad_dist.detectors.common.adjacency` is the 0/1, float64 one of the reference detectors."""
     import scipy.sparse as sp
 
     ei = np.asarray(edge_index.cpu() if hasattr(edge_index, "cpu") else edge_index).reshape(2, -1)

@@ -153,7 +153,7 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     threads) None = 1.
     ``scorer(loaded checkpoint, prepared
     data, store path, device)`` replaces the whole-graph score (``bench.two_scale_context`` scores twice)."""
-    from gcad_dist.score import score_data, with_feature_view, with_signature_view
+    from gcad_dist.score import score_data, with_views
 
     cliques = LOCAL_CLIQUES if pre_cliques is None else pre_cliques
     tails = LOCAL_TAILS if pre_tails is None else pre_tails
@@ -198,9 +198,7 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     if scorer is None:
         def scorer(loaded: Any, prepared: Any, _store: Path, dev: str) -> np.ndarray:
             scores = score_data(loaded.model, prepared, device=dev)
-            raw = data.x.detach().cpu().numpy()
-            scores = with_feature_view(loaded.model, scores, prepared, raw)[0]
-            return with_signature_view(loaded.model, scores, prepared, raw)[0]
+            return with_views(loaded.model, scores, prepared, data.x.detach().cpu().numpy())[0]
 
     return _pipeline(data, seed, threads, device, workdir, build, pretrain, scorer)
 
