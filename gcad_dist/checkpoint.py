@@ -32,6 +32,9 @@ TRAIN_STATE_FILE = "train_state.pt"
 SNAPSHOTS_KEY = "snapshot_state_dicts"  # model.pt: a snapshot ensemble's states, the best first (optional)
 # model.pt: a candidate ensemble's members, the primary first (optional): [{config, states, mean, std}]
 CANDIDATES_KEY = "candidate_members"
+# model.pt: gcad_dist.train's forest view (optional): {"forest": the forest's state, "cdfs": [{values, cdf}] for the
+# model and the forest}; readers score with the mean of both scores' empirical CDFs (gcad_dist.model.rank_blend)
+FOREST_KEY = "forest_view"
 
 
 class CheckpointError(GraphInputError):
@@ -88,12 +91,23 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
     the best first; with two or more, readers score with their mean (``state_dict`` stays the best one).
     A :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` is written as its primary member (config,
     ``state_dict`` and snapshots as above, what older readers load) plus every member under ``candidate_members``:
-    its config, states (the best first) and score standardisation."""
+    its config, states (the best first) and score standardisation. A
+    :class:`~gcad_dist.model.rank_blend.RankBlend` of a model and a forest (``gcad_dist.train``'s forest view) is
+    written as that model plus the forest's state and both empirical CDFs under ``forest_view``."""
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
+    from gcad_dist.model.rank_blend import RankBlend
     from gcad_dist.model.snapshots import base_model, member_states
 
     directory = Path(directory)
     members = None
+    forest = None
+    if isinstance(model, RankBlend):
+        if len(model.members) != 2:
+            raise ValueError(f"a rank blend of a model and a forest is saved, got {len(model.members)} members")
+        forest = {"forest": {k: v.detach().cpu() if torch.is_tensor(v) else v  # its extra state: plain ints
+                             for k, v in model.members[1].state_dict().items()},
+                  "cdfs": [{"values": c.values.cpu(), "cdf": c.cdf.cpu()} for c in model.cdfs]}
+        model = model.members[0]
     if isinstance(model, CandidateEnsemble):  # the primary stays the top-level model; every member is kept too
         members = [{"config": asdict(base_model(m).config),
                     "states": [cpu_state(st) for st in member_states(m)], "mean": float(mu), "std": float(sd)}
@@ -106,6 +120,8 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
     obj: dict[str, Any] = {"config": cfg, "state_dict": state, "extra": mark_normalization(extra or {})}
     if members:
         obj[CANDIDATES_KEY] = members
+    if forest:
+        obj[FOREST_KEY] = forest
     if snapshots and len(snapshots) > 1:
         obj[SNAPSHOTS_KEY] = [cpu_state(st) for st in snapshots]
     path = directory / MODEL_FILE

@@ -254,6 +254,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.data.splits import make_split, subsample_split
     from gcad_dist.model import GCCAD
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
+    from gcad_dist.model.rank_blend import RankBlend
     from gcad_dist.model.snapshots import base_model, member_states
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import (_resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data,
@@ -297,6 +298,10 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
     # Zero-shot: the pre-trained model as it is (its own evaluation settings), on the same splits.
     zs_model = loaded.model
+    if isinstance(zs_model, RankBlend):  # a gcad_dist.train checkpoint with its forest view: GCCAD's part only
+        log.info("%s: the checkpoint's forest view (a forest fitted on that run's labels) is left out; fine-tuning "
+                 "starts from its GCCAD model", cfg.checkpoint)
+        zs_model = zs_model.members[0]
     zs_settings = {"link_eval": getattr(loaded.config, "link_eval", "threshold"),
                    "score_space": getattr(loaded.config, "score_space", "encoder")}
     # Fine-tuning, validation and test: the same weights under the supervised evaluation settings. The label-free

@@ -46,6 +46,7 @@ from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, bar
 from gcad_dist.data.label_inputs import LENDS
 from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
+from gcad_dist.forest_view import FOREST_MODES, FOREST_RULE
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
                              check_input_dropout, input_dropout_rule, label_inputs_rule, load_labelled,
                              normalize_features, resolve_jump, train_one, write_json)
@@ -79,6 +80,7 @@ class QualityConfig:
     score_space: str = "projection"
     link_eval: str = "expected"
     contrast: str = TrainConfig.contrast
+    forest: str = TrainConfig.forest  # GCCAD's forest view (gcad_dist.train --forest)
     jump: str | None = TrainConfig.jump
     norm: str = TrainConfig.norm
     hidden: int = TrainConfig.hidden
@@ -170,7 +172,7 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
     """The :class:`TrainConfig` of one GNN run."""
     return TrainConfig(
         graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, link_eval=cfg.link_eval,
-        contrast=cfg.contrast, jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
+        contrast=cfg.contrast, forest=cfg.forest, jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
         layers=cfg.layers, input_dropout=cfg.input_dropout, label_inputs=cfg.label_inputs, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every,
         patience=cfg.patience,
         snapshots=cfg.snapshots, max_degree=cfg.max_degree, seed=seed,
@@ -205,6 +207,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
         jump = resolve_jump(model, "none", tc["jump"])
         if model in ("gccad", "gccad-ce") and jump != "last":  # absent = last: keeps earlier runs' keys
             s["train"]["jump"] = jump
+        if model == "gccad" and tc["forest"] != "off":  # absent = off (GCCAD alone: every run before session 61)
+            s["train"]["forest"] = FOREST_RULE
         if tc["norm"] != "layer":  # absent = layer (LayerNorm): keeps earlier runs' keys
             s["train"]["norm"] = tc["norm"]
         if model in ("gccad", "gccad-ce") and tc["max_degree"]:  # absent = 0, every edge in every epoch
@@ -456,6 +460,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GCCAD link remover at evaluation: expected (edge weight x p) or threshold (p > 0.5, METHOD.md)")
     p.add_argument("--contrast", default=d.contrast, choices=("graph", "neighbors", "ego", "auto"),
                    help="GCCAD's contrast (gcad_dist.train --contrast)")
+    p.add_argument("--forest", default=d.forest, choices=FOREST_MODES,
+                   help="GCCAD's forest view (gcad_dist.train --forest): auto = a random forest on [x, neighbours' "
+                        "mean x, degree] joins GCCAD's score by rank unless validation places it below; off = GCCAD "
+                        "alone (every run before session 61)")
     p.add_argument("--jump", default=d.jump, choices=("last", "cat", "cat-local"),
                    help="GCCAD's graph-contrast embedding (gcad_dist.train --jump; default: cat for gccad, last "
                         "for gccad-ce)")

@@ -135,7 +135,7 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
         FileNotFoundError: no ``model.pt`` there.
         GraphInputError: unreadable file, unknown model kind, or weights that do not fit the config.
     """
-    from gcad_dist.checkpoint import CANDIDATES_KEY, SNAPSHOTS_KEY, load_model_file
+    from gcad_dist.checkpoint import CANDIDATES_KEY, FOREST_KEY, SNAPSHOTS_KEY, load_model_file
     from gcad_dist.model.snapshots import SnapshotEnsemble
 
     src = str(checkpoint)
@@ -170,6 +170,8 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
             model.load_state_dict(ck["state_dict"])
             if len(snapshots) > 1:  # a snapshot ensemble: score with the mean over its states, as training did
                 model = SnapshotEnsemble(model, snapshots)
+        if ck.get(FOREST_KEY):  # gcad_dist.train's forest view: the model and the forest, blended by rank
+            model = _forest_view(ck[FOREST_KEY], model, src)
     except RuntimeError as e:
         first = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
         raise GraphInputError(src, f"weights do not match the stored model config: {first[:200]}") from None
@@ -195,6 +197,19 @@ def _candidate_ensemble(members: list[dict], primary: torch.nn.Module, kind: str
         m.load_state_dict(rec["states"][0])
         built.append(SnapshotEnsemble(m, rec["states"]) if len(rec["states"]) > 1 else m)
     return CandidateEnsemble(built, [float(r["mean"]) for r in members], [float(r["std"]) for r in members])
+
+
+def _forest_view(record: dict, model: torch.nn.Module, src: str) -> torch.nn.Module:
+    """Rebuild a :class:`~gcad_dist.model.rank_blend.RankBlend` of ``model`` and the checkpoint's forest."""
+    from gcad_dist.model.forest import ForestScorer
+    from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
+
+    try:
+        forest = ForestScorer.from_state(record["forest"])
+        cdfs = [EmpiricalCDF(c["values"], c["cdf"]) for c in record["cdfs"]]
+        return RankBlend([model, forest], cdfs)
+    except (KeyError, TypeError, ValueError) as e:
+        raise GraphInputError(src, f"malformed forest view in checkpoint ({type(e).__name__}: {e})") from None
 
 
 def _resolve_normalize(requested: str, loaded: LoadedModel) -> str:

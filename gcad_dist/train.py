@@ -39,6 +39,7 @@ from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, add
 from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
+from gcad_dist.forest_view import FOREST_MODES
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
 from partitioning.graph import describe_labels
 from partitioning.features import NORMALIZE_CHOICES, POWER_ALL_ROWS
@@ -91,6 +92,9 @@ class TrainConfig:
     score_space: str = "projection"
     link_eval: str = "expected"
     contrast: str = "auto"
+    # the full model: a random forest on [x, neighbours' mean x, degree] blended by rank unless validation places it
+    # below GCCAD (gcad_dist.forest_view); "off": GCCAD alone
+    forest: str = "auto"
     jump: str | None = None  # None: "cat" for the full GCCAD model, "last" (the paper's) for its ablations
     norm: str = "layer"  # node-update normalisation, every model: "layer" (LayerNorm) | "graph" (GraphScaleNorm)
     hidden: int = 64
@@ -379,6 +383,8 @@ def _validate(cfg: TrainConfig) -> None:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
     if cfg.contrast not in (*CONTRASTS, "auto"):
         raise UsageError(f"--contrast: unknown value {cfg.contrast!r} (choose from {', '.join(CONTRASTS)}, auto)")
+    if cfg.forest not in FOREST_MODES:
+        raise UsageError(f"--forest: unknown value {cfg.forest!r} (choose from {', '.join(FOREST_MODES)})")
     if cfg.jump is not None and cfg.jump not in JUMPS:
         raise UsageError(f"--jump: unknown value {cfg.jump!r} (choose from {', '.join(JUMPS)})")
     if cfg.jump not in (None, "last") and cfg.contrast in ("neighbors", "ego"):
@@ -547,6 +553,12 @@ def train_one(cfg: TrainConfig, data=None, state_dir: Path | None = None) -> Tra
         res, model, model_cfg = combine_candidates(fits, kept, data, split)
     else:
         res, model, model_cfg = fits[0]
+    forest = None
+    if cfg.forest == "auto" and cfg.model == "gccad" and cfg.ablation == "none":
+        from gcad_dist.forest_view import add_forest_view
+
+        res, model, forest = add_forest_view(res, model, data, split, seed=cfg.seed,
+                                              threads=cfg.threads if cfg.threads > 0 else torch.get_num_threads())
     metrics = {
         "config": asdict(replace(cfg, label_inputs=reads_label_inputs(data))),
         "model_config": asdict(model_cfg),
@@ -558,6 +570,8 @@ def train_one(cfg: TrainConfig, data=None, state_dir: Path | None = None) -> Tra
     }
     if selection:
         metrics["contrast_selection"] = selection
+    if forest:
+        metrics["forest_view"] = forest
     return TrainOutcome(res, metrics, model, model_cfg, data, split)
 
 
@@ -749,6 +763,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "(the mean of what training samples); 'threshold' keeps iff p > 0.5 (METHOD.md, the paper). "
                         "expected beat threshold on the validation splits of tolokers, reddit, books and inj_cora "
                         "(BENCHMARKS.md)")
+    p.add_argument("--forest", default=d.forest, choices=FOREST_MODES,
+                   help="the full GCCAD model: auto = also fit a random forest on [x, the neighbours' mean x, degree] "
+                   "(GADBench's RF-Graph, the strongest family on fraud graphs whose anomalies show in their own "
+                   "attributes) on the same training nodes, keep it unless a paired bootstrap finds GCCAD's "
+                   "cross-fitted validation AUPRC higher (confidence >= 0.95 over >= 10 validation anomalies; with "
+                   "fewer it is kept), and score with the mean of both scores' ranks (a few seconds; metrics.json "
+                   "'forest_view' says what was measured and chosen; BENCHMARKS.md, session 61); off = GCCAD alone")
     p.add_argument("--contrast", default=d.contrast, choices=(*CONTRASTS, "auto"),
                    help="GCCAD: what each node is contrasted with: graph = the graph's context (the paper's); "
                    "neighbors / ego = the mean of its neighbours' embeddings (ego: against the node's own feature "

@@ -173,11 +173,11 @@ def test_trees_read_the_label_columns():
     from sklearn.ensemble import RandomForestClassifier
 
     from gcad_dist.detectors import fit_score
-    from gcad_dist.detectors.tree_ensemble import graph_features
+    from gcad_dist.model.forest import graph_features
 
     data, split = _ring_graph(n=200, rings=4, seed=1)
     got = fit_score("trees", data, split, 0, label_inputs=True, threads=1)
-    feats = np.concatenate([graph_features(data), with_label_inputs(data, split.train).x[:, -LABEL_COLUMNS:].numpy()], 1)
+    feats = np.concatenate([graph_features(data.x, data.edge_index).numpy(), with_label_inputs(data, split.train).x[:, -LABEL_COLUMNS:].numpy()], 1)
     tr = split.train.numpy()
     y = data.y.numpy()[tr]
     w = np.where(y == 1, (y.size - y.sum()) / y.sum(), 1.0)

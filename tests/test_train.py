@@ -89,6 +89,11 @@ def test_train_cli_end_to_end(tmp_path, capsys):
     loaded = load_checkpoint_model(out)
     kept = m["contrast_selection"]["kept"]  # --contrast auto: the candidates kept, scored together when several
     primary = loaded.model
+    if m["forest_view"]["kept"]:  # the forest view (--forest auto): GCCAD's model beside a forest, blended by rank
+        from gcad_dist.model.rank_blend import RankBlend
+
+        assert isinstance(primary, RankBlend) and len(primary.members) == 2
+        primary = primary.members[0]
     if len(kept) > 1:
         assert isinstance(primary, CandidateEnsemble) and len(primary.members) == len(kept)
         primary = primary.members[0]
@@ -290,7 +295,7 @@ def test_contrast_auto_keeps_the_candidates_validation_cannot_tell_apart(tmp_pat
 
     monkeypatch.setattr(train_mod, "fit_supervised", fake_fit)
     out = train_mod.train_one(train_mod.TrainConfig(graph=str(g), out="", contrast="auto", hidden=8, progress=False,
-                                                    threads=1))
+                                                    threads=1, forest="off"))  # the candidates alone
     names = ["graph", "ego", "graph (graph norm)"]
     assert seen == names
     kept = {"ego-clearly-best": ["ego"], "graph-contrasts-clearly-better": ["graph", "graph (graph norm)"]}.get(case, names)

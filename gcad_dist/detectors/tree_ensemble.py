@@ -17,38 +17,25 @@ from typing import Any
 import numpy as np
 
 from gcad_dist.cli import UsageError
-from gcad_dist.detectors.common import features, neighbour_mean
+from gcad_dist.model.forest import FOREST_SETTINGS
 
-SETTINGS: dict[str, Any] = {"model": "RandomForestClassifier", "n_estimators": 100, "criterion": "gini",
-                            "max_features": "sqrt", "class_weight": "neg/pos on train", "inputs": "x|mean_nbr_x|degree"}
-
-
-def graph_features(data: Any) -> np.ndarray:
-    """``[x, mean of the neighbours' x, degree]`` per node (float32 [N, 2F + 1])."""
-    x = features(data)
-    mean, deg = neighbour_mean(data, x)
-    return np.concatenate([x, mean, deg[:, None]], axis=1).astype(np.float32)
+SETTINGS: dict[str, Any] = FOREST_SETTINGS
 
 
 def fit_score(data: Any, split: Any, seed: int, threads: int = 1, label_inputs: bool = False, **_: Any) -> np.ndarray:
     """``label_inputs``: two more columns, the neighbours labelled anomalous in the train split
     (:func:`gcad_dist.data.label_inputs.neighbour_label_features`; one hop, so a node's own label never enters)."""
-    from sklearn.ensemble import RandomForestClassifier
+    from gcad_dist.model.forest import fit_forest
 
     if split is None or getattr(data, "y", None) is None:
         raise UsageError("--models trees: needs labels and a train split")
-    feats = graph_features(data)
+    x, extra = data.x, 0
     if label_inputs:
         from gcad_dist.data.label_inputs import LABEL_COLUMNS, with_label_inputs
 
-        feats = np.concatenate([feats, with_label_inputs(data, split.train).x[:, -LABEL_COLUMNS:].cpu().numpy()], axis=1)
-    train = split.train.cpu().numpy()
-    y = data.y.cpu().numpy().astype(np.int64)[train]
-    n_pos = int((y == 1).sum())
-    if n_pos == 0 or n_pos == y.size:
-        raise UsageError("--models trees: the train split holds a single class")
-    weight = np.where(y == 1, (y.size - n_pos) / n_pos, 1.0)
-    forest = RandomForestClassifier(n_estimators=SETTINGS["n_estimators"], criterion=SETTINGS["criterion"],
-                                    max_features=SETTINGS["max_features"], random_state=seed, n_jobs=max(1, threads))
-    forest.fit(feats[train], y, sample_weight=weight)
-    return forest.predict_proba(feats)[:, list(forest.classes_).index(1)]
+        x, extra = with_label_inputs(data, split.train).x, LABEL_COLUMNS
+    try:
+        forest = fit_forest(x, data.edge_index, data.y, split.train, seed=seed, threads=threads, passthrough=extra)
+    except ValueError:
+        raise UsageError("--models trees: the train split holds a single class") from None
+    return forest.score(forest(x, data.edge_index)).numpy().astype(np.float64)

@@ -54,11 +54,13 @@ class SnapshotEnsemble(torch.nn.Module):
 
 def base_model(model: torch.nn.Module) -> torch.nn.Module:
     """The model itself, or an ensemble's first (best single, or primary) member, down to a plain model: what to
-    type-check or fine-tune. Covers :class:`SnapshotEnsemble` and
-    :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`."""
+    type-check or fine-tune. Covers :class:`SnapshotEnsemble`,
+    :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` and :class:`~gcad_dist.model.rank_blend.RankBlend`
+    (whose first member is the GCCAD model beside the forest)."""
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
+    from gcad_dist.model.rank_blend import RankBlend
 
-    while isinstance(model, (SnapshotEnsemble, CandidateEnsemble)):
+    while isinstance(model, (SnapshotEnsemble, CandidateEnsemble, RankBlend)):
         model = model.members[0]
     return model
 

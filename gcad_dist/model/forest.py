@@ -1,0 +1,170 @@
+"""A random forest on ``[x, mean of the neighbours' x, degree]`` as a torch module (GADBench's RF-Graph).
+
+GADBench (Tang et al., NeurIPS 2023) finds random forests on neighbour-aggregated features the strongest fully
+supervised detectors on real fraud graphs. :func:`fit_forest` fits scikit-learn's ``RandomForestClassifier`` with
+GADBench's defaults (100 trees, gini, ``max_features="sqrt"``, the anomalies weighted by #normal / #anomalous
+training nodes) on the training nodes; :class:`ForestScorer` holds the fitted trees as tensors and scores any graph
+the way ``predict_proba`` would, so that a checkpoint of ``gcad_dist.train`` can keep the forest beside GCCAD's
+candidates (:class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`) and score new graphs without pickle.
+
+The features are computed by :func:`graph_features`, in float64 and then cast to float32 as scikit-learn casts its
+input, and each tree is walked level by level for all nodes at once (a gather per level, no loop over nodes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+__all__ = ["FOREST_SETTINGS", "ForestScorer", "fit_forest", "fit_sklearn_forest", "graph_features"]
+
+#: GADBench's RF-Graph defaults (the ``trees`` reference detector and ``gcad_dist.train``'s forest alike)
+FOREST_SETTINGS: dict[str, Any] = {"model": "RandomForestClassifier", "n_estimators": 100, "criterion": "gini",
+                                   "max_features": "sqrt", "class_weight": "neg/pos on train",
+                                   "inputs": "x|mean_nbr_x|degree"}
+_BLOCK = 1 << 22  # nodes x trees walked at once (int64 indices: 32 MiB)
+
+
+def graph_features(x: Tensor, edge_index: Tensor, in_features: int | None = None,
+                   passthrough: int = 0) -> Tensor:
+    """``[x, mean of the neighbours' x, degree]`` per node (float32 [N, 2F + 1]), over the first ``in_features``
+    columns of ``x`` (default: all but the last ``passthrough``), then the last ``passthrough`` columns as they are.
+    Messages run ``src -> dst`` (``edge_index[0] -> edge_index[1]``); a repeated link counts once; a node without
+    neighbours gets a zero mean and degree 0."""
+    n = x.shape[0]
+    f = x.shape[1] - passthrough if in_features is None else in_features
+    xf = x[:, :f].detach().to("cpu", torch.float64)
+    ei = edge_index.detach().to("cpu", torch.int64)
+    key = torch.unique(ei[1] * n + ei[0]) if ei.numel() else ei.new_zeros(0)
+    dst, src = key // n, key % n
+    deg = torch.bincount(dst, minlength=n).to(torch.float64)
+    mean = torch.zeros(n, f, dtype=torch.float64).index_add_(0, dst, xf[src]) / deg.clamp(min=1.0)[:, None]
+    cols = [xf, mean, deg[:, None]]
+    if passthrough:
+        cols.append(x[:, x.shape[1] - passthrough:].detach().to("cpu", torch.float64))
+    return torch.cat(cols, dim=1).to(torch.float32)
+
+
+class ForestScorer(nn.Module):
+    """A fitted random forest scoring nodes by the mean over its trees of the anomaly class's leaf frequency.
+
+    Buffers hold the trees' nodes, all trees in one flat array: ``feature`` and ``threshold`` of each split (a
+    node goes left iff ``feature value <= threshold``, as in scikit-learn), ``left`` and ``right`` child indices
+    (a leaf points to itself), ``proba`` (the leaf's anomaly share) and each tree's ``roots``.
+    ``forward(x, edge_index, ...)`` returns the score of every node [N]; :meth:`score` is the identity, so the
+    module is scored like GCCAD's models (``model.score(model(x, edge_index))``).
+    """
+
+    def __init__(self, feature: Tensor, threshold: Tensor, left: Tensor, right: Tensor, proba: Tensor,
+                 roots: Tensor, depth: int, in_features: int, passthrough: int = 0) -> None:
+        super().__init__()
+        sizes = {t.shape[0] for t in (feature, threshold, left, right, proba)}
+        if len(sizes) != 1:
+            raise ValueError(f"one entry per tree node needed in every array, got lengths {sorted(sizes)}")
+        self.register_buffer("feature", feature.to(torch.int64))
+        self.register_buffer("threshold", threshold.to(torch.float64))
+        self.register_buffer("left", left.to(torch.int64))
+        self.register_buffer("right", right.to(torch.int64))
+        self.register_buffer("proba", proba.to(torch.float64))
+        self.register_buffer("roots", roots.to(torch.int64))
+        self.depth = int(depth)
+        self.in_features = int(in_features)
+        self.passthrough = int(passthrough)
+
+    @classmethod
+    def from_sklearn(cls, forest: Any, in_features: int, passthrough: int = 0) -> "ForestScorer":
+        """The trees of a fitted binary ``RandomForestClassifier`` (classes 0 and 1)."""
+        classes = [int(c) for c in forest.classes_]
+        if classes != [0, 1]:
+            raise ValueError(f"a forest of classes 0 and 1 needed, got {classes}")
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in ("feature", "threshold", "left", "right", "proba")}
+        roots, offset, depth = [], 0, 0
+        for est in forest.estimators_:
+            t = est.tree_
+            k = t.node_count
+            leaf = t.children_left < 0
+            own = np.arange(k) + offset
+            parts["feature"].append(np.where(leaf, 0, t.feature))
+            parts["threshold"].append(np.where(leaf, 0.0, t.threshold))
+            parts["left"].append(np.where(leaf, own, t.children_left + offset))
+            parts["right"].append(np.where(leaf, own, t.children_right + offset))
+            v = t.value[:, 0, :].astype(np.float64)
+            parts["proba"].append(v[:, 1] / np.maximum(v.sum(axis=1), 1e-300))
+            roots.append(offset)
+            offset += k
+            depth = max(depth, int(t.max_depth))
+        arrays = {k: torch.from_numpy(np.concatenate(v)) for k, v in parts.items()}
+        return cls(**arrays, roots=torch.tensor(roots), depth=depth, in_features=in_features, passthrough=passthrough)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "ForestScorer":
+        """The module whose ``state_dict()`` is ``state`` (its buffers are the trees)."""
+        need = {"feature", "threshold", "left", "right", "proba", "roots", "_extra_state"}
+        if not need <= set(state):
+            raise ValueError(f"not a forest's state (missing {', '.join(sorted(need - set(state)))})")
+        extra = state["_extra_state"]
+        return cls(*(state[k] for k in ("feature", "threshold", "left", "right", "proba", "roots")),
+                   depth=int(extra["depth"]), in_features=int(extra["in_features"]),
+                   passthrough=int(extra.get("passthrough", 0)))
+
+    def forward(self, x: Tensor, edge_index: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        dev = self.threshold.device
+        feats = graph_features(x, edge_index, self.in_features, self.passthrough).to(dev, torch.float64)
+        n, trees = feats.shape[0], self.roots.numel()
+        out = torch.empty(n, dtype=torch.float64, device=dev)
+        block = max(1, _BLOCK // max(trees, 1))
+        for lo in range(0, n, block):  # blocks of nodes, every tree at once
+            xb = feats[lo:lo + block]
+            idx = self.roots.expand(xb.shape[0], trees)
+            for _ in range(self.depth):
+                go_left = torch.gather(xb, 1, self.feature[idx]) <= self.threshold[idx]
+                idx = torch.where(go_left, self.left[idx], self.right[idx])
+            out[lo:lo + block] = self.proba[idx].mean(dim=1)
+        return out.to(device=x.device, dtype=torch.float32)
+
+    def score(self, out: Tensor) -> Tensor:
+        """The forward output itself (the anomaly class's probability) [N]."""
+        return out
+
+    def extra_repr(self) -> str:
+        return (f"trees={self.roots.numel()}, nodes={self.feature.numel()}, depth={self.depth}, "
+                f"in_features={self.in_features}, passthrough={self.passthrough}")
+
+    def get_extra_state(self) -> dict[str, int]:
+        return {"depth": self.depth, "in_features": self.in_features, "passthrough": self.passthrough}
+
+    def set_extra_state(self, state: dict[str, int]) -> None:
+        self.depth, self.in_features, self.passthrough = (int(state["depth"]), int(state["in_features"]),
+                                                          int(state.get("passthrough", 0)))
+
+
+def fit_sklearn_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
+                       in_features: int | None = None, passthrough: int = 0) -> Any:
+    """Fit RF-Graph (:data:`FOREST_SETTINGS`) on the ``train`` nodes' :func:`graph_features` and labels ``y``
+    (anomalies weighted by #normal / #anomalous; nodes of unknown label, ``y < 0``, left out): scikit-learn's
+    ``RandomForestClassifier``. Raise ``ValueError`` if the training nodes hold a single class."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    feats = graph_features(x, edge_index, in_features, passthrough).numpy()
+    y_all = torch.as_tensor(y).cpu().numpy().astype(np.int64)
+    tr = torch.as_tensor(train).cpu().numpy().astype(bool) & (y_all >= 0)
+    yt = y_all[tr]
+    n_pos = int((yt == 1).sum())
+    if n_pos == 0 or n_pos == yt.size:
+        raise ValueError("the training nodes hold a single class: a forest needs anomalies and normal nodes")
+    weight = np.where(yt == 1, (yt.size - n_pos) / n_pos, 1.0)
+    forest = RandomForestClassifier(n_estimators=FOREST_SETTINGS["n_estimators"], criterion=FOREST_SETTINGS["criterion"],
+                                    max_features=FOREST_SETTINGS["max_features"], random_state=seed,
+                                    n_jobs=max(1, threads))
+    return forest.fit(feats[tr], yt, sample_weight=weight)
+
+
+def fit_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
+               in_features: int | None = None, passthrough: int = 0) -> ForestScorer:
+    """:func:`fit_sklearn_forest`'s forest as a :class:`ForestScorer`."""
+    forest = fit_sklearn_forest(x, edge_index, y, train, seed, threads, in_features, passthrough)
+    f = x.shape[1] - passthrough if in_features is None else in_features
+    return ForestScorer.from_sklearn(forest, f, passthrough)

@@ -1,0 +1,32 @@
+"""bench.forest_view: the cost table on a small generated graph, and a clear error for a graph without labels."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from bench.forest_view import main
+from gcad_dist.cli import UsageError
+
+
+def test_the_table_times_the_torch_forest_against_scikit_learn(tmp_path, capsys) -> None:
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    path = tmp_path / "g.npz"
+    save_npz(generate(SyntheticConfig(nodes=1200, avg_degree=6, features=6, seed=1)), path)
+    assert main(["--graph", str(path), "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| scikit-learn predict_proba (baseline) |" in out and "| torch forest (checkpoint) |" in out
+    diff = float(re.search(r"max \|torch - scikit-learn\| (\S+);", out).group(1))
+    assert diff < 1e-6  # the checkpoint's forest scores as scikit-learn's
+
+
+def test_a_graph_without_labels_is_refused(tmp_path) -> None:
+    n = 300
+    np.savez(tmp_path / "u.npz", x=np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32),
+             edge_index=np.stack([np.arange(n), (np.arange(n) + 1) % n]))
+    with pytest.raises(UsageError, match="no labels"):
+        main(["--graph", str(tmp_path / "u.npz")])

@@ -1,0 +1,204 @@
+"""The forest view of supervised GCCAD: the forest as a torch module, the rank blend, the keep rule, the checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+
+
+def _graph(n: int = 400, f: int = 6, seed: int = 0, shift: float = 2.5) -> Data:
+    """Random links; anomalies (10%) told by their own first two columns."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, f, generator=g)
+    y = torch.zeros(n, dtype=torch.long)
+    y[torch.randperm(n, generator=g)[: n // 10]] = 1
+    x[y == 1, :2] += shift
+    src = torch.randint(0, n, (4 * n,), generator=g)
+    dst = torch.randint(0, n, (4 * n,), generator=g)
+    ei = torch.cat([torch.stack([src, dst]), torch.stack([dst, src])], dim=1)
+    return Data(x=x, edge_index=ei, y=y, num_nodes=n)
+
+
+def test_graph_features_count_a_repeated_link_once_and_leave_isolated_nodes_at_zero():
+    from gcad_dist.model.forest import graph_features
+
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
+    ei = torch.tensor([[1, 1, 2, 0], [0, 0, 0, 1]])  # 1 -> 0 twice, 2 -> 0, 0 -> 1; node 3 has no neighbour
+    f = graph_features(x, ei)
+    assert f.dtype == torch.float32 and f.shape == (4, 5)
+    assert torch.allclose(f[0], torch.tensor([1.0, 2.0, 4.0, 5.0, 2.0]))  # mean of nodes 1 and 2, degree 2
+    assert torch.allclose(f[1], torch.tensor([3.0, 4.0, 1.0, 2.0, 1.0]))
+    assert torch.allclose(f[3], torch.tensor([7.0, 8.0, 0.0, 0.0, 0.0]))
+    # passthrough columns stay as they are, after the degree
+    p = graph_features(torch.cat([x, torch.full((4, 1), 9.0)], 1), ei, passthrough=1)
+    assert p.shape == (4, 6) and torch.equal(p[:, :5], f) and torch.all(p[:, 5] == 9.0)
+
+
+def test_forest_module_scores_as_scikit_learn_predicts():
+    from sklearn.ensemble import RandomForestClassifier
+
+    from gcad_dist.model.forest import ForestScorer, fit_forest, graph_features
+
+    data = _graph()
+    train = torch.arange(data.num_nodes) % 2 == 0
+    forest = fit_forest(data.x, data.edge_index, data.y, train, seed=3, threads=1)
+    got = forest.score(forest(data.x, data.edge_index)).numpy()
+    feats = graph_features(data.x, data.edge_index).numpy()
+    y = data.y.numpy()[train.numpy()]
+    w = np.where(y == 1, (y.size - y.sum()) / y.sum(), 1.0)
+    ref = RandomForestClassifier(n_estimators=100, max_features="sqrt", random_state=3, n_jobs=1)
+    want = ref.fit(feats[train.numpy()], y, sample_weight=w).predict_proba(feats)[:, 1]
+    assert np.allclose(got, want, atol=1e-6)
+    # its state alone rebuilds it (what a checkpoint keeps), on another graph too
+    other = _graph(n=120, seed=5)
+    again = ForestScorer.from_state(forest.state_dict())
+    assert torch.equal(again(other.x, other.edge_index), forest(other.x, other.edge_index))
+    assert np.allclose(again(other.x, other.edge_index).numpy(),
+                       ref.predict_proba(graph_features(other.x, other.edge_index).numpy())[:, 1], atol=1e-6)
+    with pytest.raises(ValueError, match="single class"):
+        fit_forest(data.x, data.edge_index, torch.zeros_like(data.y), train, seed=0)
+
+
+def test_empirical_cdf_is_the_mid_rank_on_its_scores_and_keeps_order_elsewhere():
+    from scipy.stats import rankdata
+
+    from gcad_dist.model.rank_blend import EmpiricalCDF
+
+    rng = np.random.default_rng(0)
+    s = np.concatenate([np.zeros(300), rng.random(700)])  # a point mass, as a forest's scores have
+    cdf = EmpiricalCDF.fit(s)
+    got = cdf(torch.as_tensor(s)).numpy()
+    assert np.allclose(got, (rankdata(s) - 0.5) / s.size, atol=1e-6)
+    # more distinct scores than knots: still strictly increasing in the score, and close to the rank
+    big = rng.standard_normal(20_000)
+    c2 = EmpiricalCDF.fit(big, max_knots=101)
+    order = np.argsort(big)
+    v = c2(torch.as_tensor(big)).numpy().astype(np.float64)
+    assert np.all(np.diff(v[order]) >= 0) and np.unique(v).size > 19_000  # float32 ties only where scores nearly tie
+    assert np.abs(v - (rankdata(big) - 0.5) / big.size).max() < 0.01
+    # beyond the training range: order kept, values within 1e-6 of the ends
+    out = cdf(torch.tensor([-5.0, -1.0, 2.0, 9.0])).numpy()
+    assert out[0] < out[1] <= cdf(torch.tensor([0.0])).item() and out[2] < out[3] and 0 < out[3] - got.max() < 1e-5
+
+
+def test_rank_blend_scores_the_mean_of_its_members_ranks():
+    from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
+
+    class Fixed(torch.nn.Module):
+        def __init__(self, s):
+            super().__init__()
+            self.s = torch.as_tensor(s, dtype=torch.float32)
+
+        def forward(self, *a, **k):
+            return self.s
+
+        def score(self, out):
+            return out
+
+    a, b = np.array([0.1, 0.5, 0.2, 0.9]), np.array([10.0, 0.0, 30.0, 20.0])
+    blend = RankBlend([Fixed(a), Fixed(b)], [EmpiricalCDF.fit(a), EmpiricalCDF.fit(b)])
+    got = blend.score(blend(None)).numpy()
+    assert np.allclose(got, [(0.125 + 0.375) / 2, (0.625 + 0.125) / 2, (0.375 + 0.875) / 2, (0.875 + 0.625) / 2])
+
+
+def _fit(scores: np.ndarray, selection: np.ndarray, data, split):
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.supervised import FitResult
+
+    y = data.y.numpy()
+    return FitResult(best_epoch=1, val=evaluate(y, scores, None, split.val.numpy()),
+                     test=evaluate(y, scores, None, split.test.numpy()), history={}, state_dict={},
+                     scores=scores, epochs_run=1, seconds=0.0, device="cpu", selection_scores=selection)
+
+
+def _split(n: int):
+    from types import SimpleNamespace
+
+    i = torch.arange(n)
+    return SimpleNamespace(train=i % 5 < 2, val=i % 5 == 2, test=i % 5 > 2)
+
+
+def test_the_forest_is_kept_where_it_helps_dropped_where_gccad_is_clearly_better_and_reads_no_test_label():
+    from gcad_dist.forest_view import add_forest_view
+    from gcad_dist.model.rank_blend import RankBlend
+
+    data = _graph(n=1000, shift=1.0)  # the forest finds some anomalies, not all
+    split = _split(data.num_nodes)
+    y = data.y.numpy().astype(float)
+    noise = np.random.default_rng(1).standard_normal(data.num_nodes)
+    model = torch.nn.Identity()
+    weak = _fit(noise, noise, data, split)  # a GCCAD that sees nothing: the forest must join
+    res, m, rec = add_forest_view(weak, model, data, split, seed=0)
+    assert rec["kept"] and isinstance(m, RankBlend) and rec["positives"] >= 10
+    assert res.val["auprc"] > weak.val["auprc"] + 0.1
+    assert res.extra["forest_view"] and res.selection_scores is not None
+    perfect = y + 0.01 * noise  # a GCCAD that ranks every anomaly first: clearly better than the forest
+    strong = _fit(perfect, perfect, data, split)
+    res2, m2, rec2 = add_forest_view(strong, model, data, split, seed=0)
+    assert not rec2["kept"] and m2 is model and res2 is strong and rec2["p_gccad_better"] >= 0.95
+    # scrambling the test labels changes nothing that was chosen or measured on validation
+    scrambled = data.clone()
+    t = split.test.numpy()
+    scrambled.y = data.y.clone()
+    scrambled.y[split.test] = torch.as_tensor(np.random.default_rng(2).permutation(data.y.numpy()[t]))
+    _, _, rec3 = add_forest_view(weak, model, scrambled, split, seed=0)
+    for k in ("kept", "val_auprc", "p_gccad_better", "forest_val_auroc"):
+        assert rec3[k] == rec[k]
+
+
+def test_too_few_validation_anomalies_keep_the_forest():
+    from gcad_dist.forest_view import add_forest_view
+
+    data = _graph(n=150)  # 15 anomalies, 3 of them in validation
+    split = _split(data.num_nodes)
+    y = data.y.numpy().astype(float)
+    strong = _fit(y, y, data, split)
+    _, _, rec = add_forest_view(strong, torch.nn.Identity(), data, split, seed=0)
+    assert rec["kept"] and rec["too_few_validation_anomalies"] == rec["positives"] < 10
+
+
+def test_train_cli_forest_view_checkpoint_scores_as_training_did(tmp_path, capsys):
+    """``gcad_dist.train`` (default ``--forest auto``) on a graph whose anomalies show in their own columns: the
+    forest is kept, ``metrics.json`` says so, and the checkpoint scores the graph as training scored it."""
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.score import load_checkpoint_model
+    from gcad_dist.supervised import predict
+    from gcad_dist.train import load_labelled
+    from gcad_dist.data.splits import make_split
+    from tests.test_train import _cli
+
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    g = tmp_path / "cam.npz"
+    save_npz(generate(SyntheticConfig(nodes=500, avg_degree=6, features=8, anomaly_fraction=0.12,
+                                      anomaly_mix=(0, 0, 0, 1), mixing=1.0, seed=4)), g)
+    out = tmp_path / "run"
+    args = ["gcad_dist.train", "--graph", str(g), "--out", str(out), "--epochs", "4", "--eval-every", "2",
+            "--hidden", "8", "--threads", "1", "--no-progress", "--no-plots", "--contrast", "graph"]
+    code, err = _cli(args, capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    fv = m["forest_view"]
+    assert set(fv) >= {"rule", "kept", "val_auprc", "p_gccad_better", "positives"} and fv["kept"]
+    loaded = load_checkpoint_model(out)
+    data = load_labelled(str(g))
+    split = make_split(data, seed=0)
+    from gcad_dist.score import prepare_data
+
+    only_train = data.clone()  # label inputs (on by default) must see the training labels alone, as in training
+    only_train.y = torch.where(split.train, data.y, torch.full_like(data.y, -1))
+    scored = prepare_data(only_train, loaded, normalize="standard")
+    s = predict(loaded.model, scored).numpy()
+    assert evaluate(data.y, s, mask=split.val)["auprc"] == pytest.approx(m["val"]["auprc"], abs=1e-6)
+    from gcad_dist.model.rank_blend import RankBlend
+
+    assert isinstance(loaded.model, RankBlend) is fv["kept"]
+    code, err = _cli(args[:4] + [str(tmp_path / "off")] + args[5:] + ["--forest", "off"], capsys)
+    assert code == 0, err
+    assert "forest_view" not in json.loads((tmp_path / "off" / "metrics.json").read_text())
+    assert not isinstance(load_checkpoint_model(tmp_path / "off").model, RankBlend)
