@@ -15,7 +15,8 @@ For each dataset (a name in ``--data-dir`` such as ``tolokers``, or a path to a 
      subsample of the training labels (:func:`gcad_dist.data.splits.subsample_labels`) for both:
      ``python -m gcad_dist.finetune --label-fraction f`` (fine-tuned from the checkpoint; its default ``--model
      auto`` keeps, on validation, the checkpoint's model, the graph models or an average of them, recorded per run) and
-     ``python -m gcad_dist.train --model gccad --label-fraction f`` (supervised GCCAD from scratch).
+     ``python -m gcad_dist.train --model gccad --label-fraction f --forest off`` (supervised GCCAD from scratch;
+     without ``gcad_dist.train``'s forest view, which fine-tuning does not have: the comparison is of the two GNNs).
      Both run with the same supervised settings: ``gcad_dist.train``'s defaults (lr, epochs, patience,
      ``--link-eval expected``, ``--score-space projection``) unless ``--tune-lr`` / ``--ft-epochs`` /
      ``--sup-epochs`` / ``--patience`` / ``--link-eval`` / ``--score-space`` / ``--label-inputs`` say
@@ -285,7 +286,7 @@ def _method_runs(cfg: TransferConfig, ckpt: str, seed: int) -> list[tuple[str, f
                       *(["--candidate-scores"] if cfg.candidate_scores else [])]))
         runs.append(("scratch", f, f"sc{f:g}-s{seed}",
                      ["gcad_dist.train", "--model", "gccad", "--label-fraction", str(f), "--normalize", cfg.sup_normalize,
-                      *_tune_args(cfg, cfg.sup_epochs)]))
+                      "--forest", "off", *_tune_args(cfg, cfg.sup_epochs)]))
     return runs
 
 

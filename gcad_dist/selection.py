@@ -23,7 +23,7 @@ import numpy as np
 from gcad_dist.metrics import _np
 
 __all__ = ["SWITCH_CONFIDENCE", "MIN_POSITIVES", "SWITCH_RULE", "KEEP_RULE", "BootstrapComparison", "bootstrap_auprc",
-           "compare_auprc", "validation_folds", "CrossFit"]
+           "compare_auprc", "p_better_auroc", "validation_folds", "CrossFit"]
 
 SWITCH_CONFIDENCE = 0.95  # an alternative replaces the default when P(better AUPRC) >= this
 #: with fewer validation anomalies than this the default is kept: a bootstrap over one or two anomalies says
@@ -52,13 +52,32 @@ def _weighted_ap(y_sorted: np.ndarray, group_end: np.ndarray, w: np.ndarray) -> 
         return np.where(pos > 0, (wy * prec).sum(1) / pos, np.nan)
 
 
-def bootstrap_auprc(y: Any, scores: list[Any], n_boot: int = 1000, seed: int = 0,
-                    include_observed: bool = True) -> np.ndarray:
-    """AUPRC of each candidate's ``scores`` under the same ``n_boot`` Poisson resamples of the nodes.
+def _weighted_auroc(y_sorted: np.ndarray, group_start: np.ndarray, group_end: np.ndarray,
+                    w: np.ndarray) -> np.ndarray:
+    """AUROC for each row of weights ``w`` [B, n], nodes already sorted by descending score: each anomaly counts the
+    normal weight below its tie group, plus half the normal weight inside it (sklearn's tie rule)."""
+    wn = w * (1.0 - y_sorted)
+    cn = np.cumsum(wn, axis=1)
+    total_n = cn[:, -1:]
+    upto_end = cn[:, group_end]
+    before_start = np.where(group_start > 0, cn[:, np.maximum(group_start - 1, 0)], 0.0)
+    wp = w * y_sorted
+    num = (wp * ((total_n - upto_end) + 0.5 * (upto_end - before_start))).sum(1)
+    den = wp.sum(1) * total_n[:, 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, np.nan)
 
-    Returns [n_candidates, n_boot (+1)]; with ``include_observed`` the first column is the plain AUPRC
+
+def bootstrap_auprc(y: Any, scores: list[Any], n_boot: int = 1000, seed: int = 0,
+                    include_observed: bool = True, metric: str = "auprc") -> np.ndarray:
+    """AUPRC (or, with ``metric="auroc"``, AUROC) of each candidate's ``scores`` under the same ``n_boot`` Poisson
+    resamples of the nodes (the same resamples for either metric, given the same seed).
+
+    Returns [n_candidates, n_boot (+1)]; with ``include_observed`` the first column is the plain figure
     (all weights 1). Resamples are shared between candidates, so differences are paired.
     """
+    if metric not in ("auprc", "auroc"):
+        raise ValueError(f"metric: auprc or auroc, got {metric!r}")
     y = _np(y).astype(np.float64).ravel()
     if y.size == 0:
         raise ValueError("no validation nodes to compare on")
@@ -66,7 +85,7 @@ def bootstrap_auprc(y: Any, scores: list[Any], n_boot: int = 1000, seed: int = 0
     rows = int(n_boot) + (1 if include_observed else 0)
     out = np.empty((len(scores), rows), dtype=np.float64)
     block = max(1, _BLOCK_ELEMENTS // y.size)
-    orders, ys, ends = [], [], []
+    orders, ys, ends, starts = [], [], [], []
     for s in scores:
         s = _np(s).astype(np.float64).ravel()
         if s.shape != y.shape:
@@ -76,16 +95,21 @@ def bootstrap_auprc(y: Any, scores: list[Any], n_boot: int = 1000, seed: int = 0
         last = np.r_[so[1:] != so[:-1], True]
         idx = np.arange(y.size)
         end = np.flip(np.minimum.accumulate(np.flip(np.where(last, idx, y.size))))
+        first = np.r_[True, so[1:] != so[:-1]]
+        start = np.maximum.accumulate(np.where(first, idx, 0))
         orders.append(order)
         ys.append(y[order])
         ends.append(end)
+        starts.append(start)
     for start in range(0, rows, block):
         stop = min(rows, start + block)
         w = rng.poisson(1.0, size=(stop - start, y.size)).astype(np.float64)
         if include_observed and start == 0:
             w[0] = 1.0
         for c in range(len(scores)):
-            out[c, start:stop] = _weighted_ap(ys[c], ends[c], w[:, orders[c]])
+            wc = w[:, orders[c]]
+            out[c, start:stop] = (_weighted_ap(ys[c], ends[c], wc) if metric == "auprc"
+                                  else _weighted_auroc(ys[c], starts[c], ends[c], wc))
     return out
 
 
@@ -128,6 +152,16 @@ def compare_auprc(y: Any, default_scores: Any, alternative_scores: Any, n_boot: 
         p_alternative_better=float((diff > 0).mean()),
         diff_low=float(np.quantile(diff, 0.05)), diff_high=float(np.quantile(diff, 0.95)), n_boot=int(diff.size),
         positives=positives)
+
+
+def p_better_auroc(y: Any, default_scores: Any, alternative_scores: Any, n_boot: int = 1000,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """Paired Poisson bootstrap of validation AUROC (the resamples :func:`compare_auprc` draws with the same seed):
+    (default AUROC, alternative AUROC, share of resamples where the alternative's is strictly higher)."""
+    a = bootstrap_auprc(y, [default_scores, alternative_scores], n_boot=n_boot, seed=seed, metric="auroc")
+    diff = a[1, 1:] - a[0, 1:]
+    diff = diff[np.isfinite(diff)]
+    return float(a[0, 0]), float(a[1, 0]), float((diff > 0).mean()) if diff.size else 0.0
 
 
 def validation_folds(y: Any, val_mask: Any, seed: int = 0) -> np.ndarray | None:

@@ -77,3 +77,28 @@ def test_too_few_validation_anomalies_keep_the_default():
     assert not res.switch and res.as_dict()["switch"] is False
     y[selection.MIN_POSITIVES - 1] = 1
     assert compare_auprc(y, s, s + 5.0 * y).switch
+
+
+def test_bootstrap_auroc_matches_sklearn_with_ties_and_shares_the_auprc_resamples():
+    """``bootstrap_auprc(metric="auroc")``: the observed column is sklearn's AUROC (ties count a half); each resample's
+    figure is sklearn's AUROC under those Poisson weights; and p_better_auroc finds a clearly better score better."""
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    from gcad_dist.selection import bootstrap_auprc, p_better_auroc
+
+    rng = np.random.default_rng(0)
+    y = (rng.random(400) < 0.1).astype(int)
+    s = np.round(rng.random(400) + 0.5 * y, 1)  # many ties
+    a = bootstrap_auprc(y, [s], n_boot=5, seed=3, metric="auroc")
+    assert a[0, 0] == pytest.approx(roc_auc_score(y, s))
+    w = np.random.default_rng(3).poisson(1.0, size=(6, 400)).astype(float)  # the resamples drawn with seed 3
+    w[0] = 1.0
+    for b in range(1, 6):
+        assert a[0, b] == pytest.approx(roc_auc_score(y, s, sample_weight=w[b]))
+    good = s + 2.0 * y
+    base, alt, p = p_better_auroc(y, s, good, seed=0)
+    assert alt > base and p > 0.99
+    assert p_better_auroc(y, good, s, seed=0)[2] < 0.01
+    with pytest.raises(ValueError, match="metric"):
+        bootstrap_auprc(y, [s], metric="f1")
