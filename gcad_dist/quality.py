@@ -320,6 +320,11 @@ def markdown_tables(results: dict[tuple[str, str], list[dict]], datasets: list[s
             if kept:
                 counts = ", ".join(f"{c} {kept.count(c)}" for c in sorted(set(kept)))
                 lines.append(f"\n{m}: candidates kept on validation ({len(kept)} seed{'s' if len(kept) != 1 else ''}): {counts}.")
+        for m in models:  # the forest view (gcad_dist.train --forest auto, session 61): on how many seeds it joined
+            views = [r["forest_view"] for r in results.get((ds, m), []) if r.get("forest_view")]
+            if views:
+                joined = sum(bool(v.get("kept")) for v in views)
+                lines.append(f"\n{m}: forest view joined on {joined} of {len(views)} seed{'s' if len(views) != 1 else ''}.")
         lines.append("")
     return "\n".join(lines)
 

@@ -161,7 +161,7 @@ def test_too_few_validation_anomalies_leave_gccad_alone():
     assert not rec["kept"] and res is weak and rec["too_few_validation_anomalies"] == rec["positives"] < 10
 
 
-def test_train_cli_forest_view_checkpoint_scores_as_training_did(tmp_path, capsys):
+def test_train_cli_forest_view_checkpoint_scores_as_training_did(tmp_path, capsys, run_score):
     """``gcad_dist.train`` (default ``--forest auto``) on a graph whose anomalies show in their own columns: the
     forest is kept, ``metrics.json`` says so, and the checkpoint scores the graph as training scored it."""
     from gcad_dist.metrics import evaluate
@@ -198,6 +198,19 @@ def test_train_cli_forest_view_checkpoint_scores_as_training_did(tmp_path, capsy
     from gcad_dist.model.rank_blend import RankBlend
 
     assert isinstance(loaded.model, RankBlend) is fv["kept"]
+    # gcad_dist.score on the graph with its training labels alone: the same scores
+    import pyarrow.parquet as pq
+
+    from partitioning.io import load_graph, save_npz as save
+
+    og = load_graph(str(g))
+    og.y = only_train.y.numpy()
+    save(og, tmp_path / "only_train.npz")
+    code, err = run_score(["--checkpoint", str(out), "--graph", str(tmp_path / "only_train.npz"),
+                           "--out", str(tmp_path / "s.parquet"), "--threads", "1"])
+    assert code == 0, err
+    # float32 rounding apart (a near-tie may swap: one rank of 500 moves a score by 1 / 1000)
+    np.testing.assert_allclose(pq.read_table(tmp_path / "s.parquet")["score"].to_numpy(), s, atol=1.0 / data.num_nodes)
     code, err = _cli(args[:4] + [str(tmp_path / "off")] + args[5:] + ["--forest", "off"], capsys)
     assert code == 0, err
     assert "forest_view" not in json.loads((tmp_path / "off" / "metrics.json").read_text())
