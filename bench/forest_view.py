@@ -27,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
+from bench.labelled_graph import add_common_arguments, load_labelled_graph  # noqa: E402
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.forest_view")
@@ -45,12 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = ForestViewBenchConfig()
     p = ArgumentParser(prog="python -m bench.forest_view", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--graph", required=True, help="graph file with labels y (partitioning.io.load_graph)")
-    p.add_argument("--repeats", type=int, default=d.repeats, help="runs of each step (default: %(default)s)")
+    add_common_arguments(p, d)
     p.add_argument("--train-share", type=float, default=d.train_share,
                    help="share of the labelled nodes the forest is fitted on (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch / scikit-learn threads (default: %(default)s)")
-    p.add_argument("-v", "--verbose", action="store_true")
     return p
 
 
@@ -59,19 +57,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from gcad_dist.model.forest import ForestScorer, fit_sklearn_forest, graph_features
     from gcad_dist.model.rank_blend import EmpiricalCDF
-    from partitioning.io import load_graph
 
     cfg = ForestViewBenchConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
-    if cfg.repeats < 1:
-        raise UsageError(f"--repeats: must be >= 1, got {cfg.repeats}")
     if not 0 < cfg.train_share < 1:
         raise UsageError(f"--train-share: must be in (0, 1), got {cfg.train_share}")
-    torch.set_num_threads(max(1, cfg.threads))
-    g = load_graph(cfg.graph)
-    if g.y is None:
-        raise UsageError(f"--graph: {cfg.graph} has no labels y (the forest is fitted on them)")
-    data = g.to_data()
+    g, data = load_labelled_graph(cfg.graph, cfg.repeats, cfg.threads, "the forest is fitted on them")
     y = torch.as_tensor(np.asarray(g.y))
     labelled = np.flatnonzero(y.numpy() >= 0)
     train = torch.zeros(y.numel(), dtype=torch.bool)

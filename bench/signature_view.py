@@ -26,7 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
+from bench.labelled_graph import add_common_arguments, load_labelled_graph  # noqa: E402
+from gcad_dist.cli import ArgumentParser, run_cli, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench.signature_view")
 
@@ -44,31 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
     d = SignatureViewBenchConfig()
     p = ArgumentParser(prog="python -m bench.signature_view", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--graph", required=True, help="graph file with labels y (partitioning.io.load_graph)")
-    p.add_argument("--repeats", type=int, default=d.repeats, help="runs of each step (default: %(default)s)")
+    add_common_arguments(p, d)
     p.add_argument("--signal", type=float, default=d.signal,
                    help="added to the planted anomalies' noise score (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch / BLAS threads (default: %(default)s)")
-    p.add_argument("-v", "--verbose", action="store_true")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
     from gcad_dist.feature_view import forest_scores
     from gcad_dist.signature_view import apply_signature_view
-    from partitioning.io import load_graph
 
     cfg = SignatureViewBenchConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
-    if cfg.repeats < 1:
-        raise UsageError(f"--repeats: must be >= 1, got {cfg.repeats}")
-    torch.set_num_threads(max(1, cfg.threads))
-    g = load_graph(cfg.graph)
-    if g.y is None:
-        raise UsageError(f"--graph: {cfg.graph} has no labels y (the score is made from them)")
-    data = g.to_data()
+    g, data = load_labelled_graph(cfg.graph, cfg.repeats, cfg.threads, "the score is made from them")
     x = g.x
     y = np.asarray(g.y)
     scores = np.random.default_rng(0).normal(size=x.shape[0]) + cfg.signal * (y == 1)

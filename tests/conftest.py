@@ -68,3 +68,15 @@ def run_score(capsys: pytest.CaptureFixture):
         return int(e.value.code or 0), capsys.readouterr().err
 
     return score
+
+
+@pytest.fixture
+def unlabelled_npz(tmp_path: Path) -> Path:
+    """A 300-node ring with 4 random features and no labels, saved as .npz."""
+    import numpy as np
+
+    n = 300
+    path = tmp_path / "unlabelled.npz"
+    np.savez(path, x=np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32),
+             edge_index=np.stack([np.arange(n), (np.arange(n) + 1) % n]))
+    return path

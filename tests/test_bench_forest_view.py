@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
 from bench.forest_view import main
@@ -24,9 +23,6 @@ def test_the_table_times_the_torch_forest_against_scikit_learn(tmp_path, capsys)
     assert diff < 1e-6  # the checkpoint's forest scores as scikit-learn's
 
 
-def test_a_graph_without_labels_is_refused(tmp_path) -> None:
-    n = 300
-    np.savez(tmp_path / "u.npz", x=np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32),
-             edge_index=np.stack([np.arange(n), (np.arange(n) + 1) % n]))
+def test_a_graph_without_labels_is_refused(unlabelled_npz) -> None:
     with pytest.raises(UsageError, match="no labels"):
-        main(["--graph", str(tmp_path / "u.npz")])
+        main(["--graph", str(unlabelled_npz)])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from bench.signature_view import main
@@ -20,9 +19,6 @@ def test_the_table_times_the_view_against_the_forest(tmp_path, capsys) -> None:
     assert "| isolation forest (baseline) |" in out and "| signature view |" in out and "fit " in out
 
 
-def test_a_graph_without_labels_is_refused(tmp_path) -> None:
-    n = 300
-    np.savez(tmp_path / "u.npz", x=np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32),
-             edge_index=np.stack([np.arange(n), (np.arange(n) + 1) % n]))
+def test_a_graph_without_labels_is_refused(unlabelled_npz) -> None:
     with pytest.raises(UsageError, match="no labels"):
-        main(["--graph", str(tmp_path / "u.npz")])
+        main(["--graph", str(unlabelled_npz)])
