@@ -45,7 +45,8 @@ FOREST_RULE = _rule()
 
 def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, seed: int,
                     threads: int = 1) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
-    """Fit the forest on ``split.train``, judge it against GCCAD's fit ``res`` on ``split.val``, and return (fit,
+    """Fit the forest on ``split.train`` (the nodes GCCAD trained on), judge it against GCCAD's fit ``res`` on
+    ``split.val``, and return (fit,
     model, record): where it is kept, the fit's scores and metrics are the rank blend's and the model a
     :class:`~gcad_dist.model.rank_blend.RankBlend` of ``model`` and the forest; else ``res`` and ``model`` unchanged.
     The record (JSON-ready) says what was measured and chosen."""
@@ -77,7 +78,8 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     gccad_val = np.asarray(res.selection_scores, dtype=np.float64)[vm]
     positives = int((yv == 1).sum())
     joined, p_pr, p_roc = False, float("nan"), float("nan")
-    record.update(positives=positives, forest_val_auroc=evaluate(y, forest_scores, None, vm)["auroc"])
+    record.update(positives=positives, forest_val_auroc=evaluate(y, forest_scores, None, vm)["auroc"],
+                  train_nodes=int(train.sum()), train_anomalies=int((y[train] == 1).sum()))
     if positives >= MIN_POSITIVES:  # with fewer, validation cannot tell whether the forest helps: GCCAD alone
         cmp = compare_auprc(yv, forest_scores[vm], gccad_val, seed=seed)  # alternative = GCCAD
         roc_forest, roc_gccad, p_roc = p_better_auroc(yv, forest_scores[vm], gccad_val, seed=seed)

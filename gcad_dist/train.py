@@ -92,8 +92,8 @@ class TrainConfig:
     score_space: str = "projection"
     link_eval: str = "expected"
     contrast: str = "auto"
-    # the full model: a random forest on [x, neighbours' mean x, degree] blended by rank unless validation places it
-    # below GCCAD (gcad_dist.forest_view); "off": GCCAD alone
+    # the full model: a random forest on [x, neighbours' mean x, degree] blended by rank where validation does not
+    # lean towards GCCAD alone (gcad_dist.forest_view); "off": GCCAD alone
     forest: str = "auto"
     jump: str | None = None  # None: "cat" for the full GCCAD model, "last" (the paper's) for its ablations
     norm: str = "layer"  # node-update normalisation, every model: "layer" (LayerNorm) | "graph" (GraphScaleNorm)
@@ -420,6 +420,7 @@ class Candidates:
     split: Any
     counts: dict[str, int]
     budget: dict[str, int]
+    fit_split: Any = None  # the split the fits trained on: its training part cut by --label-fraction (None = split)
 
 
 def fit_candidates(cfg: TrainConfig, data=None, state_dir: Path | None = None) -> Candidates:
@@ -453,7 +454,7 @@ def fit_candidates(cfg: TrainConfig, data=None, state_dir: Path | None = None) -
              split.source, split.sizes(), cfg.model,
              f" (conv {cfg.conv}, ablation {cfg.ablation})" if cfg.model == "gccad" else "")
     fits = fit_models(cfg, data, fit_split, scfg)
-    return Candidates(fits, data, split, counts, budget)
+    return Candidates(fits, data, split, counts, budget, fit_split)
 
 
 def with_input_dropout(cfg: TrainConfig, y: Any, train_mask: Any, num_features: int) -> TrainConfig:
@@ -557,7 +558,9 @@ def train_one(cfg: TrainConfig, data=None, state_dir: Path | None = None) -> Tra
     if cfg.forest == "auto" and cfg.model == "gccad" and cfg.ablation == "none":
         from gcad_dist.forest_view import add_forest_view
 
-        res, model, forest = add_forest_view(res, model, data, split, seed=cfg.seed,
+        # the forest trains on the labels GCCAD trained on (--label-fraction's subsample), no other
+        fit_split = c.fit_split if c.fit_split is not None else split
+        res, model, forest = add_forest_view(res, model, data, fit_split, seed=cfg.seed,
                                               threads=cfg.threads if cfg.threads > 0 else torch.get_num_threads())
     metrics = {
         "config": asdict(replace(cfg, label_inputs=reads_label_inputs(data))),

@@ -215,3 +215,26 @@ def test_train_cli_forest_view_checkpoint_scores_as_training_did(tmp_path, capsy
     assert code == 0, err
     assert "forest_view" not in json.loads((tmp_path / "off" / "metrics.json").read_text())
     assert not isinstance(load_checkpoint_model(tmp_path / "off").model, RankBlend)
+
+
+def test_the_forest_trains_on_the_labels_gccad_trained_on(tmp_path, monkeypatch):
+    """``--label-fraction``: the forest sees the same subsample of the training labels as GCCAD's fits, no more."""
+    import gcad_dist.train as train_mod
+    from gcad_dist.supervised import FitResult
+    from tests.test_train import _generate
+
+    g = _generate(tmp_path / "g.npz", nodes=600, anomaly_fraction=0.2)
+    seen = {}
+
+    def fake_fit(model, data, split, cfg, state_name=None):
+        seen["train"] = int(split.train.sum())
+        s = np.random.default_rng(0).normal(size=data.num_nodes).astype(np.float32)
+        return FitResult(best_epoch=1, epochs_run=1, seconds=0.0, device="cpu", val={"auprc": 0.1},
+                         test={"auprc": 0.0}, history={}, state_dict={}, scores=s, selection_scores=s)
+
+    monkeypatch.setattr(train_mod, "fit_supervised", fake_fit)
+    out = train_mod.train_one(train_mod.TrainConfig(graph=str(g), out="", contrast="graph", hidden=8, progress=False,
+                                                    threads=1, label_fraction=0.5))
+    fv, budget = out.metrics["forest_view"], out.metrics["label_budget"]
+    assert fv["train_nodes"] == seen["train"] == budget["train_labelled"] < budget["train_total"]
+    assert fv["train_anomalies"] == budget["train_labelled_anomalies"]
