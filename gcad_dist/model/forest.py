@@ -51,6 +51,9 @@ def graph_features(x: Tensor, edge_index: Tensor, in_features: int | None = None
 class ForestScorer(nn.Module):
     """A fitted random forest scoring nodes by the mean over its trees of the anomaly class's leaf frequency.
 
+    Each (node, tree) pair walks down its tree one level a round, and leaves the walk at its leaf, so the work is
+    the sum of the paths' lengths, not the deepest tree's depth times the pairs.
+
     Buffers hold the trees' nodes, all trees in one flat array: ``feature`` and ``threshold`` of each split (a
     node goes left iff ``feature value <= threshold``, as in scikit-learn), ``left`` and ``right`` child indices
     (a leaf points to itself), ``proba`` (the leaf's anomaly share) and each tree's ``roots``.
@@ -115,14 +118,22 @@ class ForestScorer(nn.Module):
         feats = graph_features(x, edge_index, self.in_features, self.passthrough).to(dev, torch.float64)
         n, trees = feats.shape[0], self.roots.numel()
         out = torch.empty(n, dtype=torch.float64, device=dev)
+        leaf = self.left == torch.arange(self.left.numel(), device=dev)
         block = max(1, _BLOCK // max(trees, 1))
         for lo in range(0, n, block):  # blocks of nodes, every tree at once
             xb = feats[lo:lo + block]
-            idx = self.roots.expand(xb.shape[0], trees)
-            for _ in range(self.depth):
-                go_left = torch.gather(xb, 1, self.feature[idx]) <= self.threshold[idx]
-                idx = torch.where(go_left, self.left[idx], self.right[idx])
-            out[lo:lo + block] = self.proba[idx].mean(dim=1)
+            b, d = xb.shape
+            flat = xb.reshape(-1)
+            at = self.roots.repeat(b)  # (node, tree) pairs, node-major: where each pair is in its tree
+            base = torch.arange(b, device=dev).repeat_interleave(trees) * d
+            live = torch.nonzero(~leaf[at]).squeeze(1)  # the pairs still at a split
+            while live.numel():  # one level a round; pairs that reach a leaf leave (work ~ the paths' lengths)
+                t = at[live]
+                go_left = flat[base[live] + self.feature[t]] <= self.threshold[t]
+                nxt = torch.where(go_left, self.left[t], self.right[t])
+                at[live] = nxt
+                live = live[~leaf[nxt]]
+            out[lo:lo + block] = self.proba[at].view(b, trees).mean(dim=1)
         return out.to(device=x.device, dtype=torch.float32)
 
     def score(self, out: Tensor) -> Tensor:
