@@ -34,14 +34,17 @@ def graph_features(x: Tensor, edge_index: Tensor, in_features: int | None = None
     columns of ``x`` (default: all but the last ``passthrough``), then the last ``passthrough`` columns as they are.
     Messages run ``src -> dst`` (``edge_index[0] -> edge_index[1]``); a repeated link counts once; a node without
     neighbours gets a zero mean and degree 0."""
+    from types import SimpleNamespace
+
+    from gcad_dist.detectors.common import adjacency
+
     n = x.shape[0]
     f = x.shape[1] - passthrough if in_features is None else in_features
     xf = x[:, :f].detach().to("cpu", torch.float64)
-    ei = edge_index.detach().to("cpu", torch.int64)
-    key = torch.unique(ei[1] * n + ei[0]) if ei.numel() else ei.new_zeros(0)
-    dst, src = key // n, key % n
-    deg = torch.bincount(dst, minlength=n).to(torch.float64)
-    mean = torch.zeros(n, f, dtype=torch.float64).index_add_(0, dst, xf[src]) / deg.clamp(min=1.0)[:, None]
+    a = adjacency(SimpleNamespace(edge_index=edge_index, num_nodes=n))  # 0/1 CSR A[dst, src], a repeat counted once
+    deg_np = np.asarray(a.sum(axis=1)).ravel()
+    mean = torch.from_numpy(np.asarray(a @ xf.numpy()) / np.maximum(deg_np, 1.0)[:, None])  # sparse product
+    deg = torch.from_numpy(deg_np)
     cols = [xf, mean, deg[:, None]]
     if passthrough:
         cols.append(x[:, x.shape[1] - passthrough:].detach().to("cpu", torch.float64))
