@@ -33,7 +33,8 @@ SNAPSHOTS_KEY = "snapshot_state_dicts"  # model.pt: a snapshot ensemble's states
 # model.pt: a candidate ensemble's members, the primary first (optional): [{config, states, mean, std}]
 CANDIDATES_KEY = "candidate_members"
 # model.pt: gcad_dist.train's forest view (optional): {"forest": the forest's state, "cdfs": [{values, cdf}] for the
-# model and the forest}; readers score with the mean of both scores' empirical CDFs (gcad_dist.model.rank_blend)
+# model and the forest, "weights": [model's, forest's] (since session 62; absent: equal)}; readers score with the
+# weighted mean of both scores' empirical CDFs (gcad_dist.model.rank_blend)
 FOREST_KEY = "forest_view"
 
 
@@ -93,7 +94,7 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
     ``state_dict`` and snapshots as above, what older readers load) plus every member under ``candidate_members``:
     its config, states (the best first) and score standardisation. A
     :class:`~gcad_dist.model.rank_blend.RankBlend` of a model and a forest (``gcad_dist.train``'s forest view) is
-    written as that model plus the forest's state and both empirical CDFs under ``forest_view``."""
+    written as that model plus the forest's state, both empirical CDFs and the weights under ``forest_view``."""
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
     from gcad_dist.model.rank_blend import RankBlend
     from gcad_dist.model.snapshots import base_model, member_states
@@ -106,7 +107,8 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
             raise ValueError(f"a rank blend of a model and a forest is saved, got {len(model.members)} members")
         forest = {"forest": {k: v.detach().cpu() if torch.is_tensor(v) else v  # its extra state: plain ints
                              for k, v in model.members[1].state_dict().items()},
-                  "cdfs": [{"values": c.values.cpu(), "cdf": c.cdf.cpu()} for c in model.cdfs]}
+                  "cdfs": [{"values": c.values.cpu(), "cdf": c.cdf.cpu()} for c in model.cdfs],
+                  "weights": model.weights.cpu().tolist()}
         model = model.members[0]
     if isinstance(model, CandidateEnsemble):  # the primary stays the top-level model; every member is kept too
         members = [{"config": asdict(base_model(m).config),

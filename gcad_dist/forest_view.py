@@ -10,7 +10,11 @@ probability below :data:`JOIN_BELOW` (0.8) in AUPRC and in AUROC. GCCAD is judge
 scores (:class:`gcad_dist.selection.CrossFit`), so that its own epoch choice on validation does not flatter it against
 the forest, which chose nothing there. Joined, the score is the mean of both scores' ranks
 (:class:`gcad_dist.model.rank_blend.RankBlend`: the ranks are read off each score's distribution over the training
-graph, so a checkpoint scores new graphs alike). No test label is read. BENCHMARKS.md, session 61.
+graph, so a checkpoint scores new graphs alike), unless the same bootstrap finds the forest alone better than that
+blend in validation AUPRC with probability >= :data:`gcad_dist.selection.SWITCH_CONFIDENCE` (0.95): then the forest
+alone scores (weights 0 and 1; the checkpoint still holds GCCAD, which ``gcad_dist.finetune`` starts from). That is the
+case of labels set by a rule over a few attributes, where a tree's splits are sharp and any share of a smooth score
+blurs them (``bench/rule_labels.py``). No test label is read. BENCHMARKS.md, sessions 61 and 62.
 """
 
 from __future__ import annotations
@@ -33,11 +37,12 @@ JOIN_BELOW = 0.8
 
 
 def _rule() -> str:
-    from gcad_dist.selection import MIN_POSITIVES
+    from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE
 
     return (f"RF-Graph on the training nodes; joins iff >= {MIN_POSITIVES} validation anomalies and the paired bootstrap "
             f"over them finds P(GCCAD's cross-fitted validation AUPRC higher) < {JOIN_BELOW} and P(its AUROC higher) < "
-            f"{JOIN_BELOW}; joined: the mean of both scores' ranks")
+            f"{JOIN_BELOW}; joined: the mean of both scores' ranks, or the forest alone where P(its validation AUPRC "
+            f"higher than the blend's) >= {SWITCH_CONFIDENCE}")
 
 
 FOREST_RULE = _rule()
@@ -53,7 +58,7 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     from gcad_dist.metrics import auprc, evaluate
     from gcad_dist.model.forest import fit_forest
     from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
-    from gcad_dist.selection import MIN_POSITIVES, compare_auprc, p_better_auroc
+    from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE, compare_auprc, p_better_auroc
 
     record: dict[str, Any] = {"rule": FOREST_RULE}
     y = torch.as_tensor(data.y).cpu().numpy()
@@ -89,8 +94,8 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
                       val_auroc={"gccad (cross-fitted)": roc_gccad, "forest": roc_forest})
     else:
         record["too_few_validation_anomalies"] = positives
-    record.update(p_gccad_better_auprc=p_pr, p_gccad_better_auroc=p_roc, kept=joined,
-                  seconds=round(time.perf_counter() - t0, 3))
+    record.update(p_gccad_better_auprc=p_pr, p_gccad_better_auroc=p_roc, kept=joined, choice="blend" if joined
+                  else "gccad", seconds=round(time.perf_counter() - t0, 3))
     log.info("forest view: %s -> %s (%.1f s)", f"P(GCCAD better) AUPRC {p_pr:.3f}, AUROC {p_roc:.3f} over {positives} "
              f"validation anomalies" if positives >= MIN_POSITIVES else
              f"{positives} validation anomalies, fewer than {MIN_POSITIVES}",
@@ -98,19 +103,30 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     if not joined:
         return res, model, record
     cdfs = [EmpiricalCDF.fit(res.scores), EmpiricalCDF.fit(forest_scores)]
-    blend = RankBlend([model, forest], cdfs)
-
     forest_rank = cdfs[1](torch.as_tensor(forest_scores))
+    half = RankBlend([model, forest], cdfs)
 
     def blended(gccad: Any, cdf: EmpiricalCDF) -> np.ndarray:
-        return torch.stack([cdf(torch.as_tensor(np.asarray(gccad, dtype=np.float64))), forest_rank]).mean(0).numpy()
+        return half.combine([cdf(torch.as_tensor(np.asarray(gccad, dtype=np.float64))), forest_rank]).numpy()
 
-    scores = blended(res.scores, cdfs[0])
     # the cross-fitted scores (standardised, each validation half chosen on the other) ranked on their own
     selection = blended(res.selection_scores, EmpiricalCDF.fit(res.selection_scores))
+    record["val_auprc"]["blend (cross-fitted)"] = auprc(yv, selection[vm])
+    # the forest alone where validation finds it clearly above the blend (the keep rule's switch level)
+    lead = compare_auprc(yv, selection[vm], forest_scores[vm], seed=seed)  # alternative = the forest alone
+    alone = lead.p_alternative_better >= SWITCH_CONFIDENCE
+    record.update(p_forest_better_than_blend_auprc=lead.p_alternative_better, choice="forest" if alone else "blend",
+                  weights=[0.0, 1.0] if alone else [0.5, 0.5])
+    log.info("forest view: P(the forest alone better than the blend) AUPRC %.3f -> %s", lead.p_alternative_better,
+             "the forest alone scores" if alone else "the blend scores")
+    if alone:
+        blend = RankBlend([model, forest], cdfs, weights=[0.0, 1.0])
+        scores, selection = forest_rank.numpy(), forest_scores
+    else:
+        blend, scores = half, blended(res.scores, cdfs[0])
     val = evaluate(y, scores, None, vm)
     test = evaluate(y, scores, None, torch.as_tensor(split.test).cpu().numpy())
-    record["val_auprc"]["blend (cross-fitted)"] = auprc(yv, selection[vm])
     res = replace(res, val=val, test=test, scores=scores, best_scores=None, selection_scores=selection,
                   extra={**res.extra, "forest_view": True})
+    record["seconds"] = round(time.perf_counter() - t0, 3)
     return res, blend, record

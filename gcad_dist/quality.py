@@ -324,7 +324,9 @@ def markdown_tables(results: dict[tuple[str, str], list[dict]], datasets: list[s
             views = [r["forest_view"] for r in results.get((ds, m), []) if r.get("forest_view")]
             if views:
                 joined = sum(bool(v.get("kept")) for v in views)
-                lines.append(f"\n{m}: forest view joined on {joined} of {len(views)} seed{'s' if len(views) != 1 else ''}.")
+                alone = sum(v.get("choice") == "forest" for v in views)
+                lines.append(f"\n{m}: forest view joined on {joined} of {len(views)} seed{'s' if len(views) != 1 else ''}"
+                             + (f" (the forest alone on {alone})." if alone else "."))
         lines.append("")
     return "\n".join(lines)
 

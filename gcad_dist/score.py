@@ -207,7 +207,7 @@ def _forest_view(record: dict, model: torch.nn.Module, src: str) -> torch.nn.Mod
     try:
         forest = ForestScorer.from_state(record["forest"])
         cdfs = [EmpiricalCDF(c["values"], c["cdf"]) for c in record["cdfs"]]
-        return RankBlend([model, forest], cdfs)
+        return RankBlend([model, forest], cdfs, weights=record.get("weights"))  # absent before session 62: equal
     except (KeyError, TypeError, ValueError) as e:
         raise GraphInputError(src, f"malformed forest view in checkpoint ({type(e).__name__}: {e})") from None
 

@@ -771,9 +771,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "(GADBench's RF-Graph, the strongest family on fraud graphs whose anomalies show in their own "
                    "attributes) on the same training nodes; it joins where validation holds >= 10 anomalies and a "
                    "paired bootstrap over them finds GCCAD's cross-fitted validation AUPRC and AUROC higher with a "
-                   "probability below 0.8 each, and the score is then the mean of both scores' ranks (a few seconds; "
-                   "metrics.json 'forest_view' says what was measured and chosen; BENCHMARKS.md, session 61); "
-                   "off = GCCAD alone")
+                   "probability below 0.8 each, and the score is then the mean of both scores' ranks, or the "
+                   "forest's alone where the same bootstrap places it above that blend with probability >= 0.95 "
+                   "(labels set by a rule over a few attributes; a few seconds; metrics.json 'forest_view' says what "
+                   "was measured and chosen; BENCHMARKS.md, sessions 61-62); off = GCCAD alone")
     p.add_argument("--contrast", default=d.contrast, choices=(*CONTRASTS, "auto"),
                    help="GCCAD: what each node is contrasted with: graph = the graph's context (the paper's); "
                    "neighbors / ego = the mean of its neighbours' embeddings (ego: against the node's own feature "
@@ -947,7 +948,8 @@ def main(argv: list[str] | None = None) -> int:
     kept = f" | {sel['chosen']} (kept of {' / '.join(sel['candidates'])})" if sel else ""
     fv = metrics.get("forest_view")
     if fv:
-        kept += " | forest view " + ("joined (ranks averaged)" if fv["kept"] else "not joined")
+        kept += " | forest view " + {"blend": "joined (ranks averaged)", "forest": "joined: the forest alone scores "
+                                     "(validation places it clearly above the blend)"}.get(fv.get("choice"), "not joined")
     first = f"first kept candidate ({kept_names[0]}): " if len(kept_names) > 1 else ""
     print(f"{cfg.model}: {describe_labels(o.data.y)}{kept} | {first}best epoch {res.best_epoch}/{res.epochs_run}{snaps}, "
           f"{res.seconds_per_epoch():.3f} s/epoch | run {metrics['wall_seconds']:.1f} s | "

@@ -105,6 +105,35 @@ def test_rank_blend_scores_the_mean_of_its_members_ranks():
     assert np.allclose(got, [(0.125 + 0.375) / 2, (0.625 + 0.125) / 2, (0.375 + 0.875) / 2, (0.875 + 0.625) / 2])
 
 
+def test_rank_blend_weights_leave_a_zero_weight_member_unrun():
+    from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
+
+    class Fixed(torch.nn.Module):
+        def __init__(self, s):
+            super().__init__()
+            self.s = torch.as_tensor(s, dtype=torch.float32)
+            self.calls = 0
+
+        def forward(self, *a, **k):
+            self.calls += 1
+            return self.s
+
+        def score(self, out):
+            return out
+
+    a, b = np.array([0.1, 0.5, 0.2, 0.9]), np.array([10.0, 0.0, 30.0, 20.0])
+    ma, mb = Fixed(a), Fixed(b)
+    cdfs = [EmpiricalCDF.fit(a), EmpiricalCDF.fit(b)]
+    alone = RankBlend([ma, mb], cdfs, weights=[0.0, 1.0])
+    assert np.allclose(alone.score(alone(None)).numpy(), [0.375, 0.125, 0.875, 0.625]) and ma.calls == 0
+    tilted = RankBlend([ma, mb], cdfs, weights=[1.0, 3.0])  # normalised to 0.25 / 0.75
+    assert np.allclose(tilted.score(tilted(None)).numpy(), [0.25 * 0.125 + 0.75 * 0.375, 0.25 * 0.625 + 0.75 * 0.125,
+                                                            0.25 * 0.375 + 0.75 * 0.875, 0.25 * 0.875 + 0.75 * 0.625])
+    for bad in ([1.0], [-1.0, 2.0], [0.0, 0.0], [float("nan"), 1.0]):
+        with pytest.raises(ValueError, match="weight"):
+            RankBlend([ma, mb], cdfs, weights=bad)
+
+
 def _fit(scores: np.ndarray, selection: np.ndarray, data, split):
     from gcad_dist.metrics import evaluate
     from gcad_dist.supervised import FitResult
@@ -148,6 +177,32 @@ def test_the_forest_is_kept_where_it_helps_dropped_where_gccad_is_clearly_better
     _, _, rec3 = add_forest_view(weak, model, scrambled, split, seed=0)
     for k in ("kept", "val_auprc", "val_auroc", "p_gccad_better_auprc", "p_gccad_better_auroc", "forest_val_auroc"):
         assert rec3[k] == rec[k]
+
+
+def test_the_forest_alone_scores_where_validation_places_it_clearly_above_the_blend():
+    """Anomalies told by their own columns (a rule a tree learns): a GCCAD that sees little only blurs the forest's
+    ranking, and the forest alone scores. Where both see the anomalies with errors of their own, the blend stays."""
+    from gcad_dist.forest_view import add_forest_view
+    from gcad_dist.model.rank_blend import RankBlend
+
+    data = _graph(n=1500, shift=4.0)
+    split = _split(data.num_nodes)
+    y = data.y.numpy().astype(float)
+    rng = np.random.default_rng(3)
+    vague = 0.3 * y + rng.standard_normal(data.num_nodes)  # above chance, far below the forest
+    res, m, rec = add_forest_view(_fit(vague, vague, data, split), torch.nn.Identity(), data, split, seed=0)
+    assert rec["kept"] and rec["choice"] == "forest" and rec["weights"] == [0.0, 1.0]
+    assert rec["p_forest_better_than_blend_auprc"] >= 0.95
+    assert isinstance(m, RankBlend) and m.weights.tolist() == [0.0, 1.0]
+    assert res.val["auprc"] > rec["val_auprc"]["blend (cross-fitted)"] + 0.05
+    assert res.val["auprc"] == pytest.approx(rec["val_auprc"]["forest"], abs=0.02)
+    # both see every anomaly dimly, with errors of their own: the blend beats either and is kept
+    dim = _graph(n=1500, shift=1.0)
+    g = dim.y.numpy().astype(float) + np.random.default_rng(0).standard_normal(dim.num_nodes)
+    res2, m2, rec2 = add_forest_view(_fit(g, g, dim, split), torch.nn.Identity(), dim, split, seed=0)
+    assert rec2["kept"] and rec2["choice"] == "blend" and m2.weights.tolist() == [0.5, 0.5]
+    assert rec2["val_auprc"]["blend (cross-fitted)"] > rec2["val_auprc"]["forest"]
+    assert rec2["p_forest_better_than_blend_auprc"] < 0.95
 
 
 def test_too_few_validation_anomalies_leave_gccad_alone():
@@ -198,6 +253,8 @@ def test_train_cli_forest_view_checkpoint_scores_as_training_did(tmp_path, capsy
     from gcad_dist.model.rank_blend import RankBlend
 
     assert isinstance(loaded.model, RankBlend) is fv["kept"]
+    if fv["kept"]:  # the blend's weights (or the forest alone) come back from the checkpoint
+        assert loaded.model.weights.tolist() == fv["weights"]
     # gcad_dist.score on the graph with its training labels alone: the same scores
     import pyarrow.parquet as pq
 

@@ -1,4 +1,4 @@
-"""Models of different kinds scored together by rank: the mean of each member's empirical CDF.
+"""Models of different kinds scored together by rank: the (weighted) mean of each member's empirical CDF.
 
 Two detectors' scores can live on scales that a z-score does not reconcile: a cosine distance against a forest's
 vote share, half of whose nodes tie at 0. Their ranks can be averaged. For a checkpoint that scores new graphs as
@@ -81,24 +81,37 @@ class EmpiricalCDF(torch.nn.Module):
 
 
 class RankBlend(torch.nn.Module):
-    """Members of any kind (each with ``forward`` and ``score``), scored by the mean of their scores' empirical CDFs
-    over the training graph.
+    """Members of any kind (each with ``forward`` and ``score``), scored by the weighted mean of their scores'
+    empirical CDFs over the training graph.
 
     Args:
         members: the models, the primary first (the model a checkpoint's top level describes).
         cdfs: one :class:`EmpiricalCDF` per member, fitted on its scores of every training-graph node.
+        weights: one non-negative weight per member (normalised to sum 1; default: equal). A member of weight 0 is
+            kept (a checkpoint still describes it) but neither run nor scored.
     """
 
-    def __init__(self, members: list[torch.nn.Module], cdfs: list[EmpiricalCDF]) -> None:
+    def __init__(self, members: list[torch.nn.Module], cdfs: list[EmpiricalCDF],
+                 weights: list[float] | None = None) -> None:
         super().__init__()
         if len(members) < 1 or len(members) != len(cdfs):
             raise ValueError(f"one CDF per member needed: {len(members)} members, {len(cdfs)} CDFs")
+        w = np.ones(len(members)) if weights is None else np.asarray(weights, dtype=np.float64)
+        if w.shape != (len(members),) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+            raise ValueError(f"one non-negative weight per member, with a positive sum, needed; got {weights}")
         self.members = torch.nn.ModuleList(members)
         self.cdfs = torch.nn.ModuleList(cdfs)
+        self.register_buffer("weights", torch.as_tensor(w / w.sum()))
 
     def forward(self, *args: Any, **kwargs: Any) -> list[Any]:
-        return [m(*args, **kwargs) for m in self.members]
+        return [m(*args, **kwargs) if w > 0 else None for m, w in zip(self.members, self.weights.tolist())]
+
+    def combine(self, ranks: list[Tensor | None]) -> Tensor:
+        """The weighted mean of the members' ranks (their CDF values; ``None`` where a member's weight is 0) [N]."""
+        parts = [w * r.double() for r, w in zip(ranks, self.weights.tolist()) if w > 0]
+        return torch.stack(parts).sum(0).float()
 
     def score(self, outs: list[Any]) -> Tensor:
-        """Mean over the members of their score's empirical CDF [N]."""
-        return torch.stack([cdf(m.score(o).float()) for m, cdf, o in zip(self.members, self.cdfs, outs)]).mean(0)
+        """Weighted mean over the members of their score's empirical CDF [N]."""
+        return self.combine([cdf(m.score(o).float()) if w > 0 else None
+                             for m, cdf, o, w in zip(self.members, self.cdfs, outs, self.weights.tolist())])
