@@ -16,7 +16,8 @@ For each dataset (a name in ``--data-dir`` such as ``tolokers``, or a path to a 
      ``python -m gcad_dist.finetune --label-fraction f`` (fine-tuned from the checkpoint; its default ``--model
      auto`` keeps, on validation, the checkpoint's model, the graph models or an average of them, recorded per run) and
      ``python -m gcad_dist.train --model gccad --label-fraction f --forest off`` (supervised GCCAD from scratch;
-     without ``gcad_dist.train``'s forest view, which fine-tuning does not have: the comparison is of the two GNNs).
+     both without the forest view by default, ``--forest off`` on each side: the comparison is of the two GNNs, the
+     pre-trained start against the random one; ``--forest auto`` runs both CLIs' defaults, the view included).
      Both run with the same supervised settings: ``gcad_dist.train``'s defaults (lr, epochs, patience,
      ``--link-eval expected``, ``--score-space projection``) unless ``--tune-lr`` / ``--ft-epochs`` /
      ``--sup-epochs`` / ``--patience`` / ``--link-eval`` / ``--score-space`` / ``--label-inputs`` say
@@ -85,6 +86,7 @@ class TransferConfig:
     store_normalize: str | None = None  # partitioning.build --normalize of the store; None = the build's default
     label_inputs: bool | None = None  # both sides alike; None = the CLIs' default (the same rule on both sides)
     candidate_scores: bool = False  # fine-tuning runs write candidate_scores.npz (bench/finetune_selection.py)
+    forest: str = "off"  # both sides' --forest: off = the two GNNs compared; auto = both CLIs' defaults
     threads: int = 1
     retries: int = 3
     step_timeout: float = 3600.0
@@ -149,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fine-tuning and scratch alike read (or, with --no-label-inputs, do not read) the neighbours' "
                         "kept training labels as inputs (default: the CLIs' own, the same rule on both sides: on "
                         "from 10 kept training anomalies)")
+    p.add_argument("--forest", default=d.forest, choices=("off", "auto"),
+                   help="--forest of both sides: off = the comparison of the two GNNs, the pre-trained start against "
+                        "the random one; auto = both CLIs' defaults, the forest view included (each run's metrics.json "
+                        "'forest_view' records what GCCAD alone scored)")
     p.add_argument("--candidate-scores", action="store_true",
                    help="fine-tuning runs also write candidate_scores.npz, for bench/finetune_selection.py")
     p.add_argument("--threads", type=int, default=d.threads, help="torch / FAISS threads of every step (also OMP_NUM_THREADS)")
@@ -282,11 +288,12 @@ def _method_runs(cfg: TransferConfig, ckpt: str, seed: int) -> list[tuple[str, f
         ("zero-shot", None, f"zs-s{seed}", ["gcad_dist.finetune", "--checkpoint", ckpt, "--epochs", "0"])]
     for f in cfg.label_fractions:
         runs.append(("fine-tune", f, f"ft{f:g}-s{seed}",
-                     ["gcad_dist.finetune", "--checkpoint", ckpt, "--label-fraction", str(f), *_tune_args(cfg, cfg.ft_epochs),
+                     ["gcad_dist.finetune", "--checkpoint", ckpt, "--label-fraction", str(f), "--forest", cfg.forest,
+                      *_tune_args(cfg, cfg.ft_epochs),
                       *(["--candidate-scores"] if cfg.candidate_scores else [])]))
         runs.append(("scratch", f, f"sc{f:g}-s{seed}",
                      ["gcad_dist.train", "--model", "gccad", "--label-fraction", str(f), "--normalize", cfg.sup_normalize,
-                      "--forest", "off", *_tune_args(cfg, cfg.sup_epochs)]))
+                      "--forest", cfg.forest, *_tune_args(cfg, cfg.sup_epochs)]))
     return runs
 
 

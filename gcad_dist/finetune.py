@@ -43,6 +43,10 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    copies the checkpoint's projection into its first columns. The written model records it, and
    ``gcad_dist.score`` fills the columns from the labels of the graph it scores. Below the count they cost
    validation AUPRC (6 anomalies, inj_cora at 10%: -0.023), above it they gained (BENCHMARKS.md, session 32).
+7. The forest view (``--forest``, default ``auto`` as ``gcad_dist.train``'s, :mod:`gcad_dist.forest_view`): a random
+   forest on ``[x, neighbours' mean x, degree]`` fitted on the kept training labels joins the fine-tuned score by
+   rank, or scores alone, where validation says so by ``gcad_dist.train``'s rule (session 62). ``--forest off``:
+   the fine-tuned GCCAD alone (every run before session 62).
 
 Fine-tuning uses the supervised defaults of ``python -m gcad_dist.train`` (taken from its
 :class:`~gcad_dist.train.TrainConfig`, not copied): the optimiser, epoch and patience settings and the
@@ -73,6 +77,7 @@ from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
 from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
+from gcad_dist.forest_view import FOREST_MODES
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options,
@@ -146,6 +151,7 @@ class FinetuneConfig:
     # masks, for studies of the keep rule (bench/finetune_selection.py)
     candidate_scores: bool = False
     keep_rule: str = "cross-fitted"  # KEEP_RULES; "validation" before session 44
+    forest: str = TrainConfig.forest  # the forest view (gcad_dist.forest_view), as gcad_dist.train's
     progress: bool = True
     verbose: bool = False
 
@@ -156,6 +162,8 @@ def _validate(cfg: FinetuneConfig) -> None:
     check_fit_options(cfg)
     if cfg.keep_rule not in KEEP_RULES:
         raise UsageError(f"--keep-rule: unknown value {cfg.keep_rule!r} (choose from {', '.join(KEEP_RULES)})")
+    if cfg.forest not in FOREST_MODES:
+        raise UsageError(f"--forest: unknown value {cfg.forest!r} (choose from {', '.join(FOREST_MODES)})")
     if cfg.model not in FINETUNE_MODELS:
         raise UsageError(f"--model: unknown value {cfg.model!r} (choose from {', '.join(FINETUNE_MODELS)})")
     if cfg.link_eval not in LINK_EVALS:
@@ -418,11 +426,21 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             res, saved_model, saved_config = fits[0]
         if graph_selection:  # each graph model's own candidates kept, as gcad_dist.train keeps them
             metrics["contrast_selection"] = graph_selection
+        forest = None
+        if cfg.forest == "auto":  # on the kept training labels, as gcad_dist.train's forest (session 62)
+            from gcad_dist.forest_view import add_forest_view
+
+            if res.selection_scores is None:  # the zero-shot model alone: it chose nothing on validation
+                res = dataclasses.replace(res, selection_scores=res.scores)
+            res, saved_model, forest = add_forest_view(res, saved_model, data, sub, seed=cfg.seed,
+                                                       threads=cfg.threads if cfg.threads > 0 else torch.get_num_threads())
         scores, history, best_epoch, snapshots = res.scores, res.history, res.best_epoch, res.snapshot_states
         metrics["finetuned_model"] = kept_name
         metrics["model_config"] = asdict(saved_config)
         metrics.update(res.summary())
         metrics["history"] = res.history
+        if forest:
+            metrics["forest_view"] = forest
         extra["finetuned_model"] = kept_name
     extra.update({"best_epoch": best_epoch, "val": metrics["val"], "test": metrics["test"]})
     save_model(out / "final", saved_model.cpu(), saved_config, extra=extra, snapshots=snapshots)
@@ -497,6 +515,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--candidate-scores", action="store_true",
                    help=f"also write <out>/{CANDIDATE_SCORES}: each fitted candidate's scores of every node, the "
                         "labels and the split masks (for studies of the keep rule: bench/finetune_selection.py)")
+    p.add_argument("--forest", default=d.forest, choices=FOREST_MODES,
+                   help="auto = gcad_dist.train's forest view: a random forest on [x, the neighbours' mean x, degree] "
+                        "fitted on the kept training labels joins the fine-tuned score by rank (or scores alone) where "
+                        "validation says so by gcad_dist.train's rule (metrics.json 'forest_view'); off = the "
+                        "fine-tuned GCCAD alone (every run before session 62)")
     p.add_argument("--keep-rule", default=d.keep_rule, choices=KEEP_RULES,
                    help="--model auto: how a trained candidate is judged against the others on validation. "
                         "'validation': by its validation scores, which its own epoch choice made on the same nodes "
@@ -521,6 +544,10 @@ def main(argv: list[str] | None = None) -> int:
     zs, te = m["zero_shot"]["test"], m["test"]
     label = ("zero-shot only" if cfg.epochs == 0
              else f"{m['finetuned_model']} model, best epoch {m['best_epoch']}/{m['epochs_run']}")
+    fv = m.get("forest_view")
+    if fv:
+        label += ", forest view " + {"blend": "joined (ranks averaged)", "forest": "joined: the forest alone scores"
+                                     }.get(fv.get("choice"), "not joined")
     lab = m["labels"]
     graph_labels = ("all labelled" if lab["labelled"] == lab["nodes"]
                     else f"{lab['labelled']:,} of {lab['nodes']:,} nodes labelled")

@@ -126,6 +126,8 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
         blend, scores = half, blended(res.scores, cdfs[0])
     val = evaluate(y, scores, None, vm)
     test = evaluate(y, scores, None, torch.as_tensor(split.test).cpu().numpy())
+    # what GCCAD alone scored, for the record (the choice above read validation only)
+    record["gccad_alone"] = {"val": res.val, "test": res.test}
     res = replace(res, val=val, test=test, scores=scores, best_scores=None, selection_scores=selection,
                   extra={**res.extra, "forest_view": True})
     record["seconds"] = round(time.perf_counter() - t0, 3)

@@ -495,7 +495,7 @@ def test_finetune_defaults_are_train_defaults() -> None:
     tr = TrainConfig(graph="", out="")
     ft_args = vars(build_parser().parse_args(["--checkpoint", "c", "--graph", "g"]))
     tr_args = vars(train_parser().parse_args(["--graph", "g", "--out", "o"]))
-    for name in ("epochs", "lr", "weight_decay", "eval_every", "patience", "link_eval", "score_space"):
+    for name in ("epochs", "lr", "weight_decay", "eval_every", "patience", "link_eval", "score_space", "forest"):
         assert getattr(ft, name) == getattr(tr, name) == ft_args[name] == tr_args[name], name
     assert (ft.link_eval, ft.score_space) == ("expected", "projection")
     assert ft_args["label_fraction"] == tr_args["label_fraction"] == 1.0
@@ -504,6 +504,43 @@ def test_finetune_defaults_are_train_defaults() -> None:
     # label inputs: the same rule on both sides (on from 10 kept training anomalies)
     assert ft.label_inputs is tr.label_inputs is ft_args["label_inputs"] is tr_args["label_inputs"] is None
     assert resolve_label_inputs("gccad", ft.label_inputs, 10) and not resolve_label_inputs("gccad", ft.label_inputs, 9)
+
+
+def test_finetune_forest_view_joins_by_train_rule_and_its_checkpoint_scores_as_fine_tuning_did(
+        pre_checkpoint, tmp_path, capsys) -> None:
+    """Anomalies told by their own columns, linked at random (camouflage): the forest, fitted on the kept training
+    labels, joins the fine-tuned score; the checkpoint scores as fine-tuning did; ``--forest off`` leaves it out."""
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.model.rank_blend import RankBlend
+    from gcad_dist.supervised import predict
+    from partitioning.io import load_graph, save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    g = tmp_path / "cam.npz"
+    save_npz(generate(SyntheticConfig(nodes=500, avg_degree=6, features=8, anomaly_fraction=0.12,
+                                      anomaly_mix=(0, 0, 0, 1), mixing=1.0, seed=4)), g)
+    base = ["--checkpoint", str(pre_checkpoint), "--graph", str(g), "--epochs", "4", "--eval-every", "2",
+            "--model", "checkpoint", "--no-label-inputs", "--no-progress", "--no-plots", "--threads", "1"]
+    out = tmp_path / "ft"
+    code, stdout, err = _run(finetune_main, [*base, "--out", str(out)], capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    fv = m["forest_view"]
+    assert fv["kept"] and fv["choice"] in ("blend", "forest") and "forest view joined" in stdout
+    assert fv["train_nodes"] == m["labels"]["train_labelled"]  # the kept training labels, no other
+    loaded = load_checkpoint_model(out / "final")
+    assert isinstance(loaded.model, RankBlend) and loaded.model.weights.tolist() == fv["weights"]
+    graph = load_graph(str(g))
+    data = prepare_data(graph, loaded, m["normalize"], source=str(g))  # the run's own normalisation
+    split = make_split(data, seed=0)
+    s = predict(loaded.model, data).numpy()
+    assert evaluate(data.y.numpy(), s, mask=split.val.numpy())["auprc"] == pytest.approx(m["val"]["auprc"], abs=1e-6)
+    off = tmp_path / "ft_off"
+    code, _, err = _run(finetune_main, [*base, "--out", str(off), "--forest", "off"], capsys)
+    assert code == 0, err
+    assert "forest_view" not in json.loads((off / "metrics.json").read_text())
+    assert not isinstance(load_checkpoint_model(off / "final").model, RankBlend)
 
 
 def test_finetune_overrides_checkpoint_eval_settings_unless_flags_given(small_graph, pre_checkpoint, tmp_path,
@@ -671,8 +708,11 @@ def test_transfer_runs_share_fraction_seed_and_settings() -> None:
         assert args[args.index("--label-fraction") + 1] == str(f)
         assert "--lr" not in args and "--epochs" not in args  # both use gcad_dist.train's defaults
         assert "--no-label-inputs" not in args and "--label-inputs" not in args  # each CLI's own default
+        assert args[args.index("--forest") + 1] == "off"  # a comparison of the two GNNs, without the forest view
     cfg = TransferConfig(**vars(build_parser().parse_args(["--datasets", "inj_cora", "--no-label-inputs"])))
     assert all("--no-label-inputs" in args for _, _, _, args in _method_runs(cfg, "ck", 0)[1:])
+    cfg = TransferConfig(**vars(build_parser().parse_args(["--datasets", "inj_cora", "--forest", "auto"])))
+    assert all(args[args.index("--forest") + 1] == "auto" for _, _, _, args in _method_runs(cfg, "ck", 0)[1:])
     assert len({tag for _, _, tag, _ in runs}) == len(runs)
     # The old options still parse; the shared settings go to both kinds of run.
     cfg = TransferConfig(**vars(build_parser().parse_args(

@@ -165,6 +165,7 @@ def test_the_forest_is_kept_where_it_helps_dropped_where_gccad_is_clearly_better
     assert rec["kept"] and isinstance(m, RankBlend) and rec["positives"] >= 10
     assert res.val["auprc"] > weak.val["auprc"] + 0.1
     assert res.extra["forest_view"] and res.selection_scores is not None
+    assert rec["gccad_alone"] == {"val": weak.val, "test": weak.test}  # recorded beside the choice, for comparison
     perfect = y + 0.01 * noise  # a GCCAD that ranks every anomaly first: clearly better than the forest
     strong = _fit(perfect, perfect, data, split)
     res2, m2, rec2 = add_forest_view(strong, model, data, split, seed=0)
