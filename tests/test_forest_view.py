@@ -85,22 +85,27 @@ def test_empirical_cdf_is_the_mid_rank_on_its_scores_and_keeps_order_elsewhere()
     assert out[0] < out[1] <= cdf(torch.tensor([0.0])).item() and out[2] < out[3] and 0 < out[3] - got.max() < 1e-5
 
 
+class _Fixed(torch.nn.Module):
+    """A member whose scores are given (it counts its runs)."""
+
+    def __init__(self, s) -> None:
+        super().__init__()
+        self.s = torch.as_tensor(s, dtype=torch.float32)
+        self.calls = 0
+
+    def forward(self, *a, **k):
+        self.calls += 1
+        return self.s
+
+    def score(self, out):
+        return out
+
+
 def test_rank_blend_scores_the_mean_of_its_members_ranks():
     from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
 
-    class Fixed(torch.nn.Module):
-        def __init__(self, s):
-            super().__init__()
-            self.s = torch.as_tensor(s, dtype=torch.float32)
-
-        def forward(self, *a, **k):
-            return self.s
-
-        def score(self, out):
-            return out
-
     a, b = np.array([0.1, 0.5, 0.2, 0.9]), np.array([10.0, 0.0, 30.0, 20.0])
-    blend = RankBlend([Fixed(a), Fixed(b)], [EmpiricalCDF.fit(a), EmpiricalCDF.fit(b)])
+    blend = RankBlend([_Fixed(a), _Fixed(b)], [EmpiricalCDF.fit(a), EmpiricalCDF.fit(b)])
     got = blend.score(blend(None)).numpy()
     assert np.allclose(got, [(0.125 + 0.375) / 2, (0.625 + 0.125) / 2, (0.375 + 0.875) / 2, (0.875 + 0.625) / 2])
 
@@ -108,21 +113,8 @@ def test_rank_blend_scores_the_mean_of_its_members_ranks():
 def test_rank_blend_weights_leave_a_zero_weight_member_unrun():
     from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
 
-    class Fixed(torch.nn.Module):
-        def __init__(self, s):
-            super().__init__()
-            self.s = torch.as_tensor(s, dtype=torch.float32)
-            self.calls = 0
-
-        def forward(self, *a, **k):
-            self.calls += 1
-            return self.s
-
-        def score(self, out):
-            return out
-
     a, b = np.array([0.1, 0.5, 0.2, 0.9]), np.array([10.0, 0.0, 30.0, 20.0])
-    ma, mb = Fixed(a), Fixed(b)
+    ma, mb = _Fixed(a), _Fixed(b)
     cdfs = [EmpiricalCDF.fit(a), EmpiricalCDF.fit(b)]
     alone = RankBlend([ma, mb], cdfs, weights=[0.0, 1.0])
     assert np.allclose(alone.score(alone(None)).numpy(), [0.375, 0.125, 0.875, 0.625]) and ma.calls == 0
