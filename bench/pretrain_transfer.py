@@ -5,9 +5,11 @@ Example (BENCHMARKS.md):
 
 For each dataset (a name in ``--data-dir`` such as ``tolokers``, or a path to a graph file):
 
-1. ``python -m partitioning.build``: FAISS K-means parts and corrupt subgraphs, a Zarr store (``--k auto``);
-2. ``python -m gcad_dist.pretrain``: self-supervised pre-training on that store (Ray Train, ``--workers``),
-   once per dataset (pre-training seed ``--pretrain-seed``); it never sees a real label;
+1. ``python -m partitioning.build``: a Zarr store (``--k 1``, the default: one whole-graph store, the README's
+   label-free pipeline; ``--k auto``: FAISS K-means parts and corrupt subgraphs, METHOD.md's);
+2. ``python -m gcad_dist.pretrain``: self-supervised pre-training on that store (Ray Train, ``--workers``) at its
+   own defaults (its recipe's epochs and learning rate) unless ``--epochs`` / ``--lr`` / ``--pretrain-jump`` say
+   otherwise, once per dataset (pre-training seed ``--pretrain-seed``); it never sees a real label;
 3. for each seed of ``--seeds``, on the same split (the graph's given split ``seed % S`` for tolokers, a
    seeded stratified 40/20/40 split otherwise; every CLI below uses the same split function):
    * ``python -m gcad_dist.finetune --epochs 0``: zero-shot, the pre-trained score as it is;
@@ -66,18 +68,18 @@ class TransferConfig:
 
     datasets: list[str] = field(default_factory=lambda: ["tolokers", "reddit"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    epochs: int = 30
+    epochs: int | None = None  # pre-training; None = gcad_dist.pretrain's own (its recipe's)
     label_fractions: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0])
     data_dir: str = str(REPO.parent / "shared" / "data")
     out: str = "runs/pretrain_transfer"
-    k: str = "auto"
+    k: str = "1"  # one whole-graph store: the label-free pipeline of the README ("auto": K-means parts)
     workers: int = 1
     pretrain_seed: int = 0
     # None = the CLIs' own defaults, which are gcad_dist.train's (TrainConfig) for both fine-tuning and scratch
     ft_epochs: int | None = None
     sup_epochs: int | None = None
-    lr: float = 5e-3  # pre-training
-    pretrain_jump: str = "last"  # pre-training --jump (cat: the fine-tuned model has the scratch default's embedding)
+    lr: float | None = None  # pre-training; None = gcad_dist.pretrain's own (auto)
+    pretrain_jump: str | None = None  # pre-training --jump; None = gcad_dist.pretrain's own
     tune_lr: float | None = None  # fine-tuning and supervised training
     patience: int | None = None
     link_eval: str | None = None
@@ -118,18 +120,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated dataset names in --data-dir (<name>.npz) or graph file paths")
     p.add_argument("--seeds", type=_csv(int), default=d.seeds,
                    help="comma-separated seeds; each seed fixes the split, label subsample and training noise")
-    p.add_argument("--epochs", type=int, default=d.epochs, help="pre-training epochs (passes over the store)")
+    p.add_argument("--epochs", type=int, default=d.epochs,
+                   help="pre-training epochs (passes over the store; default: gcad_dist.pretrain's)")
     p.add_argument("--label-fractions", type=_csv(float), default=d.label_fractions,
                    help="fractions of the training labels, each in (0, 1]; per fraction one fine-tune and one "
                         "from-scratch run on the same subsample")
     p.add_argument("--data-dir", default=d.data_dir, help="folder of the real datasets (<name>.npz)")
     p.add_argument("--out", default=d.out, help="output folder: stores, pre-training runs, per-run metrics, table.md")
-    p.add_argument("--k", default=d.k, help="parts for partitioning.build (number or 'auto')")
+    p.add_argument("--k", default=d.k, help="parts for partitioning.build (number or 'auto'): 1 = one whole-graph "
+                   "store, the label-free pipeline of the README; auto = K-means parts, METHOD.md's corrupt subgraphs")
     p.add_argument("--workers", type=int, default=d.workers, help="Ray Train workers for pre-training")
     p.add_argument("--pretrain-seed", type=int, default=d.pretrain_seed, help="seed of the store build and of pre-training")
     p.add_argument("--ft-epochs", type=int, default=d.ft_epochs, help="maximum fine-tuning epochs (default: gcad_dist.train's)")
     p.add_argument("--sup-epochs", type=int, default=d.sup_epochs, help="maximum from-scratch epochs (default: gcad_dist.train's)")
-    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate of pre-training")
+    p.add_argument("--lr", type=float, default=d.lr,
+                   help="peak learning rate of pre-training (default: gcad_dist.pretrain's, auto)")
     p.add_argument("--pretrain-jump", default=d.pretrain_jump, choices=("last", "cat"),
                    help="pre-training --jump: cat gives the fine-tuned model the jumping-knowledge embedding that "
                         "gcad_dist.train uses from scratch by default")
@@ -168,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _validate(cfg: TransferConfig) -> dict[str, Path]:
-    if cfg.epochs < 1:
+    if cfg.epochs is not None and cfg.epochs < 1:
         raise UsageError(f"--epochs: must be >= 1, got {cfg.epochs}")
     for name in ("ft_epochs", "sup_epochs"):
         if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
@@ -253,8 +258,10 @@ def run_dataset(cfg: TransferConfig, name: str, graph: Path, run: Runner) -> lis
                store / "zarr.json"):
         return []
     if not run(f"{name}-pretrain", ["gcad_dist.pretrain", "--store", str(store), "--out", str(pre), "--workers", str(cfg.workers),
-                                    "--epochs", str(cfg.epochs), "--seed", str(cfg.pretrain_seed), "--lr", str(cfg.lr),
-                                    "--cpus-per-worker", str(cfg.threads), "--jump", cfg.pretrain_jump, "--overwrite"],
+                                    "--seed", str(cfg.pretrain_seed), "--cpus-per-worker", str(cfg.threads),
+                                    *(["--epochs", str(cfg.epochs)] if cfg.epochs is not None else []),
+                                    *(["--lr", str(cfg.lr)] if cfg.lr is not None else []),
+                                    *(["--jump", cfg.pretrain_jump] if cfg.pretrain_jump else []), "--overwrite"],
                pre / "final" / "model.pt", tries=max(1, cfg.retries)):
         return []
     ckpt = str(pre / "final")
