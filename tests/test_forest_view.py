@@ -63,6 +63,22 @@ def test_forest_module_scores_as_scikit_learn_predicts():
         fit_forest(data.x, data.edge_index, torch.zeros_like(data.y), train, seed=0)
 
 
+def test_the_walk_compares_float32_features_with_a_float64_threshold_exactly():
+    """One split at 0.1 (not a float32): float32(0.1) lies above it and goes right, the float32 just below goes
+    left, as scikit-learn compares; a NaN goes right; a tree that is one leaf scores its leaf."""
+    from gcad_dist.model.forest import ForestScorer
+
+    node = torch.tensor
+    split = ForestScorer(feature=node([0, 0, 0, 0]), threshold=node([0.1, 0.0, 0.0, 0.0], dtype=torch.float64),
+                         left=node([1, 1, 2, 3]), right=node([2, 1, 2, 3]),
+                         proba=node([0.5, 0.0, 1.0, 0.25], dtype=torch.float64), roots=node([0, 3]), depth=1,
+                         in_features=1)
+    just_below = np.nextafter(np.float32(0.1), np.float32(-1.0))
+    x = torch.tensor([[np.float32(0.1)], [just_below], [float("nan")], [-3.0]], dtype=torch.float32)
+    got = split(x, torch.zeros(2, 0, dtype=torch.long)).numpy()
+    assert np.allclose(got, [(1.0 + 0.25) / 2, (0.0 + 0.25) / 2, (1.0 + 0.25) / 2, (0.0 + 0.25) / 2])
+
+
 def test_empirical_cdf_is_the_mid_rank_on_its_scores_and_keeps_order_elsewhere():
     from scipy.stats import rankdata
 

@@ -25,7 +25,10 @@ __all__ = ["FOREST_SETTINGS", "ForestScorer", "fit_forest", "fit_sklearn_forest"
 FOREST_SETTINGS: dict[str, Any] = {"model": "RandomForestClassifier", "n_estimators": 100, "criterion": "gini",
                                    "max_features": "sqrt", "class_weight": "neg/pos on train",
                                    "inputs": "x|mean_nbr_x|degree"}
-_BLOCK = 1 << 22  # nodes x trees walked at once (int64 indices: 32 MiB)
+# (node, tree) pairs walked at once: on a CPU small enough that a block's features stay in cache (2^18 pairs walked
+# 1.4x faster than 2^22 on a 200k-node graph, BENCHMARKS.md session 62); on a GPU large, for fewer kernel launches
+_BLOCK_CPU = 1 << 18
+_BLOCK_GPU = 1 << 22
 
 
 def graph_features(x: Tensor, edge_index: Tensor, in_features: int | None = None,
@@ -76,6 +79,15 @@ class ForestScorer(nn.Module):
         self.register_buffer("right", right.to(torch.int64))
         self.register_buffer("proba", proba.to(torch.float64))
         self.register_buffer("roots", roots.to(torch.int64))
+        # derived, not saved: the children as one table (the right child first: a step reads [2 t + (x <= thr)], so
+        # a NaN goes right as before), and each threshold as the largest float32 at or below it, against which a
+        # float32 feature compares exactly as against the float64 threshold (scikit-learn's rule)
+        self.register_buffer("child", torch.stack([self.right, self.left], 1).reshape(-1), persistent=False)
+        thr = self.threshold.cpu().numpy()
+        t32 = thr.astype(np.float32)
+        up = t32.astype(np.float64) > thr
+        t32[up] = np.nextafter(t32[up], np.float32(-np.inf))
+        self.register_buffer("threshold32", torch.from_numpy(t32).to(self.threshold.device), persistent=False)
         self.depth = int(depth)
         self.in_features = int(in_features)
         self.passthrough = int(passthrough)
@@ -118,25 +130,28 @@ class ForestScorer(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         dev = self.threshold.device
-        feats = graph_features(x, edge_index, self.in_features, self.passthrough).to(dev, torch.float64)
+        feats = graph_features(x, edge_index, self.in_features, self.passthrough).to(dev, torch.float32)
         n, trees = feats.shape[0], self.roots.numel()
         out = torch.empty(n, dtype=torch.float64, device=dev)
         leaf = self.left == torch.arange(self.left.numel(), device=dev)
-        block = max(1, _BLOCK // max(trees, 1))
+        block = max(1, (_BLOCK_GPU if dev.type == "cuda" else _BLOCK_CPU) // max(trees, 1))
         for lo in range(0, n, block):  # blocks of nodes, every tree at once
             xb = feats[lo:lo + block]
             b, d = xb.shape
             flat = xb.reshape(-1)
-            at = self.roots.repeat(b)  # (node, tree) pairs, node-major: where each pair is in its tree
+            # the (node, tree) pairs still walking: where each is in its tree, its node's row offset, its place
+            at = self.roots.repeat(b)
             base = torch.arange(b, device=dev).repeat_interleave(trees) * d
-            live = torch.nonzero(~leaf[at]).squeeze(1)  # the pairs still at a split
-            while live.numel():  # one level a round; pairs that reach a leaf leave (work ~ the paths' lengths)
-                t = at[live]
-                go_left = flat[base[live] + self.feature[t]] <= self.threshold[t]
-                nxt = torch.where(go_left, self.left[t], self.right[t])
-                at[live] = nxt
-                live = live[~leaf[nxt]]
-            out[lo:lo + block] = self.proba[at].view(b, trees).mean(dim=1)
+            place = torch.arange(b * trees, device=dev)
+            final = at.clone()
+            while at.numel():  # one level a round; a leaf is its own child, so a pair at a leaf may step in place
+                at = self.child[2 * at + (flat[base + self.feature[at]] <= self.threshold32[at])]
+                walking = ~leaf[at]
+                if int(walking.sum()) < 0.7 * at.numel():  # drop the pairs at their leaves (work ~ the paths' lengths)
+                    done = ~walking
+                    final[place[done]] = at[done]
+                    at, base, place = at[walking], base[walking], place[walking]
+            out[lo:lo + b] = self.proba[final].view(b, trees).mean(dim=1)
         return out.to(device=x.device, dtype=torch.float32)
 
     def score(self, out: Tensor) -> Tensor:
