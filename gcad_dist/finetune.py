@@ -77,7 +77,7 @@ from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
 from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
-from gcad_dist.forest_view import FOREST_MODES
+from gcad_dist.forest_view import FOREST_MODES, describe_choice
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options,
@@ -546,8 +546,7 @@ def main(argv: list[str] | None = None) -> int:
              else f"{m['finetuned_model']} model, best epoch {m['best_epoch']}/{m['epochs_run']}")
     fv = m.get("forest_view")
     if fv:
-        label += ", forest view " + {"blend": "joined (ranks averaged)", "forest": "joined: the forest alone scores"
-                                     }.get(fv.get("choice"), "not joined")
+        label += ", forest view " + describe_choice(fv)
     lab = m["labels"]
     graph_labels = ("all labelled" if lab["labelled"] == lab["nodes"]
                     else f"{lab['labelled']:,} of {lab['nodes']:,} nodes labelled")

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["FOREST_MODES", "FOREST_RULE", "JOIN_BELOW", "add_forest_view"]
+__all__ = ["FOREST_MODES", "FOREST_RULE", "JOIN_BELOW", "add_forest_view", "describe_choice"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,13 @@ def _rule() -> str:
 
 
 FOREST_RULE = _rule()
+
+
+def describe_choice(record: dict[str, Any]) -> str:
+    """What :func:`add_forest_view`'s ``record`` chose, in words (the CLIs' summary lines)."""
+    return {"blend": "joined (ranks averaged)",
+            "forest": "joined: the forest alone scores (validation places it clearly above the blend)"
+            }.get(record.get("choice"), "not joined")
 
 
 def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, seed: int,

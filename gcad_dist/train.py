@@ -39,7 +39,7 @@ from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, add
 from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
-from gcad_dist.forest_view import FOREST_MODES
+from gcad_dist.forest_view import FOREST_MODES, describe_choice
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
 from partitioning.graph import describe_labels
 from partitioning.features import NORMALIZE_CHOICES, POWER_ALL_ROWS
@@ -948,8 +948,7 @@ def main(argv: list[str] | None = None) -> int:
     kept = f" | {sel['chosen']} (kept of {' / '.join(sel['candidates'])})" if sel else ""
     fv = metrics.get("forest_view")
     if fv:
-        kept += " | forest view " + {"blend": "joined (ranks averaged)", "forest": "joined: the forest alone scores "
-                                     "(validation places it clearly above the blend)"}.get(fv.get("choice"), "not joined")
+        kept += " | forest view " + describe_choice(fv)
     first = f"first kept candidate ({kept_names[0]}): " if len(kept_names) > 1 else ""
     print(f"{cfg.model}: {describe_labels(o.data.y)}{kept} | {first}best epoch {res.best_epoch}/{res.epochs_run}{snaps}, "
           f"{res.seconds_per_epoch():.3f} s/epoch | run {metrics['wall_seconds']:.1f} s | "

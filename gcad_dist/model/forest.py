@@ -79,10 +79,12 @@ class ForestScorer(nn.Module):
         self.register_buffer("right", right.to(torch.int64))
         self.register_buffer("proba", proba.to(torch.float64))
         self.register_buffer("roots", roots.to(torch.int64))
-        # derived, not saved: the children as one table (the right child first: a step reads [2 t + (x <= thr)], so
-        # a NaN goes right as before), and each threshold as the largest float32 at or below it, against which a
-        # float32 feature compares exactly as against the float64 threshold (scikit-learn's rule)
+        # derived, not saved: which nodes are leaves; the children as one table (the right child first: a step reads
+        # [2 t + (x <= thr)], so a NaN goes right as before); each threshold as the largest float32 at or below it,
+        # against which a float32 feature compares exactly as against the float64 threshold (scikit-learn's rule)
         self.register_buffer("child", torch.stack([self.right, self.left], 1).reshape(-1), persistent=False)
+        self.register_buffer("is_leaf", self.left == torch.arange(self.left.numel(), device=self.left.device),
+                             persistent=False)
         thr = self.threshold.cpu().numpy()
         t32 = thr.astype(np.float32)
         up = t32.astype(np.float64) > thr
@@ -133,7 +135,6 @@ class ForestScorer(nn.Module):
         feats = graph_features(x, edge_index, self.in_features, self.passthrough).to(dev, torch.float32)
         n, trees = feats.shape[0], self.roots.numel()
         out = torch.empty(n, dtype=torch.float64, device=dev)
-        leaf = self.left == torch.arange(self.left.numel(), device=dev)
         block = max(1, (_BLOCK_GPU if dev.type == "cuda" else _BLOCK_CPU) // max(trees, 1))
         for lo in range(0, n, block):  # blocks of nodes, every tree at once
             xb = feats[lo:lo + block]
@@ -146,7 +147,7 @@ class ForestScorer(nn.Module):
             final = at.clone()
             while at.numel():  # one level a round; a leaf is its own child, so a pair at a leaf may step in place
                 at = self.child[2 * at + (flat[base + self.feature[at]] <= self.threshold32[at])]
-                walking = ~leaf[at]
+                walking = ~self.is_leaf[at]
                 if int(walking.sum()) < 0.7 * at.numel():  # drop the pairs at their leaves (work ~ the paths' lengths)
                     done = ~walking
                     final[place[done]] = at[done]
