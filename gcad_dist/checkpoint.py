@@ -30,8 +30,12 @@ from partitioning.features import mark_normalization
 MODEL_FILE = "model.pt"
 TRAIN_STATE_FILE = "train_state.pt"
 SNAPSHOTS_KEY = "snapshot_state_dicts"  # model.pt: a snapshot ensemble's states, the best first (optional)
-# model.pt: a candidate ensemble's members, the primary first (optional): [{config, states, mean, std}]
+# model.pt: a candidate ensemble's members, the primary first (optional): [{config, states, mean, std[, block]}]; a
+# member's "block" indexes extra["input_blocks"] (INPUT_BLOCKS_KEY), the feature normalisation it reads (absent: 0)
 CANDIDATES_KEY = "candidate_members"
+# model.pt's extra (optional): the feature normalisations the members read, one input block each, the checkpoint's
+# own ("normalize") first (gcad_dist.finetune's model trained from scratch on gcad_dist.train's z-scores)
+INPUT_BLOCKS_KEY = "input_blocks"
 # model.pt: gcad_dist.train's forest view (optional): {"forest": the forest's state, "cdfs": [{values, cdf}] for the
 # model and the forest, "weights": [model's, forest's] (since session 62; absent: equal)}; readers score with the
 # weighted mean of both scores' empirical CDFs (gcad_dist.model.rank_blend)
@@ -111,9 +115,14 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
                   "weights": model.weights.cpu().tolist()}
         model = model.members[0]
     if isinstance(model, CandidateEnsemble):  # the primary stays the top-level model; every member is kept too
+        blocks = model.blocks or [0] * len(model.members)
         members = [{"config": asdict(base_model(m).config),
-                    "states": [cpu_state(st) for st in member_states(m)], "mean": float(mu), "std": float(sd)}
-                   for m, mu, sd in zip(model.members, model.means.tolist(), model.stds.tolist())]
+                    "states": [cpu_state(st) for st in member_states(m)], "mean": float(mu), "std": float(sd),
+                    **({"block": int(b)} if model.blocks is not None else {})}
+                   for m, mu, sd, b in zip(model.members, model.means.tolist(), model.stds.tolist(), blocks)]
+        if model.blocks is not None and len((extra or {}).get(INPUT_BLOCKS_KEY) or []) <= max(model.blocks):
+            raise ValueError(f"members read input blocks {sorted(set(model.blocks))}: extra[{INPUT_BLOCKS_KEY!r}] "
+                             "must name the normalisation of each")
         snapshots = member_states(model.members[0])
         model = base_model(model)
     cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)

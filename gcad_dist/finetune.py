@@ -16,9 +16,12 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    validation AUPRC. ``--epochs 0`` stops after the zero-shot evaluation.
 5. Which model is fine-tuned (``--model``, :data:`FINETUNE_MODELS`): the checkpoint's own (``checkpoint``);
    ``gcad_dist.train``'s GCCAD started from the checkpoint's input projection (``graph``); or that GCCAD from a
-   random start (``scratch``: what ``gcad_dist.train`` fits on the same labels, but on the checkpoint's feature
-   normalisation, ``power`` for a default store, where ``gcad_dist.train`` z-scores; reading z-scores here was
-   tried in session 41 and not adopted, BENCHMARKS.md). The label-free recipe's model
+   random start (``scratch``: what ``gcad_dist.train`` fits on the same labels, on ``gcad_dist.train``'s feature
+   normalisation, z-scores, since session 63 (``--scratch-normalize``; before, the checkpoint's, ``power`` for a
+   default store, which squeezes the far tails that a rule over counts reads: BENCHMARKS.md, sessions 41 and 63).
+   Kept beside models that read the checkpoint's normalisation, the written model reads both, one input block each
+   (:class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`, the checkpoint's ``input_blocks``), and
+   ``gcad_dist.score`` builds both from the raw features. The label-free recipe's model
    (the ``local`` contrast) passes no message: it carries the pre-trained score, and labels cannot teach it the
    graph. So by default (``auto``) such a checkpoint is fitted all three ways, the checkpoint unchanged
    (:data:`ZERO_SHOT`, :func:`zero_shot_fit`) joins them as a fourth candidate, and every one whose validation
@@ -74,6 +77,7 @@ import numpy as np
 import torch
 
 from gcad_dist.allocator import retain_freed_memory
+from gcad_dist.checkpoint import INPUT_BLOCKS_KEY
 from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
 from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
@@ -106,6 +110,8 @@ AUTO_MODELS = ("checkpoint", "graph", "scratch")
 #: it clearly below the best fit, so few labels cannot make a run worse than no label where validation can see it
 #: (BENCHMARKS.md, session 36)
 ZERO_SHOT = "zero-shot"
+#: ``--scratch-normalize``: the scratch candidate's features, ``gcad_dist.train``'s normalisations or the checkpoint's
+SCRATCH_NORMALIZE = ("checkpoint", "standard", "power", "none")
 #: ``--keep-rule``: how the model-level keep rule judges a trained candidate on validation (its scores, or its
 #: cross-fitted scores, :class:`gcad_dist.selection.CrossFit`)
 KEEP_RULES = ("validation", "cross-fitted")
@@ -139,6 +145,8 @@ class FinetuneConfig:
     train_frac: float = 0.4
     val_frac: float = 0.2
     normalize: str = "auto"
+    # the scratch candidate's feature normalisation: SCRATCH_NORMALIZE ("checkpoint": the one above, before session 63)
+    scratch_normalize: str = TrainConfig.normalize
     device: str = "auto"
     threads: int = 0
     candidate_workers: int = TrainConfig.candidate_workers
@@ -162,6 +170,9 @@ def _validate(cfg: FinetuneConfig) -> None:
     check_fit_options(cfg)
     if cfg.keep_rule not in KEEP_RULES:
         raise UsageError(f"--keep-rule: unknown value {cfg.keep_rule!r} (choose from {', '.join(KEEP_RULES)})")
+    if cfg.scratch_normalize not in SCRATCH_NORMALIZE:
+        raise UsageError(f"--scratch-normalize: unknown value {cfg.scratch_normalize!r} (choose from "
+                         f"{', '.join(SCRATCH_NORMALIZE)})")
     if cfg.forest not in FOREST_MODES:
         raise UsageError(f"--forest: unknown value {cfg.forest!r} (choose from {', '.join(FOREST_MODES)})")
     if cfg.model not in FINETUNE_MODELS:
@@ -287,6 +298,10 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     if loaded.label_inputs:  # its label columns would read the validation and test labels of the graph
         raise GraphInputError(cfg.checkpoint, "was trained with --label-inputs; fine-tune from a checkpoint without "
                                               "them (a gcad_dist.pretrain or a gcad_dist.train --no-label-inputs one)")
+    if cfg.epochs > 0 and len(loaded.input_blocks) > 1:
+        raise GraphInputError(cfg.checkpoint, "holds models that read differently normalised features ("
+                              f"{', '.join(loaded.input_blocks)}: a fine-tuned checkpoint); fine-tune from the "
+                              "pre-trained checkpoint it came from (--epochs 0 evaluates this one as it is)")
     normalize = _resolve_normalize(cfg.normalize, loaded)
     graph = load_graph(cfg.graph)  # its raw features stay for the zero-shot score's feature view
     data = prepare_data(graph, loaded, normalize, source=cfg.graph)
@@ -367,6 +382,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         # the checkpoint unchanged: a candidate ensemble (a fine-tuned checkpoint) as a whole, with all its members
         if isinstance(zs_model, CandidateEnsemble):
             saved_model, saved_config, snapshots = zs_model, loaded.config, None
+            if len(loaded.input_blocks) > 1:  # its members read their own normalisations, as they did
+                extra[INPUT_BLOCKS_KEY] = loaded.input_blocks
         else:
             saved_model, saved_config, snapshots = base_model(zs_model), loaded.config, member_states(zs_model)
         scores, history, best_epoch = view_scores, None, 0  # as gcad_dist.score scores the written checkpoint
@@ -392,6 +409,16 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             log.info("label inputs: %d more input columns from the %d kept training anomalies", LABEL_COLUMNS,
                      label_counts["train_labelled_anomalies"])
         source = base_model(zs_model)
+        # the scratch candidate reads gcad_dist.train's normalisation (session 63): its own copy of the features
+        scratch_norm = normalize if cfg.scratch_normalize == "checkpoint" else cfg.scratch_normalize
+        data_s = data
+        if scratch_norm != normalize and "scratch" in _models_to_fit(cfg.model, loaded.config):
+            data_s = prepare_data(graph, loaded, scratch_norm, source=cfg.graph)
+            if label_inputs:
+                data_s = with_label_inputs(data_s, sub.train)
+            log.info("the scratch candidate reads %s features (--scratch-normalize), the others %s", scratch_norm,
+                     normalize)
+        metrics["scratch_normalize"] = scratch_norm
         names, fits, graph_selection = [], [], {}
         for which in _models_to_fit(cfg.model, loaded.config):
             if which == ZERO_SHOT:  # the checkpoint unchanged, scored as above (zero_shot_fit)
@@ -405,10 +432,11 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                 init = (lambda m: warm_start_input_projection(m, source)) if which == "graph" else None
                 log.info("fine-tuning gcad_dist.train's model (message passing), %s",
                          "started from the checkpoint's input projection" if init else "from scratch")
-                gfits = fit_models(tcfg, data, sub, scfg, init=init, state_prefix=f"{which}-")
+                fit_data = data_s if which == "scratch" else data
+                gfits = fit_models(tcfg, fit_data, sub, scfg, init=init, state_prefix=f"{which}-")
                 if len(gfits) > 1:  # the candidates validation cannot tell apart, scored together, as in train
                     kept, graph_selection[which] = keep_candidates(gfits, y, split.val, seed=cfg.seed)
-                    fits.append(combine_candidates(gfits, kept, data, split))
+                    fits.append(combine_candidates(gfits, kept, fit_data, split))
                 else:
                     fits.append(gfits[0])
             names.append(which)
@@ -421,9 +449,27 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                                               cross_fitted=cfg.keep_rule == "cross-fitted")
             metrics["model_selection"] = selection
             kept_name = selection["chosen"]
-            res, saved_model, saved_config = combine_candidates(fits, kept, data, split)
         else:
-            res, saved_model, saved_config = fits[0]
+            kept = [0]
+        # the kept models' input blocks: 1 for the scratch fit where it read its own normalisation, else 0
+        blocks = [int(names[i] == "scratch" and data_s is not data) for i in kept]
+        width = int(graph.x.shape[1])
+        label_columns = LABEL_COLUMNS if label_inputs else 0
+        view_data, view_features = data, None  # what the written model reads, and the forest's leading columns
+        if len(kept) > 1 and any(blocks):  # both normalisations side by side (gcad_dist.score builds them alike)
+            res, saved_model, saved_config = combine_candidates(fits, kept, data, split, blocks=blocks, width=width,
+                                                                label_columns=label_columns)
+            view_data = copy.copy(data)
+            view_data.x = torch.cat([data.x[:, :width], data_s.x[:, :width], data.x[:, width:]], dim=1)
+            view_features = width  # the forest reads the checkpoint's normalisation, as without the scratch fit
+            extra[INPUT_BLOCKS_KEY] = [normalize, scratch_norm]
+            metrics["input_blocks"] = {"blocks": [normalize, scratch_norm],
+                                       "kept": dict(zip([names[i] for i in kept], blocks))}
+        else:
+            res, saved_model, saved_config = combine_candidates(fits, kept, data, split)
+            if blocks == [1]:  # the scratch fit alone: the written model reads its normalisation
+                view_data = data_s
+                extra["normalize"] = metrics["normalize"] = scratch_norm
         if graph_selection:  # each graph model's own candidates kept, as gcad_dist.train keeps them
             metrics["contrast_selection"] = graph_selection
         forest = None
@@ -432,8 +478,9 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
             if res.selection_scores is None:  # the zero-shot model alone: it chose nothing on validation
                 res = dataclasses.replace(res, selection_scores=res.scores)
-            res, saved_model, forest = add_forest_view(res, saved_model, data, sub, seed=cfg.seed,
-                                                       threads=cfg.threads if cfg.threads > 0 else torch.get_num_threads())
+            res, saved_model, forest = add_forest_view(res, saved_model, view_data, sub, seed=cfg.seed,
+                                                       threads=cfg.threads if cfg.threads > 0 else torch.get_num_threads(),
+                                                       in_features=view_features)
         scores, history, best_epoch, snapshots = res.scores, res.history, res.best_epoch, res.snapshot_states
         metrics["finetuned_model"] = kept_name
         metrics["model_config"] = asdict(saved_config)
@@ -477,8 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=d.model, choices=FINETUNE_MODELS,
                    help="what is fitted: 'checkpoint' = the checkpoint's own model; 'graph' = gcad_dist.train's GCCAD "
                         "(message passing; its --contrast auto candidates) started from the checkpoint's input "
-                        "projection; 'scratch' = that GCCAD from a random start, as gcad_dist.train fits it (on the "
-                        "checkpoint's feature normalisation); 'auto' = "
+                        "projection; 'scratch' = that GCCAD from a random start, as gcad_dist.train fits it (on its "
+                        "z-scores: --scratch-normalize); 'auto' = "
                         "'checkpoint' when that model passes messages, else all three, and the checkpoint unchanged "
                         "(zero-shot) beside them, keeping every one that a paired "
                         "bootstrap over the validation nodes does not place clearly below the best in AUPRC and "
@@ -507,6 +554,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GCCAD score 1 - cos(h, q) on the encoder outputs (METHOD.md) or after the projection head "
                         "(fine-tuned model; zero-shot keeps the checkpoint's); default = gcad_dist.train's")
     add_split_options(p, d, seed_help="seed for the label subsample, the random split and training noise")
+    p.add_argument("--scratch-normalize", default=d.scratch_normalize, choices=SCRATCH_NORMALIZE,
+                   help="the feature normalisation of the 'scratch' candidate: gcad_dist.train's default (standard, "
+                        "z-scores) since session 63, so that it is the model gcad_dist.train fits on the same labels; "
+                        "'checkpoint' = the one the other candidates read (--normalize), the behaviour before. Kept "
+                        "beside them, the written model reads both normalisations and gcad_dist.score builds both")
     p.add_argument("--normalize", default=d.normalize, choices=SCORE_NORMALIZE_CHOICES,
                    help="feature normalisation: auto = what the checkpoint was trained with (extra['normalize']: "
                         "pre-training records its store's, power by default since session 39; none if unrecorded, e.g. "

@@ -56,12 +56,14 @@ def describe_choice(record: dict[str, Any]) -> str:
 
 
 def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, seed: int,
-                    threads: int = 1) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
+                    threads: int = 1, in_features: int | None = None) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
     """Fit the forest on ``split.train`` (the nodes GCCAD trained on), judge it against GCCAD's fit ``res`` on
     ``split.val``, and return (fit,
     model, record): where it is kept, the fit's scores and metrics are the rank blend's and the model a
     :class:`~gcad_dist.model.rank_blend.RankBlend` of ``model`` and the forest; else ``res`` and ``model`` unchanged.
-    The record (JSON-ready) says what was measured and chosen."""
+    The record (JSON-ready) says what was measured and chosen. ``in_features``: the leading columns of ``data.x``
+    the forest reads (default: all but the label-input columns; the first input block of a model whose members read
+    several, :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`)."""
     from gcad_dist.metrics import auprc, evaluate
     from gcad_dist.model.forest import fit_forest
     from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
@@ -76,7 +78,7 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
         return res, model, record
     t0 = time.perf_counter()
     label_columns = int(getattr(data, "label_input_columns", 0) or 0)
-    in_features = int(data.x.shape[1]) - label_columns
+    in_features = int(data.x.shape[1]) - label_columns if in_features is None else int(in_features)
     train = torch.as_tensor(split.train).cpu().numpy() & (y >= 0)
     try:
         forest = fit_forest(data.x, data.edge_index, y, train, seed=seed, threads=threads, in_features=in_features)

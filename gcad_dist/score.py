@@ -116,6 +116,15 @@ class LoadedModel:
         ``power-all-rows`` for a ``power`` checkpoint written before session 40, which keeps its transform)."""
         return recorded_normalization(self.extra)
 
+    @property
+    def input_blocks(self) -> list[str]:
+        """The feature normalisations its members read, one input block each (:class:`~gcad_dist.model.
+        candidate_ensemble.CandidateEnsemble`), the checkpoint's own first; ``[normalize]`` for a one-block model."""
+        from gcad_dist.checkpoint import INPUT_BLOCKS_KEY
+
+        blocks = self.extra.get(INPUT_BLOCKS_KEY) or []
+        return [self.normalize, *[str(b) for b in blocks[1:]]]
+
 
 def _dataclass_from_dict(cls: type, d: dict, source: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
@@ -165,7 +174,9 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
     members = ck.get(CANDIDATES_KEY) or []
     try:
         if members:  # a candidate ensemble (gcad_dist.train --contrast auto): every kept candidate, standardised
-            model = _candidate_ensemble(members, model, kind, src)  # the model built above is its first member
+            label_columns = LABEL_COLUMNS if extra.get("label_inputs") else 0
+            model = _candidate_ensemble(members, model, kind, src,  # the model built above is its first member
+                                        int(cfg.in_dim) - label_columns, label_columns)
         else:
             model.load_state_dict(ck["state_dict"])
             if len(snapshots) > 1:  # a snapshot ensemble: score with the mean over its states, as training did
@@ -179,9 +190,11 @@ def load_checkpoint_model(checkpoint: str | Path) -> LoadedModel:
     return LoadedModel(model=model, config=cfg, kind=kind, extra=extra, path=src)
 
 
-def _candidate_ensemble(members: list[dict], primary: torch.nn.Module, kind: str, src: str) -> torch.nn.Module:
+def _candidate_ensemble(members: list[dict], primary: torch.nn.Module, kind: str, src: str, width: int = 0,
+                        label_columns: int = 0) -> torch.nn.Module:
     """Rebuild a :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` from its checkpoint record;
-    ``primary`` is the (unloaded) model of the checkpoint's top-level config, which is the first member's."""
+    ``primary`` is the (unloaded) model of the checkpoint's top-level config, which is the first member's. Members
+    that read input blocks of their own (a ``block`` each) get blocks of ``width`` columns and the ``label_columns``."""
     from gcad_dist.model import GCCAD, GCCADConfig
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
     from gcad_dist.model.snapshots import SnapshotEnsemble
@@ -196,7 +209,9 @@ def _candidate_ensemble(members: list[dict], primary: torch.nn.Module, kind: str
         m = primary if i == 0 else GCCAD(_dataclass_from_dict(GCCADConfig, rec["config"], src))
         m.load_state_dict(rec["states"][0])
         built.append(SnapshotEnsemble(m, rec["states"]) if len(rec["states"]) > 1 else m)
-    return CandidateEnsemble(built, [float(r["mean"]) for r in members], [float(r["std"]) for r in members])
+    blocks = [int(r.get("block", 0)) for r in members] if any("block" in r for r in members) else None
+    return CandidateEnsemble(built, [float(r["mean"]) for r in members], [float(r["std"]) for r in members],
+                             blocks=blocks, width=width, label_columns=label_columns)
 
 
 def _forest_view(record: dict, model: torch.nn.Module, src: str) -> torch.nn.Module:
@@ -245,7 +260,16 @@ def prepare_data(graph: Any, loaded: LoadedModel, normalize: str = "auto", sourc
             f"has {data.num_features} node features but the checkpoint {loaded.path} expects "
             f"{loaded.in_dim - label_cols} (the model must be used on graphs with the features it was trained on)",
         )
-    data.x = normalize_features(data.x.float(), _resolve_normalize(normalize, loaded))
+    blocks = loaded.input_blocks
+    if len(blocks) > 1:  # members reading differently normalised features: one block each, side by side
+        if normalize not in ("auto", *blocks[:1]):
+            raise UsageError(f"--normalize {normalize}: the checkpoint {loaded.path} holds models trained on "
+                             f"differently normalised features ({', '.join(blocks)}); each reads its own, so "
+                             "--normalize must be auto")
+        raw = data.x.float()
+        data.x = torch.cat([normalize_features(raw, how) for how in blocks], dim=1)
+    else:
+        data.x = normalize_features(data.x.float(), _resolve_normalize(normalize, loaded))
     if label_cols:
         data = _with_known_labels(data, source)
     return data

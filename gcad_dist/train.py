@@ -687,11 +687,14 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
 
 
 def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], data: Any,
-                       split: Any) -> tuple[FitResult, torch.nn.Module, Any]:
+                       split: Any, blocks: list[int] | None = None, width: int = 0,
+                       label_columns: int = 0) -> tuple[FitResult, torch.nn.Module, Any]:
     """The kept candidates as one fit: the candidate itself when one is kept, else a
     :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` scoring with the mean of their scores, each
     standardised over every node (no label), and its validation and test metrics. The first kept candidate is the
-    primary: its epochs, history and config describe the run."""
+    primary: its epochs, history and config describe the run. ``blocks``: each kept candidate's input block, where
+    they read differently normalised features (``gcad_dist.finetune``; :func:`~gcad_dist.model.candidate_ensemble.
+    flat_ensemble`)."""
     from dataclasses import replace
 
     from gcad_dist.metrics import evaluate
@@ -712,7 +715,8 @@ def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], 
     res = replace(primary, val=val, test=test, scores=scores, best_scores=None, selection_scores=sel,
                   extra={**primary.extra, "candidates_kept": len(kept)})
     # a kept fit that is itself a candidate ensemble (gcad_dist.finetune's graph models) joins as its members
-    model = flat_ensemble([(fits[i][0].ensemble(fits[i][1]), mu, sd) for i, (mu, sd) in zip(kept, stats)])
+    model = flat_ensemble([(fits[i][0].ensemble(fits[i][1]), mu, sd) for i, (mu, sd) in zip(kept, stats)],
+                          blocks=blocks, width=width, label_columns=label_columns)
     return res, model, primary_cfg
 
 

@@ -10,6 +10,12 @@ first: ``(s_i - mean_i) / std_i``, with ``mean_i`` and ``std_i`` fixed at fit ti
 graph (no label is read). A checkpoint keeps them, so that it scores new nodes and graphs exactly as training
 scored the labelled ones. Like :class:`~gcad_dist.model.snapshots.SnapshotEnsemble`, the module takes the
 members' forward arguments, returns their outputs as a list, and :meth:`CandidateEnsemble.score` combines them.
+
+Members may read differently normalised features (``gcad_dist.finetune``: the pre-trained members read the store's
+normalisation, the model trained from scratch ``gcad_dist.train``'s z-scores). The ensemble then reads one wide input,
+``[block 0 | block 1 | ... | label-input columns]``, each block the graph's ``width`` raw features under one
+normalisation (the checkpoint's ``extra["input_blocks"]`` names them; ``gcad_dist.score.prepare_data`` builds them),
+and member ``i`` reads its block ``blocks[i]`` and the label-input columns (:func:`member_input`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["CandidateEnsemble", "flat_ensemble", "standardisation", "standardised_mean"]
+__all__ = ["CandidateEnsemble", "flat_ensemble", "member_input", "standardisation", "standardised_mean"]
 
 
 def standardisation(scores: Any) -> tuple[float, float]:
@@ -41,27 +47,48 @@ def standardised_mean(scores: list[Any]) -> tuple[np.ndarray, list[tuple[float, 
     return combined.astype(np.float32), stats
 
 
+def member_input(x: Tensor, block: int, width: int, label_columns: int = 0) -> Tensor:
+    """The columns of a wide input ``x`` = ``[block 0 | block 1 | ... | label_columns]`` (each block ``width``
+    columns) that a member reading ``block`` was trained on: its block, then the label-input columns."""
+    part = x[:, block * width:(block + 1) * width]
+    if not label_columns:
+        return part
+    return torch.cat([part, x[:, x.shape[1] - label_columns:]], dim=1)
+
+
 class CandidateEnsemble(torch.nn.Module):
     """Models of different architectures; the score is the mean of their standardised scores.
 
     Args:
         members: the models (each may be a :class:`~gcad_dist.model.snapshots.SnapshotEnsemble`), the primary first.
         means, stds: each member's score mean and standard deviation over the training graph's nodes.
+        blocks: each member's input block (:func:`member_input`), or None: every member reads the whole input.
+        width: the columns of one block (the graph's raw feature count); needed with ``blocks``.
+        label_columns: the label-input columns after the blocks, which every member reads.
     """
 
-    def __init__(self, members: list[torch.nn.Module], means: list[float], stds: list[float]) -> None:
+    def __init__(self, members: list[torch.nn.Module], means: list[float], stds: list[float],
+                 blocks: list[int] | None = None, width: int = 0, label_columns: int = 0) -> None:
         super().__init__()
         if not members or len(members) != len(means) or len(members) != len(stds):
             raise ValueError(f"one mean and one std per member needed: {len(members)} members, "
                              f"{len(means)} means, {len(stds)} stds")
         if not all(s > 0 for s in stds):
             raise ValueError(f"member score stds must be > 0, got {stds}")
+        if blocks is not None and (len(blocks) != len(members) or width < 1 or min(blocks) < 0):
+            raise ValueError(f"one input block >= 0 per member and a block width >= 1 needed: {len(members)} "
+                             f"members, blocks {blocks}, width {width}")
         self.members = torch.nn.ModuleList(members)
         self.register_buffer("means", torch.tensor(means, dtype=torch.float32))
         self.register_buffer("stds", torch.tensor(stds, dtype=torch.float32))
+        self.blocks = None if blocks is None else [int(b) for b in blocks]
+        self.width, self.label_columns = int(width), int(label_columns)
 
-    def forward(self, *args: Any, **kwargs: Any) -> list[Any]:
-        return [m(*args, **kwargs) for m in self.members]
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        if self.blocks is None:
+            return [m(x, *args, **kwargs) for m in self.members]
+        return [m(member_input(x, b, self.width, self.label_columns), *args, **kwargs)
+                for m, b in zip(self.members, self.blocks)]
 
     def score(self, outs: list[Any]) -> Tensor:
         """Mean over the members of ``(score - mean) / std`` [N]."""
@@ -69,21 +96,30 @@ class CandidateEnsemble(torch.nn.Module):
         return torch.stack(z).mean(0)
 
 
-def flat_ensemble(parts: list[tuple[torch.nn.Module, float, float]]) -> CandidateEnsemble:
+def flat_ensemble(parts: list[tuple[torch.nn.Module, float, float]], blocks: list[int] | None = None,
+                  width: int = 0, label_columns: int = 0) -> CandidateEnsemble:
     """One flat :class:`CandidateEnsemble` scoring as the mean of ``(score_j - mean_j) / std_j`` over ``parts`` =
     (module, mean_j, std_j), where a module may itself be a :class:`CandidateEnsemble` (a kept model that is
     ``--contrast auto``'s average): its members join the flat list with composed statistics, so a checkpoint keeps one
     level. Exact: member i of part j (n_j members, its own mean_ji, std_ji) enters the mean over all L members with
     mean ``mean_ji + mean_j std_ji`` and std ``std_ji std_j n_j K / L`` (K parts); a plain part with ``mean_j`` and
-    ``std_j K / L``."""
-    leaves: list[tuple[torch.nn.Module, float, float]] = []  # (member, mean, std before the K / L factor)
-    for module, mu, sd in parts:
+    ``std_j K / L``. ``blocks``: each part's input block (every member of a part reads its part's block;
+    :class:`CandidateEnsemble`), with the block ``width`` and the ``label_columns``; None: one input for all."""
+    if blocks is not None and len(blocks) != len(parts):
+        raise ValueError(f"one input block per part needed: {len(parts)} parts, blocks {blocks}")
+    leaves: list[tuple[torch.nn.Module, float, float, int]] = []  # (member, mean, std before K / L, block)
+    for j, (module, mu, sd) in enumerate(parts):
+        block = 0 if blocks is None else int(blocks[j])
         if isinstance(module, CandidateEnsemble):
+            if module.blocks is not None:
+                raise ValueError("a part whose members read input blocks of their own cannot join a flat ensemble")
             n = len(module.members)
             for m, mu_i, sd_i in zip(module.members, module.means.tolist(), module.stds.tolist()):
-                leaves.append((m, mu_i + mu * sd_i, sd_i * sd * n))
+                leaves.append((m, mu_i + mu * sd_i, sd_i * sd * n, block))
         else:
-            leaves.append((module, float(mu), float(sd)))
+            leaves.append((module, float(mu), float(sd), block))
     k, n_leaves = len(parts), len(leaves)
-    return CandidateEnsemble([m for m, _, _ in leaves], [mu for _, mu, _ in leaves],
-                             [sd * k / n_leaves for _, _, sd in leaves])
+    return CandidateEnsemble([m for m, _, _, _ in leaves], [mu for _, mu, _, _ in leaves],
+                             [sd * k / n_leaves for _, _, sd, _ in leaves],
+                             blocks=None if blocks is None else [b for _, _, _, b in leaves], width=width,
+                             label_columns=label_columns)
