@@ -456,7 +456,13 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         width = int(graph.x.shape[1])
         label_columns = LABEL_COLUMNS if label_inputs else 0
         view_data, view_features = data, None  # what the written model reads, and the forest's leading columns
-        if len(kept) > 1 and any(blocks):  # both normalisations side by side (gcad_dist.score builds them alike)
+        if cfg.model == "scratch" and blocks == [1]:  # gcad_dist.train's fit as it is: its input, its forest view
+            res, saved_model, saved_config = fits[0]
+            view_data = data_s
+            extra["normalize"] = metrics["normalize"] = scratch_norm
+        elif any(blocks):  # both normalisations side by side (gcad_dist.score builds them alike); the scratch fit
+            # kept alone reads its block too, so that the forest view reads the checkpoint's normalisation whichever
+            # candidates are kept
             res, saved_model, saved_config = combine_candidates(fits, kept, data, split, blocks=blocks, width=width,
                                                                 label_columns=label_columns)
             view_data = copy.copy(data)
@@ -467,9 +473,6 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                                        "kept": dict(zip([names[i] for i in kept], blocks))}
         else:
             res, saved_model, saved_config = combine_candidates(fits, kept, data, split)
-            if blocks == [1]:  # the scratch fit alone: the written model reads its normalisation
-                view_data = data_s
-                extra["normalize"] = metrics["normalize"] = scratch_norm
         if graph_selection:  # each graph model's own candidates kept, as gcad_dist.train keeps them
             metrics["contrast_selection"] = graph_selection
         forest = None

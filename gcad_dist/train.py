@@ -700,7 +700,7 @@ def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], 
     from gcad_dist.metrics import evaluate
     from gcad_dist.model.candidate_ensemble import flat_ensemble, standardised_mean
 
-    if len(kept) == 1:
+    if len(kept) == 1 and not any(blocks or []):  # one kept reading the usual input: the candidate itself
         return fits[kept[0]]
     scores, stats = standardised_mean([fits[i][0].scores for i in kept])
     y = torch.as_tensor(data.y).cpu().numpy()

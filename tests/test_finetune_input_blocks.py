@@ -198,3 +198,51 @@ def test_kept_with_power_members_the_checkpoint_reads_both_normalisations(graph,
     code, _, err = _run(score_main, ["--checkpoint", str(out / "final"), "--graph", str(path), "--out",
                                      str(tmp_path / "s.parquet"), "--normalize", "standard"], capsys)
     assert code == 2 and "--normalize must be auto" in err and "Traceback" not in err
+
+
+def test_the_scratch_fit_kept_alone_reads_its_block_and_the_forest_the_checkpoint_s(graph, power_checkpoint, tmp_path,
+                                                                                   capsys, monkeypatch) -> None:
+    """``--model auto`` keeping the z-scored scratch fit alone still writes both blocks, so that the forest view reads
+    the checkpoint's normalisation whichever candidates are kept; ``--model scratch`` is gcad_dist.train's fit as it
+    is (its z-scores alone, its forest on them)."""
+    import gcad_dist.forest_view as fv_mod
+    import gcad_dist.train as train_mod
+
+    g, path = graph
+    real_keep, real_view = train_mod.keep_candidates, fv_mod.add_forest_view
+    seen = []
+
+    def scratch_only(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
+        kept, record = real_keep(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted)
+        if names and "zero-shot" in names:
+            record.update(kept=["scratch"], chosen="scratch")
+            return [names.index("scratch")], record
+        return kept, record
+
+    def spy(res, model, data, split, seed, threads=1, in_features=None):
+        seen.append((data.x.shape[1], in_features))
+        return real_view(res, model, data, split, seed, threads=threads, in_features=in_features)
+
+    monkeypatch.setattr(train_mod, "keep_candidates", scratch_only)
+    monkeypatch.setattr(fv_mod, "add_forest_view", spy)
+    width = g.x.shape[1]
+    for name, extra in (("auto", []), ("scratch", ["--model", "scratch"])):
+        code, _, err = _run(finetune_main, ["--checkpoint", str(power_checkpoint), "--graph", str(path), "--out",
+                                           str(tmp_path / name), "--no-label-inputs", *extra, *COMMON], capsys)
+        assert code == 0, err
+    assert seen == [(2 * width, width), (width, None)]
+    m = json.loads((tmp_path / "auto" / "metrics.json").read_text())
+    assert m["finetuned_model"] == "scratch" and m["input_blocks"]["kept"] == {"scratch": 1}
+    assert load_checkpoint_model(tmp_path / "auto" / "final").input_blocks == ["power", "standard"]
+    assert "input_blocks" not in json.loads((tmp_path / "scratch" / "metrics.json").read_text())
+    # both score as their runs did: the same fit, its scores standardised in the blocked checkpoint
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.metrics import evaluate
+
+    split = make_split(g.to_data(), seed=0)
+    for name in ("auto", "scratch"):
+        mm = json.loads((tmp_path / name / "metrics.json").read_text())
+        s = score_graph(tmp_path / name / "final", path)
+        assert evaluate(g.y, s, mask=split.val.numpy())["auprc"] == pytest.approx(mm["val"]["auprc"], abs=1e-5)
+    assert m["val"]["auroc"] == pytest.approx(
+        json.loads((tmp_path / "scratch" / "metrics.json").read_text())["val"]["auroc"], abs=1e-6)
