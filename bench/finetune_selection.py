@@ -5,6 +5,11 @@ Example (BENCHMARKS.md, session 36):
         --k 1 --epochs 3 --lr 1e-3 --threads 1 --candidate-scores --out runs/s36
     python -m bench.finetune_selection runs/s36 --without zero-shot
 
+With ``--swap scratch:z`` the variant is not "without a candidate" but "that candidate's scores replaced by those of
+the sibling run ``z<fraction>-s<seed>``" (e.g. ``gcad_dist.finetune --model scratch --normalize standard
+--candidate-scores``, BENCHMARKS.md session 63); ``--cross-fitted`` judges each candidate by its cross-fitted scores,
+as ``gcad_dist.finetune``'s default keep rule does.
+
 Reads every ``candidate_scores.npz`` under the given folders (``gcad_dist.finetune --candidate-scores``: each
 candidate's scores of every node, the labels and the split masks; the run's folder is ``<dataset>/ft<fraction>-s<seed>``
 as ``bench.pretrain_transfer`` names it). For each run, the validation nodes are split in stratified random halves
@@ -35,6 +40,7 @@ from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # 
 
 log = logging.getLogger("bench.finetune_selection")
 
+CANDIDATE_FILE = "candidate_scores.npz"
 RUN_DIR = re.compile(r"ft(?P<fraction>[0-9.e-]+)-s(?P<seed>\d+)$")
 
 
@@ -44,6 +50,8 @@ class SelectionConfig:
 
     runs: list[str] = field(default_factory=list)
     without: str = "zero-shot"
+    swap: str | None = None  # "NAME:PREFIX": NAME's scores replaced by the sibling run PREFIX<fraction>-s<seed>'s
+    cross_fitted: bool = False  # judge candidates by their cross-fitted scores (gcad_dist.finetune's default rule)
     halvings: int = 10
     seed: int = 0
     verbose: bool = False
@@ -64,19 +72,22 @@ def halves(y: np.ndarray, val: np.ndarray, halvings: int, seed: int) -> list[tup
 
 
 def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarray, halvings: int = 10,
-             seed: int = 0) -> tuple[np.ndarray, Counter]:
+             seed: int = 0, selection: np.ndarray | None = None) -> tuple[np.ndarray, Counter]:
     """Mean held-out (AUROC, AUPRC) of the keep rule over ``names``' candidates, and how often each kept set was
-    chosen. ``scores``: [C, N]; only the validation nodes' labels are read."""
+    chosen. ``scores``: [C, N]; ``selection``: [C, N] cross-fitted scores to judge them by (None: their scores); only
+    the validation nodes' labels are read."""
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.model.candidate_ensemble import standardised_mean
     from gcad_dist.train import keep_candidates
 
-    fits = [(SimpleNamespace(scores=s, best_epoch=0, val={}, test={}), None, None) for s in scores]
+    judged = scores if selection is None else selection
+    fits = [(SimpleNamespace(scores=s, selection_scores=t, best_epoch=0, val={}, test={}), None, None)
+            for s, t in zip(scores, judged)]
     metrics, kept_sets = [], Counter()
     for i, (choose, measure) in enumerate(halves(y, val, halvings, seed)):
         mask = np.zeros(y.shape[0], dtype=bool)
         mask[choose] = True
-        kept, _ = keep_candidates(fits, y, mask, seed=i, names=names)
+        kept, _ = keep_candidates(fits, y, mask, seed=i, names=names, cross_fitted=selection is not None)
         combined, _ = standardised_mean([scores[k] for k in kept])
         metrics.append((auroc(y[measure], combined[measure]), auprc(y[measure], combined[measure])))
         kept_sets[" + ".join(names[k] for k in kept)] += 1
@@ -85,7 +96,8 @@ def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarra
 
 def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
     """One record per run found: dataset, fraction, seed, both variants' held-out metrics and kept sets."""
-    files = sorted(f for r in cfg.runs for f in Path(r).rglob("candidate_scores.npz"))
+    files = sorted(f for r in cfg.runs for f in Path(r).rglob(CANDIDATE_FILE)
+                   if not (cfg.swap and f.parent.name.startswith(cfg.swap.split(":", 1)[1])))
     if not files:
         raise UsageError(f"no candidate_scores.npz under {cfg.runs} (run gcad_dist.finetune --candidate-scores)")
     records = []
@@ -93,13 +105,36 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
         m = RUN_DIR.search(f.parent.name)
         d = np.load(f)
         names = [str(n) for n in d["names"]]
-        if cfg.without not in names:
-            log.warning("%s: no %r candidate among %s; skipped", f, cfg.without, names)
-            continue
-        keep = [i for i, n in enumerate(names) if n != cfg.without]
         y, val, scores = d["y"].astype(np.int64), d["val"].astype(bool), d["scores"]
-        full, full_sets = held_out(names, scores, y, val, cfg.halvings, cfg.seed)
-        part, _ = held_out([names[i] for i in keep], scores[keep], y, val, cfg.halvings, cfg.seed)
+        sel = d["selection_scores"] if cfg.cross_fitted and "selection_scores" in d.files else None
+        if cfg.cross_fitted and sel is None:
+            raise UsageError(f"--cross-fitted: {f} holds no selection_scores (written before session 44?)")
+        if cfg.swap:  # "full" = the candidates swapped in, "without" = the run as it is
+            name, prefix = cfg.swap.split(":", 1)
+            other = f.parent.parent / f"{prefix}{m['fraction']}-s{m['seed']}" / CANDIDATE_FILE if m else None
+            if name not in names or other is None or not other.exists():
+                log.warning("%s: no %r candidate or no sibling run %s; skipped", f, name, other)
+                continue
+            o = np.load(other)
+            if not (np.array_equal(o["y"], d["y"]) and np.array_equal(o["val"], d["val"])):
+                raise UsageError(f"--swap: {other} has other labels or another validation split than {f}")
+            j, k = names.index(name), [str(n) for n in o["names"]].index(name)
+            swapped = scores.copy()
+            swapped[j] = o["scores"][k]
+            swapped_sel = None
+            if sel is not None:
+                swapped_sel = sel.copy()
+                swapped_sel[j] = o["selection_scores"][k]
+            full, full_sets = held_out(names, swapped, y, val, cfg.halvings, cfg.seed, swapped_sel)
+            part, _ = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel)
+        else:
+            if cfg.without not in names:
+                log.warning("%s: no %r candidate among %s; skipped", f, cfg.without, names)
+                continue
+            keep = [i for i, n in enumerate(names) if n != cfg.without]
+            full, full_sets = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel)
+            part, _ = held_out([names[i] for i in keep], scores[keep], y, val, cfg.halvings, cfg.seed,
+                               None if sel is None else sel[keep])
         records.append({"dataset": f.parent.parent.name, "fraction": m["fraction"] if m else "?",
                         "seed": int(m["seed"]) if m else -1, "full": full, "without": part,
                         "val_anomalies": int((y[val] == 1).sum()), "kept": full_sets})
@@ -108,12 +143,14 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
     return records
 
 
-def table(records: list[dict[str, Any]], without: str) -> str:
-    """Markdown: one row per (dataset, fraction), means over its runs, then the mean over the rows."""
+def table(records: list[dict[str, Any]], without: str, swap: str | None = None) -> str:
+    """Markdown: one row per (dataset, fraction), means over its runs, then the mean over the rows. With ``swap``
+    the columns are the runs as they are and with the swapped candidate."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["dataset"], r["fraction"]), []).append(r)
-    lines = [f"| graph | labels | runs | val anomalies | without {without} | with {without} | change | runs ahead "
+    base, variant = (("as run", f"{swap.split(':')[0]} swapped") if swap else (f"without {without}", f"with {without}"))
+    lines = [f"| graph | labels | runs | val anomalies | {base} | {variant} | change | runs ahead "
              "(AUPRC) | kept most often |", "|---|---|---|---|---|---|---|---|---|"]
     changes = []
     for (name, frac), rs in sorted(groups.items()):
@@ -137,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+",
                    help="folders searched for candidate_scores.npz (gcad_dist.finetune --candidate-scores)")
     p.add_argument("--without", default=d.without, help="the candidate left out of the baseline variant")
+    p.add_argument("--swap", default=d.swap, metavar="NAME:PREFIX",
+                   help="compare the runs as they are with NAME's scores replaced by those of the sibling run "
+                        "PREFIX<fraction>-s<seed> (instead of --without)")
+    p.add_argument("--cross-fitted", action="store_true",
+                   help="judge candidates by their cross-fitted scores (gcad_dist.finetune's default keep rule)")
     p.add_argument("--halvings", type=int, default=d.halvings,
                    help="stratified halvings of validation (each used both ways)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the halvings")
@@ -146,12 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = SelectionConfig(**vars(build_parser().parse_args(argv)))
+    if cfg.swap is not None and (":" not in cfg.swap or not all(cfg.swap.split(":", 1))):
+        raise UsageError(f"--swap: expected NAME:PREFIX (e.g. scratch:z), got {cfg.swap!r}")
     if cfg.halvings < 1:
         raise UsageError(f"--halvings: must be >= 1, got {cfg.halvings}")
     setup_logging(cfg.verbose)
     if not cfg.verbose:  # keep_candidates logs every choice, and warns on small validation halves: 20 a run
         logging.getLogger("gcad_dist.train").setLevel(logging.ERROR)
-    print(table(study(cfg), cfg.without))
+    print(table(study(cfg), cfg.without, cfg.swap))
     return 0
 
 

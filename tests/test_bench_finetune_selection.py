@@ -68,3 +68,33 @@ def test_the_held_out_figures_read_no_test_label(tmp_path: Path) -> None:
 def test_no_run_found_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="candidate_scores"):
         study(SelectionConfig(runs=[str(tmp_path)]))
+
+
+def test_swap_replaces_one_candidate_by_the_sibling_run_s(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``--swap graph:z``: the variant is the run with 'graph' scored as in the sibling run z<fraction>-s<seed> (here a
+    strong score), judged by cross-fitted scores where asked; the sibling itself is not read as a run; a sibling on
+    other labels or a malformed --swap is a usage error."""
+    _run(tmp_path, 0)
+    d = dict(np.load(tmp_path / "g" / "ft0.1-s0" / "candidate_scores.npz"))
+    d["selection_scores"] = d["scores"]
+    np.savez(tmp_path / "g" / "ft0.1-s0" / "candidate_scores.npz", **d)
+    rng = np.random.default_rng(5)
+    strong = rng.normal(size=d["y"].shape[0]) + 3.0 * d["y"]
+    z = tmp_path / "g" / "z0.1-s0"
+    z.mkdir()
+    np.savez(z / "candidate_scores.npz", names=np.array(["graph"]), scores=strong[None].astype(np.float32),
+             selection_scores=strong[None].astype(np.float32), y=d["y"], val=d["val"], test=d["test"],
+             train=d["train"])
+    for cross_fitted in (False, True):
+        recs = study(SelectionConfig(runs=[str(tmp_path)], swap="graph:z", halvings=2, cross_fitted=cross_fitted))
+        assert len(recs) == 1 and recs[0]["full"][1] > recs[0]["without"][1] - 1e-9
+        assert any("graph" in k for k in recs[0]["kept"])
+    assert main([str(tmp_path), "--swap", "graph:z", "--halvings", "2"]) == 0
+    assert "| as run | graph swapped |" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="NAME:PREFIX"):
+        main([str(tmp_path), "--swap", "graph"])
+    bad = dict(np.load(z / "candidate_scores.npz"))
+    bad["y"] = 1 - bad["y"]
+    np.savez(z / "candidate_scores.npz", **bad)
+    with pytest.raises(UsageError, match="other labels"):
+        study(SelectionConfig(runs=[str(tmp_path)], swap="graph:z", halvings=2))
