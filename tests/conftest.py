@@ -37,6 +37,38 @@ def rings_graph(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def small_graph(tmp_path_factory: pytest.TempPathFactory):
+    """A 300-node synthetic graph with planted anomalies, 8 features, saved as .npz: (graph, path)."""
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    g = generate(SyntheticConfig(nodes=300, avg_degree=6, features=8, anomaly_fraction=0.1, clique_size=5,
+                                 contextual_candidates=10, seed=3))
+    path = tmp_path_factory.mktemp("graph") / "g.npz"
+    save_npz(g, path)
+    return g, path
+
+
+@pytest.fixture(scope="module")
+def make_local_checkpoint(tmp_path_factory: pytest.TempPathFactory):
+    """``make_local_checkpoint(normalize)``: a checkpoint of the label-free recipe's model (the local contrast, no
+    message passing, 3 members; in_dim 8, torch seed 1) recording the store normalisation ``normalize``."""
+    import torch
+
+    from gcad_dist.checkpoint import save_model
+    from gcad_dist.model import GCCAD, GCCADConfig
+
+    def make(normalize: str) -> Path:
+        torch.manual_seed(1)
+        cfg = GCCADConfig(in_dim=8, hidden=16, contrast="local", loss="logistic", tau=0.2, ensemble=3)
+        d = tmp_path_factory.mktemp(f"pre_local_{normalize}") / "final"
+        save_model(d, GCCAD(cfg), cfg, extra={"stage": "pretrain", "normalize": normalize})
+        return d
+
+    return make
+
+
 @pytest.fixture
 def make_checkpoint(tmp_path: Path):
     """``make_checkpoint(name, **GCCADConfig fields)``: an untrained GCCAD (8 features, hidden 16, torch seed 0) saved

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from gcad_dist.checkpoint import INPUT_BLOCKS_KEY, load_model_file, save_model
+from gcad_dist.checkpoint import INPUT_BLOCKS_KEY, load_model_file
 from gcad_dist.cli import run_cli
 from gcad_dist.finetune import main as finetune_main
-from gcad_dist.model import GCCAD, GCCADConfig
 from gcad_dist.model.candidate_ensemble import CandidateEnsemble, flat_ensemble, member_input
 from gcad_dist.score import load_checkpoint_model, prepare_data, score_graph
 
@@ -56,29 +55,24 @@ def test_flat_ensemble_gives_each_part_s_members_their_part_s_block() -> None:
 
 
 @pytest.fixture(scope="module")
-def graph(tmp_path_factory: pytest.TempPathFactory):
-    """A 300-node generated graph whose first two columns are heavy-tailed counts (where the power transform and
-    z-scores differ most), with planted anomalies."""
-    from partitioning.io import save_npz
-    from partitioning.synthetic import SyntheticConfig, generate
+def graph(small_graph, tmp_path_factory: pytest.TempPathFactory):
+    """conftest's small graph with its first two columns replaced by heavy-tailed counts (where the power transform
+    and z-scores differ most)."""
+    import copy
 
-    g = generate(SyntheticConfig(nodes=300, avg_degree=6, features=8, anomaly_fraction=0.1, clique_size=5,
-                                 contextual_candidates=10, seed=3))
-    rng = np.random.default_rng(0)
-    g.x[:, :2] = rng.lognormal(0.0, 2.0, size=(g.x.shape[0], 2)).astype(g.x.dtype)
+    from partitioning.io import save_npz
+
+    g = copy.deepcopy(small_graph[0])
+    g.x[:, :2] = np.random.default_rng(0).lognormal(0.0, 2.0, size=(g.x.shape[0], 2)).astype(g.x.dtype)
     path = tmp_path_factory.mktemp("graph") / "g.npz"
     save_npz(g, path)
     return g, path
 
 
 @pytest.fixture(scope="module")
-def power_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def power_checkpoint(make_local_checkpoint) -> Path:
     """A label-free recipe's checkpoint pre-trained on a power-transformed store (the build's default)."""
-    torch.manual_seed(1)
-    cfg = GCCADConfig(in_dim=8, hidden=16, contrast="local", loss="logistic", tau=0.2, ensemble=3)
-    d = tmp_path_factory.mktemp("pre_power") / "final"
-    save_model(d, GCCAD(cfg), cfg, extra={"stage": "pretrain", "normalize": "power"})
-    return d
+    return make_local_checkpoint("power")
 
 
 def _run(main, argv: list[str], capsys) -> tuple[int, str, str]:

@@ -24,19 +24,6 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 
 @pytest.fixture(scope="module")
-def small_graph(tmp_path_factory: pytest.TempPathFactory):
-    """A 300-node synthetic graph with planted anomalies, saved as .npz."""
-    from partitioning.io import save_npz
-    from partitioning.synthetic import SyntheticConfig, generate
-
-    g = generate(SyntheticConfig(nodes=300, avg_degree=6, features=8, anomaly_fraction=0.1, clique_size=5,
-                                 contextual_candidates=10, seed=3))
-    path = tmp_path_factory.mktemp("graph") / "g.npz"
-    save_npz(g, path)
-    return g, path
-
-
-@pytest.fixture(scope="module")
 def pre_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 'pre-training' checkpoint made directly (no Ray): random GCCAD weights, in_dim 8."""
     torch.manual_seed(0)
@@ -730,13 +717,9 @@ def test_transfer_runs_share_fraction_seed_and_settings() -> None:
 
 
 @pytest.fixture(scope="module")
-def local_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def local_checkpoint(make_local_checkpoint) -> Path:
     """A checkpoint of the label-free recipe's model: the local contrast (no message passing), 3 members."""
-    torch.manual_seed(1)
-    cfg = GCCADConfig(in_dim=8, hidden=16, contrast="local", loss="logistic", tau=0.2, ensemble=3)
-    d = tmp_path_factory.mktemp("pre_local") / "final"
-    save_model(d, GCCAD(cfg), cfg, extra={"stage": "pretrain", "normalize": "standard"})
-    return d
+    return make_local_checkpoint("standard")
 
 
 def test_warm_start_copies_the_first_members_input_projection() -> None:
