@@ -8,7 +8,9 @@ scoring only) and tabulates, per graph: the contrast's score alone (the default 
 included), the forest alone, their fusion (the sum of robust z-scores), and the view (the fusion where the
 corroboration reaches :data:`gcad_dist.feature_view.CORROBORATION` or the links' feature assortativity is below
 :data:`gcad_dist.feature_view.ASSORTATIVITY`, else the contrast's score), with both measures and the seeds where the
-view joined. Scores are saved as ``OUT/DATASET-SEED.npz`` (``contrast``,
+view joined. A second table gives, per run, label-free statistics of the two scores (:func:`shape_statistics`,
+session 64's screen for a switch that would tell graphs where the forest should score from those where the contrast
+should: none separated them). Scores are saved as ``OUT/DATASET-SEED.npz`` (``contrast``,
 ``forest``), so a rerun only tabulates. By default the table reads the training + validation nodes of the harness's
 split of each seed (no test label); ``--on-test`` reads the test split, a report after a choice.
 
@@ -72,8 +74,36 @@ def run(cfg: FeatureViewConfig) -> list[dict[str, Any]]:
         scores["view"] = scores["fused"] if use else scores["contrast"]
         mask = measured_nodes(raw, seed, cfg.on_test)
         records.append({"dataset": ds, "seed": seed, "corroboration": c, "assortativity": a, "used": use,
+                        "statistics": shape_statistics(scores["contrast"], scores["forest"], has),
                         **{k: (auroc(y[mask], v[mask]), auprc(y[mask], v[mask])) for k, v in scores.items()}})
     return records
+
+
+#: :func:`shape_statistics`' keys and their column headers
+STATISTICS = {"spearman": "Spearman(contrast, forest)", "tail_contrast": "robust z > 3: contrast",
+              "tail_forest": "robust z > 3: forest", "skew_contrast": "skew: contrast", "skew_forest": "skew: forest",
+              "contrast_on_forest_top": "contrast's median robust z on the forest's top 1%",
+              "forest_on_contrast_top": "forest's median robust z on the contrast's top 1%"}
+
+
+def shape_statistics(contrast: np.ndarray, forest: np.ndarray, has: np.ndarray) -> dict[str, float]:
+    """Label-free statistics of the two scores of one run (keys of :data:`STATISTICS`): their rank correlation, the
+    share of nodes above a robust z of 3 in each, each one's skew, and each one's median robust z over the other's top
+    1% of nodes (at least 10). Robust z as the fusion's (:func:`gcad_dist.model.loose_context.robust_z`; the contrast
+    over the nodes with neighbours)."""
+    import torch
+    from scipy.stats import skew, spearmanr
+
+    from gcad_dist.model.loose_context import robust_z
+
+    c = robust_z(torch.as_tensor(contrast, dtype=torch.float64), torch.from_numpy(np.asarray(has, dtype=bool))).numpy()
+    f = robust_z(torch.as_tensor(forest, dtype=torch.float64), torch.ones(len(forest), dtype=torch.bool)).numpy()
+    k = max(10, len(c) // 100)
+    top_c, top_f = np.argsort(-c, kind="stable")[:k], np.argsort(-f, kind="stable")[:k]
+    return {"spearman": float(spearmanr(contrast, forest).statistic), "tail_contrast": float((c > 3).mean()),
+            "tail_forest": float((f > 3).mean()), "skew_contrast": float(skew(contrast)),
+            "skew_forest": float(skew(forest)), "contrast_on_forest_top": float(np.median(c[top_f])),
+            "forest_on_contrast_top": float(np.median(f[top_c]))}
 
 
 def table(records: list[dict[str, Any]], on_test: bool = False) -> str:
@@ -92,6 +122,14 @@ def table(records: list[dict[str, Any]], on_test: bool = False) -> str:
         d = v["view"][:, 0] - v["contrast"][:, 0]
         lines.append(f"| {ds} | {len(rs)} | {cells} | {corr_cell} | {assort_cell} | {d.mean():+.4f} "
                      f"({sum(r['used'] for r in rs)}/{len(rs)}) |")
+    stats = [r for r in records if "statistics" in r]
+    if stats:  # per run: the scores' label-free statistics beside the AUROC of each
+        lines += ["", "| graph, seed | contrast | forest | fused | " + " | ".join(STATISTICS.values()) + " |",
+                  "|---|---|---|---|" + "---|" * len(STATISTICS)]
+        for r in stats:
+            aurocs = [f"{r[k][0]:.3f}" for k in ("contrast", "forest", "fused")]
+            lines.append(f"| {r['dataset']}, {r['seed']} | " + " | ".join(aurocs + [
+                f"{r['statistics'][k]:.3f}" for k in STATISTICS]) + " |")
     return "\n".join(lines)
 
 

@@ -10,6 +10,11 @@ the sibling run ``z<fraction>-s<seed>``" (e.g. ``gcad_dist.finetune --model scra
 --candidate-scores``, BENCHMARKS.md session 63); ``--cross-fitted`` judges each candidate by its cross-fitted scores,
 as ``gcad_dist.finetune``'s default keep rule does.
 
+With ``--add-isolation-forest DATA_DIR`` the variant is "one more candidate": the label-free isolation forest of the
+feature view (:func:`gcad_dist.feature_view.forest_scores`, on the raw features of ``DATA_DIR/<dataset>.npz``), judged
+as the zero-shot candidate is, by its own scores (it chose nothing on validation). Session 64 measured with it what
+fine-tuning with very few labels leaves on graphs whose anomalies are extreme in a few attributes.
+
 Reads every ``candidate_scores.npz`` under the given folders (``gcad_dist.finetune --candidate-scores``: each
 candidate's scores of every node, the labels and the split masks; the run's folder is ``<dataset>/ft<fraction>-s<seed>``
 as ``bench.pretrain_transfer`` names it). For each run, the validation nodes are split in stratified random halves
@@ -41,6 +46,8 @@ from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # 
 log = logging.getLogger("bench.finetune_selection")
 
 CANDIDATE_FILE = "candidate_scores.npz"
+#: the candidate ``--add-isolation-forest`` adds
+ISOLATION_FOREST = "isolation-forest"
 RUN_DIR = re.compile(r"ft(?P<fraction>[0-9.e-]+)-s(?P<seed>\d+)$")
 
 
@@ -51,6 +58,7 @@ class SelectionConfig:
     runs: list[str] = field(default_factory=list)
     without: str = "zero-shot"
     swap: str | None = None  # "NAME:PREFIX": NAME's scores replaced by the sibling run PREFIX<fraction>-s<seed>'s
+    add_isolation_forest: str | None = None  # DATA_DIR: the label-free isolation forest as one more candidate
     cross_fitted: bool = False  # judge candidates by their cross-fitted scores (gcad_dist.finetune's default rule)
     halvings: int = 10
     seed: int = 0
@@ -109,7 +117,13 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
         sel = d["selection_scores"] if cfg.cross_fitted and "selection_scores" in d.files else None
         if cfg.cross_fitted and sel is None:
             raise UsageError(f"--cross-fitted: {f} holds no selection_scores (written before session 44?)")
-        if cfg.swap:  # "full" = the candidates swapped in, "without" = the run as it is
+        if cfg.add_isolation_forest:  # "full" = with the forest as one more candidate, "without" = the run as it is
+            forest = _isolation_forest(Path(cfg.add_isolation_forest), f.parent.parent.name, d["y"])
+            more = np.concatenate([scores, forest[None]])
+            full, full_sets = held_out(names + [ISOLATION_FOREST], more, y, val, cfg.halvings, cfg.seed,
+                                       None if sel is None else np.concatenate([sel, forest[None]]))
+            part, _ = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel)
+        elif cfg.swap:  # "full" = the candidates swapped in, "without" = the run as it is
             name, prefix = cfg.swap.split(":", 1)
             other = f.parent.parent / f"{prefix}{m['fraction']}-s{m['seed']}" / CANDIDATE_FILE if m else None
             if name not in names or other is None or not other.exists():
@@ -138,18 +152,36 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
         records.append({"dataset": f.parent.parent.name, "fraction": m["fraction"] if m else "?",
                         "seed": int(m["seed"]) if m else -1, "full": full, "without": part,
                         "val_anomalies": int((y[val] == 1).sum()), "kept": full_sets})
-        log.info("%s: held-out AUROC / AUPRC with %s %.4f / %.4f, without %.4f / %.4f", f.parent, cfg.without,
-                 *full, *part)
+        log.info("%s: held-out AUROC / AUPRC with %s %.4f / %.4f, without %.4f / %.4f", f.parent,
+                 ISOLATION_FOREST if cfg.add_isolation_forest else cfg.swap or cfg.without, *full, *part)
     return records
 
 
-def table(records: list[dict[str, Any]], without: str, swap: str | None = None) -> str:
+def _isolation_forest(data_dir: Path, dataset: str, y: np.ndarray) -> np.ndarray:
+    """The feature view's isolation-forest scores [N] of ``data_dir/<dataset>.npz``'s raw features; its labels must be
+    the run's ``y`` (the same graph, the same node order)."""
+    from gcad_dist.feature_view import forest_scores
+    from partitioning.io import load_graph
+
+    path = data_dir / f"{dataset}.npz"
+    if not path.is_file():
+        raise UsageError(f"--add-isolation-forest: no {dataset}.npz in {data_dir}")
+    g = load_graph(str(path))
+    gy = np.asarray(g.y if g.y is not None else [], dtype=np.int64)
+    if gy.shape != y.shape or not np.array_equal(np.where(gy < 0, -1, gy), np.where(y < 0, -1, y)):
+        raise UsageError(f"--add-isolation-forest: {path} has other labels than the run's candidate scores")
+    return forest_scores(np.asarray(g.x, dtype=np.float32))
+
+
+def table(records: list[dict[str, Any]], without: str, swap: str | None = None,
+          added: str | None = None) -> str:
     """Markdown: one row per (dataset, fraction), means over its runs, then the mean over the rows. With ``swap``
     the columns are the runs as they are and with the swapped candidate."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["dataset"], r["fraction"]), []).append(r)
-    base, variant = (("as run", f"{swap.split(':')[0]} swapped") if swap else (f"without {without}", f"with {without}"))
+    base, variant = (("as run", f"with {added}") if added else ("as run", f"{swap.split(':')[0]} swapped") if swap
+                     else (f"without {without}", f"with {without}"))
     lines = [f"| graph | labels | runs | val anomalies | {base} | {variant} | change | runs ahead "
              "(AUPRC) | kept most often |", "|---|---|---|---|---|---|---|---|---|"]
     changes = []
@@ -177,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--swap", default=d.swap, metavar="NAME:PREFIX",
                    help="compare the runs as they are with NAME's scores replaced by those of the sibling run "
                         "PREFIX<fraction>-s<seed> (instead of --without)")
+    p.add_argument("--add-isolation-forest", default=d.add_isolation_forest, metavar="DATA_DIR",
+                   help="compare the runs as they are with the label-free isolation forest (the feature view's, on the "
+                        "raw features of DATA_DIR/<dataset>.npz) as one more candidate (instead of --without)")
     p.add_argument("--cross-fitted", action="store_true",
                    help="judge candidates by their cross-fitted scores (gcad_dist.finetune's default keep rule)")
     p.add_argument("--halvings", type=int, default=d.halvings,
@@ -190,12 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SelectionConfig(**vars(build_parser().parse_args(argv)))
     if cfg.swap is not None and (":" not in cfg.swap or not all(cfg.swap.split(":", 1))):
         raise UsageError(f"--swap: expected NAME:PREFIX (e.g. scratch:z), got {cfg.swap!r}")
+    if cfg.swap is not None and cfg.add_isolation_forest is not None:
+        raise UsageError("--swap and --add-isolation-forest: give one of them")
     if cfg.halvings < 1:
         raise UsageError(f"--halvings: must be >= 1, got {cfg.halvings}")
     setup_logging(cfg.verbose)
     if not cfg.verbose:  # keep_candidates logs every choice, and warns on small validation halves: 20 a run
         logging.getLogger("gcad_dist.train").setLevel(logging.ERROR)
-    print(table(study(cfg), cfg.without, cfg.swap))
+    print(table(study(cfg), cfg.without, cfg.swap, ISOLATION_FOREST if cfg.add_isolation_forest else None))
     return 0
 
 

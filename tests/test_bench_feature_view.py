@@ -59,3 +59,22 @@ def test_the_view_joins_where_the_links_say_nothing_about_the_features(tmp_path)
     assert all(r["used"] and r["corroboration"] < 0.5 and r["view"] == r["fused"] for r in recs)
     assert all(abs(r["assortativity"]) < 0.05 for r in recs)
     assert table(recs).splitlines()[2].endswith("(2/2) |")
+
+
+def test_the_statistics_table_reads_the_two_scores_shapes(tmp_path) -> None:
+    agree, disagree = run(_saved(tmp_path, forest_agrees=True)), run(_saved(tmp_path, forest_agrees=False))
+    for r in agree + disagree:
+        st = r["statistics"]
+        assert 0.0 <= st["tail_contrast"] <= 1.0 and 0.0 <= st["tail_forest"] <= 1.0
+        assert st["tail_contrast"] > 0.01  # the contrast's half of the anomalies (a fortieth of the nodes) stands out
+    # where the forest ranks the anomalies high, its top nodes are the contrast's high ones too, and the reverse
+    assert all(r["statistics"]["contrast_on_forest_top"] > 1.0 for r in agree)
+    assert all(r["statistics"]["forest_on_contrast_top"] > 1.0 for r in agree)
+    assert all(r["statistics"]["forest_on_contrast_top"] < -1.0 for r in disagree)
+    assert all(r["statistics"]["spearman"] > 0 for r in agree)
+    assert all(r["statistics"]["spearman"] < 0 for r in disagree)
+    t = table(agree).splitlines()
+    i = t.index("") + 1
+    assert t[i].startswith("| graph, seed | contrast | forest | fused | Spearman(contrast, forest) |")
+    assert t[i + 2].startswith("| toy, 0 |") and t[i + 3].startswith("| toy, 1 |")
+    assert len(t[i + 2].split("|")) == len(t[i].split("|"))

@@ -98,3 +98,33 @@ def test_swap_replaces_one_candidate_by_the_sibling_run_s(tmp_path: Path, capsys
     np.savez(z / "candidate_scores.npz", **bad)
     with pytest.raises(UsageError, match="other labels"):
         study(SelectionConfig(runs=[str(tmp_path)], swap="graph:z", halvings=2))
+
+
+def test_add_isolation_forest_offers_the_label_free_forest_as_one_more_candidate(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``--add-isolation-forest DATA_DIR``: where the anomalies are extreme in a column of the raw features and the
+    run's candidates are weak, the forest is kept and the held-out figures rise; a graph on other labels is a usage
+    error."""
+    n = 600
+    _run(tmp_path, 0, n)
+    f = tmp_path / "g" / "ft0.1-s0" / "candidate_scores.npz"
+    d = dict(np.load(f))
+    keep = [0, 1]  # the two weak candidates only
+    np.savez(f, **{**d, "names": d["names"][keep], "scores": d["scores"][keep]})
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    x[d["y"] == 1, 0] += 6.0  # the anomalies: far out in column 0
+    src = rng.integers(0, n, 2000)
+    data = tmp_path / "data"
+    data.mkdir()
+    np.savez(data / "g.npz", x=x, edge_index=np.stack([src, rng.integers(0, n, 2000)]), y=d["y"].astype(np.int64))
+    recs = study(SelectionConfig(runs=[str(tmp_path / "g")], halvings=2, add_isolation_forest=str(data)))
+    assert len(recs) == 1 and recs[0]["full"][1] > recs[0]["without"][1] + 0.2
+    assert "isolation-forest" in recs[0]["kept"].most_common(1)[0][0]
+    assert main([str(tmp_path / "g"), "--halvings", "2", "--add-isolation-forest", str(data)]) == 0
+    assert "| as run | with isolation-forest |" in capsys.readouterr().out
+    np.savez(data / "g.npz", x=x, edge_index=np.stack([src, src]), y=1 - d["y"].astype(np.int64))
+    with pytest.raises(UsageError, match="other labels"):
+        study(SelectionConfig(runs=[str(tmp_path / "g")], halvings=2, add_isolation_forest=str(data)))
+    with pytest.raises(UsageError, match="give one of them"):
+        main([str(tmp_path / "g"), "--swap", "graph:z", "--add-isolation-forest", str(data)])
