@@ -12,7 +12,9 @@ as ``gcad_dist.finetune``'s default keep rule does.
 
 With ``--add-isolation-forest DATA_DIR`` the variant is "one more candidate": the label-free isolation forest of the
 feature view (:func:`gcad_dist.feature_view.forest_scores`, on the raw features of ``DATA_DIR/<dataset>.npz``), judged
-as the zero-shot candidate is, by its own scores (it chose nothing on validation). Session 64 measured with it what
+as the zero-shot candidate is, by its own scores (it chose nothing on validation), and offered only where validation
+holds at least :data:`gcad_dist.selection.MIN_POSITIVES` anomalies (with fewer the keep rule averages every
+candidate: it could not drop a forest that ranks the anomalies low). Session 64 measured with it what
 fine-tuning with very few labels leaves on graphs whose anomalies are extreme in a few attributes.
 
 Reads every ``candidate_scores.npz`` under the given folders (``gcad_dist.finetune --candidate-scores``: each
@@ -42,6 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.selection import MIN_POSITIVES  # noqa: E402
 
 log = logging.getLogger("bench.finetune_selection")
 
@@ -118,11 +121,14 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
         if cfg.cross_fitted and sel is None:
             raise UsageError(f"--cross-fitted: {f} holds no selection_scores (written before session 44?)")
         if cfg.add_isolation_forest:  # "full" = with the forest as one more candidate, "without" = the run as it is
-            forest = _isolation_forest(Path(cfg.add_isolation_forest), f.parent.parent.name, d["y"])
-            more = np.concatenate([scores, forest[None]])
-            full, full_sets = held_out(names + [ISOLATION_FOREST], more, y, val, cfg.halvings, cfg.seed,
-                                       None if sel is None else np.concatenate([sel, forest[None]]))
-            part, _ = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel)
+            part, part_sets = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel)
+            if int((y[val] == 1).sum()) < MIN_POSITIVES:  # the keep rule could not drop it: not offered
+                full, full_sets = part, part_sets
+            else:
+                forest = _isolation_forest(Path(cfg.add_isolation_forest), f.parent.parent.name, d["y"])
+                more = np.concatenate([scores, forest[None]])
+                full, full_sets = held_out(names + [ISOLATION_FOREST], more, y, val, cfg.halvings, cfg.seed,
+                                           None if sel is None else np.concatenate([sel, forest[None]]))
         elif cfg.swap:  # "full" = the candidates swapped in, "without" = the run as it is
             name, prefix = cfg.swap.split(":", 1)
             other = f.parent.parent / f"{prefix}{m['fraction']}-s{m['seed']}" / CANDIDATE_FILE if m else None
@@ -176,7 +182,8 @@ def _isolation_forest(data_dir: Path, dataset: str, y: np.ndarray) -> np.ndarray
 def table(records: list[dict[str, Any]], without: str, swap: str | None = None,
           added: str | None = None) -> str:
     """Markdown: one row per (dataset, fraction), means over its runs, then the mean over the rows. With ``swap``
-    the columns are the runs as they are and with the swapped candidate."""
+    the columns are the runs as they are and with the swapped candidate; with ``added`` (a candidate's name), as they
+    are and with that candidate added."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["dataset"], r["fraction"]), []).append(r)

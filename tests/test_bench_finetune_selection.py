@@ -128,3 +128,18 @@ def test_add_isolation_forest_offers_the_label_free_forest_as_one_more_candidate
         study(SelectionConfig(runs=[str(tmp_path / "g")], halvings=2, add_isolation_forest=str(data)))
     with pytest.raises(UsageError, match="give one of them"):
         main([str(tmp_path / "g"), "--swap", "graph:z", "--add-isolation-forest", str(data)])
+
+
+def test_add_isolation_forest_is_not_offered_below_ten_validation_anomalies(tmp_path: Path) -> None:
+    """With fewer than 10 validation anomalies the keep rule averages every candidate, so the forest is not offered:
+    both variants are the run as it is."""
+    n = 120
+    _run(tmp_path, 0, n)
+    d = dict(np.load(tmp_path / "g" / "ft0.1-s0" / "candidate_scores.npz"))
+    assert 0 < int(d["y"][d["val"]].sum()) < 10
+    data = tmp_path / "data"
+    data.mkdir()
+    x = np.random.default_rng(2).normal(size=(n, 3)).astype(np.float32)
+    np.savez(data / "g.npz", x=x, edge_index=np.array([[0, 1], [1, 2]]), y=d["y"].astype(np.int64))
+    (r,) = study(SelectionConfig(runs=[str(tmp_path / "g")], halvings=2, add_isolation_forest=str(data)))
+    assert np.array_equal(r["full"], r["without"]) and "isolation-forest" not in str(r["kept"])
