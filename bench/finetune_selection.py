@@ -30,6 +30,7 @@ kept sets chosen most often.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import re
 import sys
@@ -166,17 +167,27 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
 def _isolation_forest(data_dir: Path, dataset: str, y: np.ndarray) -> np.ndarray:
     """The feature view's isolation-forest scores [N] of ``data_dir/<dataset>.npz``'s raw features; its labels must be
     the run's ``y`` (the same graph, the same node order)."""
-    from gcad_dist.feature_view import forest_scores
-    from partitioning.io import load_graph
-
     path = data_dir / f"{dataset}.npz"
     if not path.is_file():
         raise UsageError(f"--add-isolation-forest: no {dataset}.npz in {data_dir}")
-    g = load_graph(str(path))
-    gy = np.asarray(g.y if g.y is not None else [], dtype=np.int64)
+    st = path.stat()
+    gy, forest = _graph_forest(str(path.resolve()), st.st_mtime_ns, st.st_size)
     if gy.shape != y.shape or not np.array_equal(np.where(gy < 0, -1, gy), np.where(y < 0, -1, y)):
         raise UsageError(f"--add-isolation-forest: {path} has other labels than the run's candidate scores")
-    return forest_scores(np.asarray(g.x, dtype=np.float32))
+    return forest
+
+
+@functools.lru_cache(maxsize=4)
+def _graph_forest(path: str, mtime_ns: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, isolation-forest scores) of the graph at ``path``: read and fitted once for all its runs (the forest
+    is seeded, so every run of a graph gets the same scores); ``mtime_ns`` and ``size`` key the cache to the file's
+    contents."""
+    from gcad_dist.feature_view import forest_scores
+    from partitioning.io import load_graph
+
+    g = load_graph(path)
+    gy = np.asarray(g.y if g.y is not None else [], dtype=np.int64)
+    return gy, forest_scores(np.asarray(g.x, dtype=np.float32))
 
 
 def table(records: list[dict[str, Any]], without: str, swap: str | None = None,
