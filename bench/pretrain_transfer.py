@@ -88,6 +88,7 @@ class TransferConfig:
     store_normalize: str | None = None  # partitioning.build --normalize of the store; None = the build's default
     label_inputs: bool | None = None  # both sides alike; None = the CLIs' default (the same rule on both sides)
     candidate_scores: bool = False  # fine-tuning runs write candidate_scores.npz (bench/finetune_selection.py)
+    scratch: bool = True  # the gcad_dist.train run from scratch beside each fine-tuning run
     forest: str = "off"  # both sides' --forest: off = the two GNNs compared; auto = both CLIs' defaults
     threads: int = 1
     retries: int = 3
@@ -162,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "'forest_view' records what GCCAD alone scored)")
     p.add_argument("--candidate-scores", action="store_true",
                    help="fine-tuning runs also write candidate_scores.npz, for bench/finetune_selection.py")
+    p.add_argument("--scratch", action=argparse.BooleanOptionalAction, default=d.scratch,
+                   help="run gcad_dist.train from scratch on the same labels beside each fine-tuning run (the "
+                        "comparison table); --no-scratch saves that time where only the fine-tuning runs are studied "
+                        "(e.g. their candidate scores, bench/finetune_selection.py)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch / FAISS threads of every step (also OMP_NUM_THREADS)")
     p.add_argument("--retries", type=int, default=d.retries,
                    help="tries of the pre-training step (starting a local Ray instance can time out on a loaded machine)")
@@ -298,6 +303,8 @@ def _method_runs(cfg: TransferConfig, ckpt: str, seed: int) -> list[tuple[str, f
                      ["gcad_dist.finetune", "--checkpoint", ckpt, "--label-fraction", str(f), "--forest", cfg.forest,
                       *_tune_args(cfg, cfg.ft_epochs),
                       *(["--candidate-scores"] if cfg.candidate_scores else [])]))
+        if not cfg.scratch:
+            continue
         runs.append(("scratch", f, f"sc{f:g}-s{seed}",
                      ["gcad_dist.train", "--model", "gccad", "--label-fraction", str(f), "--normalize", cfg.sup_normalize,
                       "--forest", cfg.forest, *_tune_args(cfg, cfg.sup_epochs)]))

@@ -701,6 +701,8 @@ def test_transfer_runs_share_fraction_seed_and_settings() -> None:
     cfg = TransferConfig(**vars(build_parser().parse_args(["--datasets", "inj_cora", "--forest", "auto"])))
     assert all(args[args.index("--forest") + 1] == "auto" for _, _, _, args in _method_runs(cfg, "ck", 0)[1:])
     assert len({tag for _, _, tag, _ in runs}) == len(runs)
+    cfg = TransferConfig(**vars(build_parser().parse_args(["--datasets", "inj_cora", "--no-scratch"])))
+    assert [m for m, _, _, _ in _method_runs(cfg, "ck", 0)] == ["zero-shot", "fine-tune", "fine-tune", "fine-tune"]
     # The old options still parse; the shared settings go to both kinds of run.
     cfg = TransferConfig(**vars(build_parser().parse_args(
         ["--datasets", "inj_cora", "--label-fractions", "0.1", "--ft-epochs", "50", "--sup-epochs", "60", "--patience", "20",
