@@ -121,6 +121,9 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
         sel = d["selection_scores"] if cfg.cross_fitted and "selection_scores" in d.files else None
         if cfg.cross_fitted and sel is None:
             raise UsageError(f"--cross-fitted: {f} holds no selection_scores (written before session 44?)")
+        if cfg.add_isolation_forest and ISOLATION_FOREST in names:
+            raise UsageError(f"--add-isolation-forest: {f} already holds the {ISOLATION_FOREST} candidate "
+                             f"(gcad_dist.finetune since session 65); compare with --without {ISOLATION_FOREST}")
         if cfg.add_isolation_forest:  # "full" = with the forest as one more candidate, "without" = the run as it is
             part, part_sets = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel)
             if int((y[val] == 1).sum()) < MIN_POSITIVES:  # the keep rule could not drop it: not offered

@@ -33,6 +33,9 @@ SNAPSHOTS_KEY = "snapshot_state_dicts"  # model.pt: a snapshot ensemble's states
 # model.pt: a candidate ensemble's members, the primary first (optional): [{config, states, mean, std[, block]}]; a
 # member's "block" indexes extra["input_blocks"] (INPUT_BLOCKS_KEY), the feature normalisation it reads (absent: 0)
 CANDIDATES_KEY = "candidate_members"
+# a candidate member's "kind" when it is gcad_dist.finetune's label-free isolation forest (gcad_dist.model.
+# isolation_forest; its trees' state under "forest", no config); absent: a GCCAD model
+ISOLATION_FOREST_KIND = "isolation-forest"
 # model.pt's extra (optional): the feature normalisations the members read, one input block each, the checkpoint's
 # own ("normalize") first (gcad_dist.finetune's model trained from scratch on gcad_dist.train's z-scores)
 INPUT_BLOCKS_KEY = "input_blocks"
@@ -100,6 +103,7 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
     :class:`~gcad_dist.model.rank_blend.RankBlend` of a model and a forest (``gcad_dist.train``'s forest view) is
     written as that model plus the forest's state, both empirical CDFs and the weights under ``forest_view``."""
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
+    from gcad_dist.model.isolation_forest import IsolationForestScorer
     from gcad_dist.model.rank_blend import RankBlend
     from gcad_dist.model.snapshots import base_model, member_states
 
@@ -116,17 +120,19 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
         model = model.members[0]
     if isinstance(model, CandidateEnsemble):  # the primary stays the top-level model; every member is kept too
         blocks = model.blocks or [0] * len(model.members)
-        members = [{"config": asdict(base_model(m).config),
-                    "states": [cpu_state(st) for st in member_states(m)], "mean": float(mu), "std": float(sd),
+        members = [{**_member_record(m), "mean": float(mu), "std": float(sd),
                     **({"block": int(b)} if model.blocks is not None else {})}
                    for m, mu, sd, b in zip(model.members, model.means.tolist(), model.stds.tolist(), blocks)]
         if model.blocks is not None and len((extra or {}).get(INPUT_BLOCKS_KEY) or []) <= max(model.blocks):
             raise ValueError(f"members read input blocks {sorted(set(model.blocks))}: extra[{INPUT_BLOCKS_KEY!r}] "
                              "must name the normalisation of each")
-        snapshots = member_states(model.members[0])
-        model = base_model(model)
+        # the primary: the first GCCAD member (an isolation forest kept alone leaves the top-level state empty: the
+        # members say what scores, and ``config`` gives the input width)
+        primary = next((m for m in model.members if not isinstance(m, IsolationForestScorer)), None)
+        snapshots = member_states(primary) if primary is not None else None
+        model = base_model(primary) if primary is not None else None
     cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)
-    state = cpu_state(model.state_dict())
+    state = cpu_state(model.state_dict()) if model is not None else {}
     # extra["normalize"] == "power" is marked as today's power (partitioning.features.recorded_normalization)
     obj: dict[str, Any] = {"config": cfg, "state_dict": state, "extra": mark_normalization(extra or {})}
     if members:
@@ -138,6 +144,18 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
     path = directory / MODEL_FILE
     atomic_save(obj, path)
     return path
+
+
+def _member_record(member: torch.nn.Module) -> dict[str, Any]:
+    """A candidate ensemble member as ``model.pt`` keeps it: a GCCAD model's config and states (the best first), or an
+    isolation forest's trees (``kind``: :data:`ISOLATION_FOREST_KIND`, its state under ``forest``)."""
+    from gcad_dist.model.isolation_forest import IsolationForestScorer
+    from gcad_dist.model.snapshots import base_model, member_states
+
+    if isinstance(member, IsolationForestScorer):
+        return {"kind": ISOLATION_FOREST_KIND, "forest": {k: v.detach().cpu() if torch.is_tensor(v) else v
+                                                          for k, v in member.state_dict().items()}}
+    return {"config": asdict(base_model(member).config), "states": [cpu_state(st) for st in member_states(member)]}
 
 
 def cpu_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -110,6 +110,13 @@ AUTO_MODELS = ("checkpoint", "graph", "scratch")
 #: it clearly below the best fit, so few labels cannot make a run worse than no label where validation can see it
 #: (BENCHMARKS.md, session 36)
 ZERO_SHOT = "zero-shot"
+#: ``--model auto``'s candidate beside them (``--isolation-forest auto``): the label-free feature view's isolation
+#: forest on the raw features (:mod:`gcad_dist.model.isolation_forest`), judged as the zero-shot model is, by its own
+#: scores; offered only where validation holds at least :data:`gcad_dist.selection.MIN_POSITIVES` anomalies, the
+#: fewest with which the keep rule can drop it (BENCHMARKS.md, sessions 64-65)
+ISOLATION_FOREST = "isolation-forest"
+#: ``--isolation-forest``: offer that candidate (auto) or not (off)
+ISOLATION_FOREST_MODES = ("auto", "off")
 #: ``--scratch-normalize``: the scratch candidate's features, ``gcad_dist.train``'s normalisations or the checkpoint's
 SCRATCH_NORMALIZE = ("checkpoint", "standard", "power", "none")
 #: ``--keep-rule``: how the model-level keep rule judges a trained candidate on validation (its scores, or its
@@ -160,6 +167,7 @@ class FinetuneConfig:
     candidate_scores: bool = False
     keep_rule: str = "cross-fitted"  # KEEP_RULES; "validation" before session 44
     forest: str = TrainConfig.forest  # the forest view (gcad_dist.forest_view), as gcad_dist.train's
+    isolation_forest: str = "auto"  # ISOLATION_FOREST_MODES: the label-free isolation forest as a --model auto candidate
     progress: bool = True
     verbose: bool = False
 
@@ -175,6 +183,9 @@ def _validate(cfg: FinetuneConfig) -> None:
                          f"{', '.join(SCRATCH_NORMALIZE)})")
     if cfg.forest not in FOREST_MODES:
         raise UsageError(f"--forest: unknown value {cfg.forest!r} (choose from {', '.join(FOREST_MODES)})")
+    if cfg.isolation_forest not in ISOLATION_FOREST_MODES:
+        raise UsageError(f"--isolation-forest: unknown value {cfg.isolation_forest!r} (choose from "
+                         f"{', '.join(ISOLATION_FOREST_MODES)})")
     if cfg.model not in FINETUNE_MODELS:
         raise UsageError(f"--model: unknown value {cfg.model!r} (choose from {', '.join(FINETUNE_MODELS)})")
     if cfg.link_eval not in LINK_EVALS:
@@ -264,6 +275,46 @@ def zero_shot_fit(zs_model: torch.nn.Module, config: Any, scores: np.ndarray, va
     device = next(model.parameters()).device
     res = FitResult(best_epoch=0, val=val, test=test, history={}, state_dict={}, scores=np.asarray(scores),
                     epochs_run=0, seconds=0.0, device=str(device), extra={})
+    return res, model, config
+
+
+def isolation_forest_offer(cfg: FinetuneConfig, candidates: list[str], y: np.ndarray, val: np.ndarray) -> dict[str, Any]:
+    """Whether :data:`ISOLATION_FOREST` joins the ``candidates`` (JSON-ready record: ``offered`` and why): with
+    ``--isolation-forest auto`` beside the zero-shot candidate (``--model auto`` on a label-free recipe's checkpoint)
+    where the validation nodes hold at least :data:`gcad_dist.selection.MIN_POSITIVES` anomalies. With fewer the keep
+    rule keeps every candidate and could not drop a forest whose outliers are normal nodes (tolokers, inj_cora)."""
+    from gcad_dist.selection import MIN_POSITIVES
+
+    positives = int((np.asarray(y)[np.asarray(val, dtype=bool)] == 1).sum())
+    record: dict[str, Any] = {"mode": cfg.isolation_forest, "val_anomalies": positives, "offered": False}
+    if cfg.isolation_forest == "off":
+        record["why"] = "--isolation-forest off"
+    elif ZERO_SHOT not in candidates:
+        record["why"] = "offered beside the zero-shot candidate only (--model auto on a label-free checkpoint)"
+    elif positives < MIN_POSITIVES:
+        record["why"] = (f"validation holds {positives} anomalies, fewer than the {MIN_POSITIVES} the keep rule needs "
+                         "to drop a candidate")
+    else:
+        record["offered"] = True
+    return record
+
+
+def isolation_forest_fit(x_raw: Any, y: np.ndarray, graph: np.ndarray | None, split: Any, config: Any,
+                         threads: int = 1) -> tuple[FitResult, torch.nn.Module, Any]:
+    """The label-free isolation forest on the raw features ``x_raw`` [N, F] as a candidate fit
+    (:data:`ISOLATION_FOREST`): fitted on every node (no label read), its scores of every node and their validation
+    and test metrics, no epoch. ``config`` (the zero-shot model's) stands for it where a checkpoint needs a model
+    config (its input width)."""
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.model.isolation_forest import fit_isolation_forest
+    from gcad_dist.supervised import FitResult
+
+    x = torch.as_tensor(x_raw, dtype=torch.float32)
+    model = fit_isolation_forest(x, threads=threads)
+    scores = model(x).numpy()
+    res = FitResult(best_epoch=0, val=evaluate(y, scores, graph, torch.as_tensor(split.val).numpy()),
+                    test=evaluate(y, scores, graph, torch.as_tensor(split.test).numpy()), history={}, state_dict={},
+                    scores=scores, epochs_run=0, seconds=0.0, device="cpu", extra={})
     return res, model, config
 
 
@@ -440,6 +491,14 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                 else:
                     fits.append(gfits[0])
             names.append(which)
+        offer = isolation_forest_offer(cfg, names, y_np, split.val.numpy())
+        metrics["isolation_forest"] = offer
+        if offer["offered"]:
+            log.info("the label-free isolation forest on the raw features joins the candidates (%d validation "
+                     "anomalies)", offer["val_anomalies"])
+            fits.append(isolation_forest_fit(graph.x, y_np, graph_np, split, fits[names.index(ZERO_SHOT)][2],
+                                             threads=cfg.threads if cfg.threads > 0 else torch.get_num_threads()))
+            names.append(ISOLATION_FOREST)
         kept_name = names[0]
         if cfg.candidate_scores:
             write_candidate_scores(out / CANDIDATE_SCORES, names, [f[0].scores for f in fits], y_np, split,
@@ -451,26 +510,38 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             kept_name = selection["chosen"]
         else:
             kept = [0]
-        # the kept models' input blocks: 1 for the scratch fit where it read its own normalisation, else 0
-        blocks = [int(names[i] == "scratch" and data_s is not data) for i in kept]
+        # the kept models' input blocks, one per feature normalisation they read, the checkpoint's first: the scratch
+        # fit's where it read its own, the isolation forest's raw features ("none")
         width = int(graph.x.shape[1])
         label_columns = LABEL_COLUMNS if label_inputs else 0
+        block_names, block_x, blocks = [normalize], [data.x[:, :width]], []
+        for i in kept:
+            if names[i] == ISOLATION_FOREST:  # a block of its own always, even where the checkpoint's is "none"
+                how, feats = "none", torch.as_tensor(graph.x, dtype=torch.float32)
+            elif names[i] == "scratch" and data_s is not data:
+                how, feats = scratch_norm, data_s.x[:, :width]
+            else:
+                blocks.append(0)
+                continue
+            if how not in block_names[1:]:
+                block_names.append(how)
+                block_x.append(feats)
+            blocks.append(1 + block_names[1:].index(how))
         view_data, view_features = data, None  # what the written model reads, and the forest's leading columns
         if cfg.model == "scratch" and blocks == [1]:  # gcad_dist.train's fit as it is: its input, its forest view
             res, saved_model, saved_config = fits[0]
             view_data = data_s
             extra["normalize"] = metrics["normalize"] = scratch_norm
-        elif any(blocks):  # both normalisations side by side (gcad_dist.score builds them alike); the scratch fit
-            # kept alone reads its block too, so that the forest view reads the checkpoint's normalisation whichever
-            # candidates are kept
+        elif any(blocks):  # the normalisations side by side (gcad_dist.score builds them alike); the scratch fit or
+            # the forest kept alone reads its block too, so that the forest view reads the checkpoint's normalisation
+            # whichever candidates are kept
             res, saved_model, saved_config = combine_candidates(fits, kept, data, split, blocks=blocks, width=width,
-                                                                label_columns=label_columns)
+                                                                label_columns=label_columns, ensemble=True)
             view_data = copy.copy(data)
-            view_data.x = torch.cat([data.x[:, :width], data_s.x[:, :width], data.x[:, width:]], dim=1)
-            view_features = width  # the forest reads the checkpoint's normalisation, as without the scratch fit
-            extra[INPUT_BLOCKS_KEY] = [normalize, scratch_norm]
-            metrics["input_blocks"] = {"blocks": [normalize, scratch_norm],
-                                       "kept": dict(zip([names[i] for i in kept], blocks))}
+            view_data.x = torch.cat([*block_x, data.x[:, width:]], dim=1)
+            view_features = width  # the forest reads the checkpoint's normalisation, as without the other blocks
+            extra[INPUT_BLOCKS_KEY] = block_names
+            metrics["input_blocks"] = {"blocks": block_names, "kept": dict(zip([names[i] for i in kept], blocks))}
         else:
             res, saved_model, saved_config = combine_candidates(fits, kept, data, split)
         if graph_selection:  # each graph model's own candidates kept, as gcad_dist.train keeps them
@@ -575,6 +646,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "fitted on the kept training labels joins the fine-tuned score by rank (or scores alone) where "
                         "validation says so by gcad_dist.train's rule (metrics.json 'forest_view'); off = the "
                         "fine-tuned GCCAD alone (every run before session 62)")
+    p.add_argument("--isolation-forest", default=d.isolation_forest, choices=ISOLATION_FOREST_MODES,
+                   help="--model auto on a label-free checkpoint: auto = the label-free isolation forest on the raw "
+                        "features (the feature view's, no label read) joins the candidates where validation holds at "
+                        "least 10 anomalies, judged by its own scores as the zero-shot model is; kept, it is written "
+                        "into the checkpoint (its trees, reading the raw features as an input block of their own) "
+                        "and gcad_dist.score scores with it. Where labels follow a rule over a few heavy-tailed "
+                        "attributes it ranks the anomalies far above GCCAD fitted on 1%% of the labels (BENCHMARKS.md, "
+                        "sessions 64-65); off = the candidates before session 65")
     p.add_argument("--keep-rule", default=d.keep_rule, choices=KEEP_RULES,
                    help="--model auto: how a trained candidate is judged against the others on validation. "
                         "'validation': by its validation scores, which its own epoch choice made on the same nodes "

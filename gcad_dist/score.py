@@ -201,8 +201,20 @@ def _candidate_ensemble(members: list[dict], primary: torch.nn.Module, kind: str
 
     if kind != "gccad":
         raise GraphInputError(src, f"a candidate ensemble of model kind {kind!r}: only gccad has candidates")
+    from gcad_dist.checkpoint import ISOLATION_FOREST_KIND
+    from gcad_dist.model.isolation_forest import IsolationForestScorer
+
     built = []
     for i, rec in enumerate(members):
+        if isinstance(rec, dict) and rec.get("kind") == ISOLATION_FOREST_KIND:  # gcad_dist.finetune's forest
+            try:
+                built.append(IsolationForestScorer.from_state(rec["forest"]))
+            except (KeyError, TypeError, ValueError) as e:
+                raise GraphInputError(src, f"malformed isolation forest in checkpoint ({type(e).__name__}: {e})") \
+                    from None
+            if not {"mean", "std"} <= set(rec):
+                raise GraphInputError(src, "malformed candidate ensemble in checkpoint (a member without mean, std)")
+            continue
         if not isinstance(rec, dict) or not {"config", "states", "mean", "std"} <= set(rec) or not rec["states"]:
             raise GraphInputError(src, "malformed candidate ensemble in checkpoint (each member needs config, "
                                        "states, mean, std)")

@@ -128,6 +128,10 @@ def test_add_isolation_forest_offers_the_label_free_forest_as_one_more_candidate
         study(SelectionConfig(runs=[str(tmp_path / "g")], halvings=2, add_isolation_forest=str(data)))
     with pytest.raises(UsageError, match="give one of them"):
         main([str(tmp_path / "g"), "--swap", "graph:z", "--add-isolation-forest", str(data)])
+    # a run of gcad_dist.finetune since session 65 may hold the forest already: not added twice
+    np.savez(f, **{**d, "names": np.array(["checkpoint", "isolation-forest"]), "scores": d["scores"][keep]})
+    with pytest.raises(UsageError, match="--without isolation-forest"):
+        study(SelectionConfig(runs=[str(tmp_path / "g")], halvings=2, add_isolation_forest=str(data)))
 
 
 def test_add_isolation_forest_is_not_offered_below_ten_validation_anomalies(tmp_path: Path) -> None:

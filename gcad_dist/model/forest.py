@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["FOREST_SETTINGS", "ForestScorer", "fit_forest", "fit_sklearn_forest", "graph_features"]
+__all__ = ["FOREST_SETTINGS", "ForestScorer", "fit_forest", "fit_sklearn_forest", "graph_features", "mean_leaf_value",
+           "register_walk_buffers"]
 
 #: GADBench's RF-Graph defaults (the ``trees`` reference detector and ``gcad_dist.train``'s forest alike)
 FOREST_SETTINGS: dict[str, Any] = {"model": "RandomForestClassifier", "n_estimators": 100, "criterion": "gini",
@@ -54,6 +55,54 @@ def graph_features(x: Tensor, edge_index: Tensor, in_features: int | None = None
     return torch.cat(cols, dim=1).to(torch.float32)
 
 
+def register_walk_buffers(trees: nn.Module) -> None:
+    """Register on ``trees`` (a module with the buffers ``threshold``, ``left`` and ``right`` of its trees' nodes,
+    all trees in one flat array, a leaf its own child) what :func:`mean_leaf_value` walks with, derived and not saved:
+    which nodes are leaves; the children as one table (the right child first: a step reads ``[2 t + (x <= thr)]``, so
+    a NaN goes right, as in scikit-learn); each threshold as the largest float32 at or below it, against which a
+    float32 feature compares exactly as against the float64 threshold (scikit-learn's rule)."""
+    left, right, threshold = trees.left, trees.right, trees.threshold
+    trees.register_buffer("child", torch.stack([right, left], 1).reshape(-1), persistent=False)
+    trees.register_buffer("is_leaf", left == torch.arange(left.numel(), device=left.device), persistent=False)
+    thr = threshold.cpu().numpy()
+    t32 = thr.astype(np.float32)
+    up = t32.astype(np.float64) > thr
+    t32[up] = np.nextafter(t32[up], np.float32(-np.inf))
+    trees.register_buffer("threshold32", torch.from_numpy(t32).to(threshold.device), persistent=False)
+
+
+def mean_leaf_value(trees: nn.Module, feats: Tensor, values: Tensor) -> Tensor:
+    """The mean over ``trees``' trees of ``values`` (one per tree node, float64) at the leaf each row of ``feats``
+    [N, D] reaches (float64 [N], on the trees' device). ``trees`` holds ``roots``, ``feature`` (a split's column of
+    ``feats``) and :func:`register_walk_buffers`' buffers.
+
+    Each (row, tree) pair walks down its tree one level a round and leaves the walk at its leaf, so the work is the
+    sum of the paths' lengths, not the deepest tree's depth times the pairs; rows go in blocks, every tree at once."""
+    dev = trees.threshold32.device
+    feats = feats.to(dev, torch.float32)
+    n, n_trees = feats.shape[0], trees.roots.numel()
+    out = torch.empty(n, dtype=torch.float64, device=dev)
+    block = max(1, (_BLOCK_GPU if dev.type == "cuda" else _BLOCK_CPU) // max(n_trees, 1))
+    for lo in range(0, n, block):  # blocks of rows, every tree at once
+        xb = feats[lo:lo + block]
+        b, d = xb.shape
+        flat = xb.reshape(-1)
+        # the (row, tree) pairs still walking: where each is in its tree, its row's offset, its place
+        at = trees.roots.repeat(b)
+        base = torch.arange(b, device=dev).repeat_interleave(n_trees) * d
+        place = torch.arange(b * n_trees, device=dev)
+        final = at.clone()
+        while at.numel():  # one level a round; a leaf is its own child, so a pair at a leaf may step in place
+            at = trees.child[2 * at + (flat[base + trees.feature[at]] <= trees.threshold32[at])]
+            walking = ~trees.is_leaf[at]
+            if int(walking.sum()) < 0.7 * at.numel():  # drop the pairs at their leaves (work ~ the paths' lengths)
+                done = ~walking
+                final[place[done]] = at[done]
+                at, base, place = at[walking], base[walking], place[walking]
+        out[lo:lo + b] = values[final].view(b, n_trees).mean(dim=1)
+    return out
+
+
 class ForestScorer(nn.Module):
     """A fitted random forest scoring nodes by the mean over its trees of the anomaly class's leaf frequency.
 
@@ -79,17 +128,7 @@ class ForestScorer(nn.Module):
         self.register_buffer("right", right.to(torch.int64))
         self.register_buffer("proba", proba.to(torch.float64))
         self.register_buffer("roots", roots.to(torch.int64))
-        # derived, not saved: which nodes are leaves; the children as one table (the right child first: a step reads
-        # [2 t + (x <= thr)], so a NaN goes right as before); each threshold as the largest float32 at or below it,
-        # against which a float32 feature compares exactly as against the float64 threshold (scikit-learn's rule)
-        self.register_buffer("child", torch.stack([self.right, self.left], 1).reshape(-1), persistent=False)
-        self.register_buffer("is_leaf", self.left == torch.arange(self.left.numel(), device=self.left.device),
-                             persistent=False)
-        thr = self.threshold.cpu().numpy()
-        t32 = thr.astype(np.float32)
-        up = t32.astype(np.float64) > thr
-        t32[up] = np.nextafter(t32[up], np.float32(-np.inf))
-        self.register_buffer("threshold32", torch.from_numpy(t32).to(self.threshold.device), persistent=False)
+        register_walk_buffers(self)
         self.depth = int(depth)
         self.in_features = int(in_features)
         self.passthrough = int(passthrough)
@@ -131,29 +170,8 @@ class ForestScorer(nn.Module):
                    passthrough=int(extra.get("passthrough", 0)))
 
     def forward(self, x: Tensor, edge_index: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        dev = self.threshold.device
-        feats = graph_features(x, edge_index, self.in_features, self.passthrough).to(dev, torch.float32)
-        n, trees = feats.shape[0], self.roots.numel()
-        out = torch.empty(n, dtype=torch.float64, device=dev)
-        block = max(1, (_BLOCK_GPU if dev.type == "cuda" else _BLOCK_CPU) // max(trees, 1))
-        for lo in range(0, n, block):  # blocks of nodes, every tree at once
-            xb = feats[lo:lo + block]
-            b, d = xb.shape
-            flat = xb.reshape(-1)
-            # the (node, tree) pairs still walking: where each is in its tree, its node's row offset, its place
-            at = self.roots.repeat(b)
-            base = torch.arange(b, device=dev).repeat_interleave(trees) * d
-            place = torch.arange(b * trees, device=dev)
-            final = at.clone()
-            while at.numel():  # one level a round; a leaf is its own child, so a pair at a leaf may step in place
-                at = self.child[2 * at + (flat[base + self.feature[at]] <= self.threshold32[at])]
-                walking = ~self.is_leaf[at]
-                if int(walking.sum()) < 0.7 * at.numel():  # drop the pairs at their leaves (work ~ the paths' lengths)
-                    done = ~walking
-                    final[place[done]] = at[done]
-                    at, base, place = at[walking], base[walking], place[walking]
-            out[lo:lo + b] = self.proba[final].view(b, trees).mean(dim=1)
-        return out.to(device=x.device, dtype=torch.float32)
+        feats = graph_features(x, edge_index, self.in_features, self.passthrough)
+        return mean_leaf_value(self, feats, self.proba).to(device=x.device, dtype=torch.float32)
 
     def score(self, out: Tensor) -> Tensor:
         """The forward output itself (the anomaly class's probability) [N]."""

@@ -56,12 +56,16 @@ def base_model(model: torch.nn.Module) -> torch.nn.Module:
     """The model itself, or an ensemble's first (best single, or primary) member, down to a plain model: what to
     type-check or fine-tune. Covers :class:`SnapshotEnsemble`,
     :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` and :class:`~gcad_dist.model.rank_blend.RankBlend`
-    (whose first member is the GCCAD model beside the forest)."""
+    (whose first member is the GCCAD model beside the forest); a candidate ensemble's isolation forest is passed over
+    unless it is the only member."""
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
     from gcad_dist.model.rank_blend import RankBlend
 
+    from gcad_dist.model.isolation_forest import IsolationForestScorer
+
     while isinstance(model, (SnapshotEnsemble, CandidateEnsemble, RankBlend)):
-        model = model.members[0]
+        # a candidate ensemble's isolation forest (gcad_dist.finetune) is no GCCAD model: its first other member
+        model = next((m for m in model.members if not isinstance(m, IsolationForestScorer)), model.members[0])
     return model
 
 
