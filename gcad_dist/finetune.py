@@ -38,6 +38,12 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    (:class:`gcad_dist.selection.CrossFit`: each validation half scored by the evaluations chosen on the other half),
    so that a fit's own choice of epochs on validation does not flatter it against the zero-shot candidate, which
    chose nothing there (BENCHMARKS.md, session 44).
+   Since session 65 (``--isolation-forest auto``) the label-free feature view's isolation forest on the raw features
+   (:data:`ISOLATION_FOREST`, no label read) joins them where validation holds at least 10 anomalies, judged by its
+   own scores as the zero-shot model is: where labels follow a rule over a few heavy-tailed attributes it ranks the
+   anomalies far above GCCAD fitted on a few labels (session 64). Kept, it is written as its trees
+   (:class:`~gcad_dist.model.isolation_forest.IsolationForestScorer`), reading the raw features as an input block of
+   its own (``input_blocks`` names it ``none``).
 6. Label inputs (``--label-inputs``; by default as ``gcad_dist.train``: on when the kept training labels hold at
    least :data:`~gcad_dist.train.LABEL_INPUTS_MIN_ANOMALIES` anomalies): every fitted model reads two more input
    columns, its neighbours labelled anomalous among the *kept* training labels (:mod:`gcad_dist.data.label_inputs`,

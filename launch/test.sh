@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash launch/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
-exec python -m pytest -q "$@"
+# --durations: the CI log names the slowest tests (CI must stay under 30 minutes on a 2-core machine)
+exec python -m pytest -q --durations=25 "$@"
