@@ -93,7 +93,10 @@ def test_the_forest_is_offered_beside_the_zero_shot_model_with_ten_validation_an
     few = isolation_forest_offer(cfg, auto, y, val & (np.arange(100) >= 3))  # 9 validation anomalies
     assert not few["offered"] and few["val_anomalies"] == 9 and "fewer than the 10" in few["why"]
     assert not isolation_forest_offer(cfg, ["checkpoint"], y, val)["offered"]  # a message-passing checkpoint
-    off = FinetuneConfig(checkpoint="c", graph="g", isolation_forest="off")
+    from gcad_dist.finetune import build_parser
+
+    off = FinetuneConfig(**vars(build_parser().parse_args(["--checkpoint", "c", "--graph", "g", "--isolation-forest",
+                                                           "off"])))
     assert isolation_forest_offer(off, auto, y, val)["why"] == "--isolation-forest off"
 
 
@@ -186,11 +189,3 @@ def test_a_kept_forest_is_written_and_scored_again_as_fine_tuning_scored(outlier
                              str(tmp_path / "s.csv")])
     assert int(e.value.code or 0) == 0, capsys.readouterr().err
     assert len((tmp_path / "s.csv").read_text().strip().splitlines()) == g.x.shape[0] + 1
-
-
-def test_the_forest_is_not_a_candidate_when_turned_off(outlier_graph, make_local_checkpoint, tmp_path, capsys) -> None:
-    _, path = outlier_graph
-    out = tmp_path / "off"
-    m = _finetune(path, make_local_checkpoint("power"), out, capsys, "--isolation-forest", "off", "--forest", "off")
-    assert not m["isolation_forest"]["offered"]
-    assert list(np.load(out / "candidate_scores.npz")["names"]) == ["checkpoint", "graph", "scratch", "zero-shot"]
