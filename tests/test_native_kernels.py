@@ -370,3 +370,21 @@ def test_build_failure_warns_once_and_falls_back(monkeypatch, tmp_path, caplog):
     lp = LinkPredictor(4).eval()  # the PyTorch kernels
     h, ei = _graph(6, 20, 4, seed=0, dtype=torch.float32)
     assert lp(h, torch.zeros(1, 4), ei, torch.zeros(6, dtype=torch.long)).shape == (20,)
+
+
+def test_a_dead_builds_lock_is_removed_and_a_live_one_kept(tmp_path, caplog) -> None:
+    """torch waits with no limit for a build's ``lock`` file to go; one left by a killed build is removed (warned),
+    a recent one (a build in progress) is left alone."""
+    import os
+    import time
+
+    from gcad_dist.model.native import STALE_LOCK_SECONDS, clear_stale_lock
+
+    lock = tmp_path / "lock"
+    assert not clear_stale_lock(tmp_path)  # no lock
+    lock.touch()
+    assert not clear_stale_lock(tmp_path) and lock.exists()  # a build in progress
+    old = time.time() - STALE_LOCK_SECONDS - 5
+    os.utime(lock, (old, old))
+    assert clear_stale_lock(tmp_path) and not lock.exists()
+    assert "did not finish" in caplog.text

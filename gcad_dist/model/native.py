@@ -42,6 +42,7 @@ import logging
 import os
 import platform
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -93,6 +94,30 @@ def _summary(exc: Exception) -> str:
     return f"{type(exc).__name__}: {(errors or lines or [''])[0 if errors else -1][:300]}"
 
 
+#: a build lock older than this is a dead build's (a build takes ~15 s to 2 min): removed, with a warning
+STALE_LOCK_SECONDS = 600.0
+
+
+def clear_stale_lock(build_dir: Path, max_age: float = STALE_LOCK_SECONDS) -> bool:
+    """Remove ``build_dir/lock`` when it is older than ``max_age`` seconds; True if removed. torch's extension loader
+    waits for that file to go away with no time limit, and a build killed mid-way (Ctrl-C, a killed job) leaves it
+    behind: every later run would then wait forever, at no CPU, without a word (session 65)."""
+    lock = Path(build_dir) / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except OSError:
+        return False
+    if age <= max_age:
+        return False
+    log.warning("removing %s, left %.0f s ago by a native-kernel build that did not finish (killed?)", lock, age)
+    try:
+        lock.unlink()
+    except OSError as exc:
+        log.warning("could not remove %s (%s): remove it by hand if runs hang at start", lock, exc)
+        return False
+    return True
+
+
 def _load():
     """The op namespace ``torch.ops.gcad_native`` (building the extension if needed), or None."""
     if "ops" in _state or "error" in _state:
@@ -101,8 +126,9 @@ def _load():
         if "ops" in _state or "error" in _state:
             return _state.get("ops")
         try:
-            from torch.utils.cpp_extension import load
+            from torch.utils.cpp_extension import _get_build_directory, load
 
+            clear_stale_lock(Path(_get_build_directory(_build_name(), verbose=False)))
             load(name=_build_name(), sources=[str(SOURCE)], extra_cflags=CFLAGS + OPENMP, extra_ldflags=OPENMP,
                  is_python_module=False,
                  verbose=False)
