@@ -103,9 +103,8 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
     :class:`~gcad_dist.model.rank_blend.RankBlend` of a model and a forest (``gcad_dist.train``'s forest view) is
     written as that model plus the forest's state, both empirical CDFs and the weights under ``forest_view``."""
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
-    from gcad_dist.model.isolation_forest import IsolationForestScorer
     from gcad_dist.model.rank_blend import RankBlend
-    from gcad_dist.model.snapshots import base_model, member_states
+    from gcad_dist.model.snapshots import base_model, member_states, primary_member
 
     directory = Path(directory)
     members = None
@@ -113,8 +112,7 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
     if isinstance(model, RankBlend):
         if len(model.members) != 2:
             raise ValueError(f"a rank blend of a model and a forest is saved, got {len(model.members)} members")
-        forest = {"forest": {k: v.detach().cpu() if torch.is_tensor(v) else v  # its extra state: plain ints
-                             for k, v in model.members[1].state_dict().items()},
+        forest = {"forest": _module_state(model.members[1]),
                   "cdfs": [{"values": c.values.cpu(), "cdf": c.cdf.cpu()} for c in model.cdfs],
                   "weights": model.weights.cpu().tolist()}
         model = model.members[0]
@@ -128,7 +126,7 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
                              "must name the normalisation of each")
         # the primary: the first GCCAD member (an isolation forest kept alone leaves the top-level state empty: the
         # members say what scores, and ``config`` gives the input width)
-        primary = next((m for m in model.members if not isinstance(m, IsolationForestScorer)), None)
+        primary = primary_member(model.members)
         snapshots = member_states(primary) if primary is not None else None
         model = base_model(primary) if primary is not None else None
     cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)
@@ -153,9 +151,14 @@ def _member_record(member: torch.nn.Module) -> dict[str, Any]:
     from gcad_dist.model.snapshots import base_model, member_states
 
     if isinstance(member, IsolationForestScorer):
-        return {"kind": ISOLATION_FOREST_KIND, "forest": {k: v.detach().cpu() if torch.is_tensor(v) else v
-                                                          for k, v in member.state_dict().items()}}
+        return {"kind": ISOLATION_FOREST_KIND, "forest": _module_state(member)}
     return {"config": asdict(base_model(member).config), "states": [cpu_state(st) for st in member_states(member)]}
+
+
+def _module_state(module: torch.nn.Module) -> dict[str, Any]:
+    """A forest's ``state_dict()`` as the checkpoint keeps it: its buffers on the CPU, its extra state (plain ints)
+    as it is."""
+    return {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in module.state_dict().items()}
 
 
 def cpu_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

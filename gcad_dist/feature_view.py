@@ -59,11 +59,15 @@ ASSORTATIVITY_EDGES = 50_000
 
 def forest_scores(x: np.ndarray, seed: int = FOREST_SEED, threads: int = 1) -> np.ndarray:
     """Isolation forest outlier scores of every row of ``x`` [N, F] (higher = more isolated); float64 [N]."""
+    x = np.asarray(x, dtype=np.float32)
+    return isolation_scores(fit_sklearn_forest(x, seed, threads), x, threads)
+
+
+def fit_sklearn_forest(x: np.ndarray, seed: int = FOREST_SEED, threads: int = 1) -> Any:
+    """The view's scikit-learn ``IsolationForest`` (:data:`FOREST`, ``seed``) fitted on every row of ``x`` [N, F]."""
     from sklearn.ensemble import IsolationForest
 
-    x = np.asarray(x, dtype=np.float32)
-    forest = IsolationForest(**FOREST, random_state=seed, n_jobs=max(1, threads)).fit(x)
-    return isolation_scores(forest, x, threads)
+    return IsolationForest(**FOREST, random_state=seed, n_jobs=max(1, threads)).fit(x)
 
 
 def isolation_scores(forest: Any, x: np.ndarray, threads: int = 1) -> np.ndarray:

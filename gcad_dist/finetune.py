@@ -542,7 +542,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             # the forest kept alone reads its block too, so that the forest view reads the checkpoint's normalisation
             # whichever candidates are kept
             res, saved_model, saved_config = combine_candidates(fits, kept, data, split, blocks=blocks, width=width,
-                                                                label_columns=label_columns, ensemble=True)
+                                                                label_columns=label_columns)
             view_data = copy.copy(data)
             view_data.x = torch.cat([*block_x, data.x[:, width:]], dim=1)
             view_features = width  # the forest reads the checkpoint's normalisation, as without the other blocks

@@ -688,19 +688,19 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
 
 def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], data: Any,
                        split: Any, blocks: list[int] | None = None, width: int = 0,
-                       label_columns: int = 0, ensemble: bool = False) -> tuple[FitResult, torch.nn.Module, Any]:
+                       label_columns: int = 0) -> tuple[FitResult, torch.nn.Module, Any]:
     """The kept candidates as one fit: the candidate itself when one is kept, else a
     :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` scoring with the mean of their scores, each
     standardised over every node (no label), and its validation and test metrics. The first kept candidate is the
     primary: its epochs, history and config describe the run. ``blocks``: each kept candidate's input block, where
     they read differently normalised features (``gcad_dist.finetune``; :func:`~gcad_dist.model.candidate_ensemble.
-    flat_ensemble`). ``ensemble``: a candidate ensemble even of one kept candidate (one that reads its own block)."""
+    flat_ensemble`); one kept candidate that reads a block of its own is an ensemble of one."""
     from dataclasses import replace
 
     from gcad_dist.metrics import evaluate
     from gcad_dist.model.candidate_ensemble import flat_ensemble, standardised_mean
 
-    if len(kept) == 1 and not ensemble and not any(blocks or []):  # one kept reading the usual input: itself
+    if len(kept) == 1 and not any(blocks or []):  # one kept reading the usual input: the candidate itself
         return fits[kept[0]]
     scores, stats = standardised_mean([fits[i][0].scores for i in kept])
     y = torch.as_tensor(data.y).cpu().numpy()

@@ -141,13 +141,10 @@ def fit_isolation_forest(x: Any, seed: int | None = None, threads: int = 1) -> I
     :data:`gcad_dist.feature_view.FOREST_SEED` unless given) fitted on every row of ``x`` [N, F] (float32, as
     scikit-learn casts it), as an :class:`IsolationForestScorer`: it scores ``x`` as
     :func:`gcad_dist.feature_view.forest_scores` does."""
-    from sklearn.ensemble import IsolationForest
-
-    from gcad_dist.feature_view import FOREST, FOREST_SEED
+    from gcad_dist.feature_view import FOREST_SEED, fit_sklearn_forest
 
     xs = np.asarray(x.detach().cpu().numpy() if torch.is_tensor(x) else x, dtype=np.float32)
     if xs.ndim != 2 or xs.shape[0] < 1 or xs.shape[1] < 1:
         raise ValueError(f"an isolation forest needs rows of features, got an array of shape {xs.shape}")
-    forest = IsolationForest(**FOREST, random_state=FOREST_SEED if seed is None else seed,
-                             n_jobs=max(1, threads)).fit(xs)
+    forest = fit_sklearn_forest(xs, FOREST_SEED if seed is None else seed, threads)
     return IsolationForestScorer.from_sklearn(forest, xs.shape[1])

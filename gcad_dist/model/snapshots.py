@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["SnapshotEnsemble", "base_model", "leaf_models", "member_states"]
+__all__ = ["SnapshotEnsemble", "base_model", "leaf_models", "member_states", "primary_member"]
 
 
 class SnapshotEnsemble(torch.nn.Module):
@@ -61,12 +61,17 @@ def base_model(model: torch.nn.Module) -> torch.nn.Module:
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
     from gcad_dist.model.rank_blend import RankBlend
 
+    while isinstance(model, (SnapshotEnsemble, CandidateEnsemble, RankBlend)):
+        model = primary_member(model.members) or model.members[0]
+    return model
+
+
+def primary_member(members: Any) -> torch.nn.Module | None:
+    """The first of ``members`` that is not a candidate ensemble's isolation forest (``gcad_dist.finetune``'s, no
+    GCCAD model), or None when the forest is the only one."""
     from gcad_dist.model.isolation_forest import IsolationForestScorer
 
-    while isinstance(model, (SnapshotEnsemble, CandidateEnsemble, RankBlend)):
-        # a candidate ensemble's isolation forest (gcad_dist.finetune) is no GCCAD model: its first other member
-        model = next((m for m in model.members if not isinstance(m, IsolationForestScorer)), model.members[0])
-    return model
+    return next((m for m in members if not isinstance(m, IsolationForestScorer)), None)
 
 
 def leaf_models(model: torch.nn.Module) -> list[torch.nn.Module]:
