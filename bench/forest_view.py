@@ -1,6 +1,7 @@
-"""Cost of supervised GCCAD's forest view (:mod:`gcad_dist.forest_view`): fitting RF-Graph, and scoring every node
-with the checkpoint's torch forest (:class:`gcad_dist.model.forest.ForestScorer`) against scikit-learn's own
-``predict_proba`` on the same features, the baseline, in the same run.
+"""Cost of supervised GCCAD's forest view (:mod:`gcad_dist.forest_view`): fitting its trees (RF-Graph and the boosted
+trees), and scoring every node with the checkpoint's torch trees (:class:`gcad_dist.model.forest.ForestScorer`,
+:class:`gcad_dist.model.boosted_trees.BoostedTreesScorer`, both blended: :class:`gcad_dist.model.tree_blend.TreeBlend`)
+against scikit-learn's own ``predict_proba`` / ``decision_function`` on the same features, in the same run.
 
 Example (BENCHMARKS.md, session 61):
     python -m partitioning.synthetic --nodes 1000000 --avg-degree 20 --out big1m.npz
@@ -55,8 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
+    from gcad_dist.model.boosted_trees import BoostedTreesScorer, fit_sklearn_boosted_trees
     from gcad_dist.model.forest import ForestScorer, fit_sklearn_forest, graph_features
     from gcad_dist.model.rank_blend import EmpiricalCDF
+    from gcad_dist.model.tree_blend import TreeBlend
 
     cfg = ForestViewBenchConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
@@ -69,31 +72,50 @@ def main(argv: list[str] | None = None) -> int:
     pick = np.random.default_rng(0).permutation(labelled)[: int(cfg.train_share * labelled.size)]
     train[torch.as_tensor(pick)] = True
     x = torch.as_tensor(data.x).float()
+    feats = graph_features(x, data.edge_index)
     t = time.perf_counter()
-    sk = fit_sklearn_forest(x, data.edge_index, y, train, seed=0, threads=cfg.threads)
+    sk = fit_sklearn_forest(x, data.edge_index, y, train, seed=0, threads=cfg.threads, feats=feats.numpy())
     fit_s = time.perf_counter() - t
+    t = time.perf_counter()
+    skb = fit_sklearn_boosted_trees(x, data.edge_index, y, train, seed=0, threads=cfg.threads, feats=feats.numpy())
+    fit_b = time.perf_counter() - t
     forest = ForestScorer.from_sklearn(sk, x.shape[1])
-    times: dict[str, list[float]] = {"scikit-learn predict_proba (baseline)": [], "torch forest (checkpoint)": [],
-                                     "rank of the forest's score": []}
-    got = want = None
+    boosted = BoostedTreesScorer.from_sklearn(skb, x.shape[1])
+    blend = TreeBlend(forest, boosted, [EmpiricalCDF.fit(forest(x, data.edge_index).numpy()),
+                                        EmpiricalCDF.fit(boosted(x, data.edge_index).numpy())])
+    base_rf, base_hgb = "forest: scikit-learn predict_proba (baseline)", "boosted: scikit-learn decision_function"
+    times: dict[str, list[float]] = {base_rf: [], "forest: torch (checkpoint)": [], base_hgb: [],
+                                     "boosted: torch (checkpoint)": [], "both, ranks averaged: torch (checkpoint)": [],
+                                     "rank of the forest view's score": []}
+    got = want = got_b = want_b = None
     for _ in range(cfg.repeats):
         t = time.perf_counter()
         want = sk.predict_proba(graph_features(x, data.edge_index).numpy())[:, 1]
-        times["scikit-learn predict_proba (baseline)"].append(time.perf_counter() - t)
+        times[base_rf].append(time.perf_counter() - t)
         t = time.perf_counter()
         got = forest.score(forest(x, data.edge_index))
-        times["torch forest (checkpoint)"].append(time.perf_counter() - t)
+        times["forest: torch (checkpoint)"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        EmpiricalCDF.fit(got.numpy())(got)
-        times["rank of the forest's score"].append(time.perf_counter() - t)
-    base = statistics.median(times["scikit-learn predict_proba (baseline)"])
+        want_b = skb.decision_function(graph_features(x, data.edge_index).numpy().astype(np.float64))
+        times[base_hgb].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        got_b = boosted.score(boosted(x, data.edge_index))
+        times["boosted: torch (checkpoint)"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        both = blend(x, data.edge_index)
+        times["both, ranks averaged: torch (checkpoint)"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        EmpiricalCDF.fit(both.numpy())(both)
+        times["rank of the forest view's score"].append(time.perf_counter() - t)
+    base = statistics.median(times[base_rf])
     print(f"{cfg.graph}: {x.shape[0]:,} nodes, {data.edge_index.shape[1]:,} links, {x.shape[1]} features, "
-          f"{cfg.threads} thread(s), median of {cfg.repeats}; forest fitted on {int(train.sum()):,} nodes in "
-          f"{fit_s:.2f} s ({forest.extra_repr()})")
-    print("| step | wall s | vs scikit-learn |\n|---|---|---|")
+          f"{cfg.threads} thread(s), median of {cfg.repeats}; fitted on {int(train.sum()):,} nodes: the forest in "
+          f"{fit_s:.2f} s ({forest.extra_repr()}), the boosted trees in {fit_b:.2f} s ({boosted.extra_repr()})")
+    print("| step | wall s | vs the forest's scikit-learn scoring |\n|---|---|---|")
     for name, ts in times.items():
         print(f"| {name} | {statistics.median(ts):.2f} | {statistics.median(ts) / base:.2f}x |")
-    print(f"max |torch - scikit-learn| {np.abs(got.numpy() - want).max():.2e}; peak RSS "
+    print(f"max |torch - scikit-learn|: forest {np.abs(got.numpy() - want).max():.2e}, boosted "
+          f"{np.abs(got_b.numpy() - want_b).max():.2e}; peak RSS "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB")
     return 0
 

@@ -1,9 +1,12 @@
-"""The forest view of supervised GCCAD: a random forest on the node's and its neighbours' features, blended by rank
-where validation does not lean towards GCCAD alone.
+"""The forest view of supervised GCCAD: trees on the node's and its neighbours' features, blended by rank where
+validation does not lean towards GCCAD alone.
 
-On graphs whose anomalies are told by their own attributes (GADBench's fraud graphs), random forests on
-``[x, mean of the neighbours' x, degree]`` (RF-Graph) lead every GNN; on graphs whose anomalies disagree with their
-context GCCAD leads them. ``gcad_dist.train --forest auto`` fits both on the same training nodes. The forest joins
+On graphs whose anomalies are told by their own attributes (GADBench's fraud graphs), tree ensembles on
+``[x, mean of the neighbours' x, degree]`` (RF-Graph, XGB-Graph) lead every GNN; on graphs whose anomalies disagree
+with their context GCCAD leads them. ``gcad_dist.train --forest auto`` fits both on the same training nodes. The
+"forest" is a random forest and gradient-boosted trees with their ranks averaged
+(:class:`gcad_dist.model.tree_blend.TreeBlend`; a random forest alone before session 66, whose checkpoints still
+score). The forest joins
 where validation holds at least 10 anomalies and a paired Poisson bootstrap over the validation nodes
 (:func:`gcad_dist.selection.compare_auprc`, :func:`gcad_dist.selection.p_better_auroc`) finds GCCAD better with a
 probability below :data:`JOIN_BELOW` (0.8) in AUPRC and in AUROC. GCCAD is judged by its cross-fitted validation
@@ -14,7 +17,7 @@ graph, so a checkpoint scores new graphs alike), unless the same bootstrap finds
 blend in validation AUPRC with probability >= :data:`gcad_dist.selection.SWITCH_CONFIDENCE` (0.95): then the forest
 alone scores (weights 0 and 1; the checkpoint still holds GCCAD, which ``gcad_dist.finetune`` starts from). That is the
 case of labels set by a rule over a few attributes, where a tree's splits are sharp and any share of a smooth score
-blurs them (``bench/rule_labels.py``). No test label is read. BENCHMARKS.md, sessions 61 and 62.
+blurs them (``bench/rule_labels.py``). No test label is read. BENCHMARKS.md, sessions 61, 62 and 66.
 """
 
 from __future__ import annotations
@@ -39,10 +42,11 @@ JOIN_BELOW = 0.8
 def _rule() -> str:
     from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE
 
-    return (f"RF-Graph on the training nodes; joins iff >= {MIN_POSITIVES} validation anomalies and the paired bootstrap "
-            f"over them finds P(GCCAD's cross-fitted validation AUPRC higher) < {JOIN_BELOW} and P(its AUROC higher) < "
-            f"{JOIN_BELOW}; joined: the mean of both scores' ranks, or the forest alone where P(its validation AUPRC "
-            f"higher than the blend's) >= {SWITCH_CONFIDENCE}")
+    return (f"RF-Graph and gradient-boosted trees on the training nodes, their ranks averaged; joins iff >= "
+            f"{MIN_POSITIVES} validation anomalies and the paired bootstrap over them finds P(GCCAD's cross-fitted "
+            f"validation AUPRC higher) < {JOIN_BELOW} and P(its AUROC higher) < {JOIN_BELOW}; joined: the mean of both "
+            f"scores' ranks, or the forest alone where P(its validation AUPRC higher than the blend's) >= "
+            f"{SWITCH_CONFIDENCE}")
 
 
 FOREST_RULE = _rule()
@@ -65,8 +69,8 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     the forest reads (default: all but the label-input columns; the first input block of a model whose members read
     several, :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`)."""
     from gcad_dist.metrics import auprc, evaluate
-    from gcad_dist.model.forest import fit_forest
     from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
+    from gcad_dist.model.tree_blend import fit_tree_blend
     from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE, compare_auprc, p_better_auroc
 
     record: dict[str, Any] = {"rule": FOREST_RULE}
@@ -81,7 +85,7 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     in_features = int(data.x.shape[1]) - label_columns if in_features is None else int(in_features)
     train = torch.as_tensor(split.train).cpu().numpy() & (y >= 0)
     try:
-        forest = fit_forest(data.x, data.edge_index, y, train, seed=seed, threads=threads, in_features=in_features)
+        forest = fit_tree_blend(data.x, data.edge_index, y, train, seed=seed, threads=threads, in_features=in_features)
     except ValueError as e:
         record.update(kept=False, reason=str(e))
         log.info("forest view: not tried (%s)", e)

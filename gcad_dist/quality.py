@@ -57,10 +57,11 @@ log = logging.getLogger("gcad_dist.quality")
 #: Bump when a code change alters the result of a run with unchanged settings: older runs are then not reused.
 RESULTS_VERSION = 2
 GNN_MODELS = ("gccad", "gccad-ce", "mlp", "gcn", "gin", "sage", "gat")
-DETECTOR_MODELS = ("iforest", "nbr-cosine", "dominant", "cola", "trees", "gccad-pre", "gccad-pre-paper")
+DETECTOR_MODELS = ("iforest", "nbr-cosine", "dominant", "cola", "trees", "boosted-trees", "gccad-pre",
+                   "gccad-pre-paper")
 ALL_MODELS = GNN_MODELS + DETECTOR_MODELS
 #: gccad-pre and gccad-pre-paper (store build + Ray pre-training per run) only run when asked for.
-DEFAULT_MODELS = GNN_MODELS + ("iforest", "nbr-cosine", "dominant", "cola", "trees")
+DEFAULT_MODELS = GNN_MODELS + ("iforest", "nbr-cosine", "dominant", "cola", "trees", "boosted-trees")
 DEFAULT_DATASETS = ("tolokers", "reddit", "books", "disney", "enron", "inj_cora")
 METRICS = (("auroc", "AUROC"), ("auprc", "AUPRC"), ("recall_at_k", "Rec@K"))
 GCCAD_ONLY = ("conv", "score_space", "link_eval")  # settings that only GCCAD and its ablation read
@@ -458,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="+", default=d.models, choices=ALL_MODELS, metavar="MODEL",
                    help=f"models, from: {', '.join(ALL_MODELS)}. gccad-ce = GCCAD with the cross-entropy head; "
                         "iforest, nbr-cosine, dominant, cola, gccad-pre (local recipe) and gccad-pre-paper (METHOD.md "
-                        "section 4) are label-free; trees is supervised "
+                        "section 4) are label-free; trees (RF-Graph) and boosted-trees (XGB-Graph's analogue) are supervised "
                         "(gcad_dist.detectors); dominant / cola need the 'baselines' extra (skipped without it)")
     p.add_argument("--data-dir", default=d.data_dir, help="folder of the <name>.npz datasets")
     p.add_argument("--out", default=d.out, help="output folder: runs/<dataset>/<model>/<key>/seed<s>.json and quality.md")
@@ -468,8 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--contrast", default=d.contrast, choices=("graph", "neighbors", "ego", "auto"),
                    help="GCCAD's contrast (gcad_dist.train --contrast)")
     p.add_argument("--forest", default=d.forest, choices=FOREST_MODES,
-                   help="GCCAD's forest view (gcad_dist.train --forest): auto = a random forest on [x, neighbours' "
-                        "mean x, degree] joins GCCAD's score by rank unless validation places it below; off = GCCAD "
+                   help="GCCAD's forest view (gcad_dist.train --forest): auto = trees on [x, neighbours' mean x, "
+                        "degree] (a random forest and gradient-boosted trees, ranks averaged) join GCCAD's score by rank unless validation places it below; off = GCCAD "
                         "alone (every run before session 61)")
     p.add_argument("--jump", default=d.jump, choices=("last", "cat", "cat-local"),
                    help="GCCAD's graph-contrast embedding (gcad_dist.train --jump; default: cat for gccad, last "

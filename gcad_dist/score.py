@@ -228,11 +228,11 @@ def _candidate_ensemble(members: list[dict], primary: torch.nn.Module, kind: str
 
 def _forest_view(record: dict, model: torch.nn.Module, src: str) -> torch.nn.Module:
     """Rebuild a :class:`~gcad_dist.model.rank_blend.RankBlend` of ``model`` and the checkpoint's forest."""
-    from gcad_dist.model.forest import ForestScorer
     from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
+    from gcad_dist.model.tree_blend import trees_from_state
 
     try:
-        forest = ForestScorer.from_state(record["forest"])
+        forest = trees_from_state(record["forest"])  # the trees blend since session 66, a random forest before
         cdfs = [EmpiricalCDF(c["values"], c["cdf"]) for c in record["cdfs"]]
         return RankBlend([model, forest], cdfs, weights=record.get("weights"))  # absent before session 62: equal
     except (KeyError, TypeError, ValueError) as e:

@@ -92,8 +92,9 @@ class TrainConfig:
     score_space: str = "projection"
     link_eval: str = "expected"
     contrast: str = "auto"
-    # the full model: a random forest on [x, neighbours' mean x, degree] blended by rank where validation does not
-    # lean towards GCCAD alone (gcad_dist.forest_view); "off": GCCAD alone
+    # the full model: trees on [x, neighbours' mean x, degree] (a random forest and gradient-boosted trees, their ranks
+    # averaged) blended by rank where validation does not lean towards GCCAD alone (gcad_dist.forest_view); "off":
+    # GCCAD alone
     forest: str = "auto"
     jump: str | None = None  # None: "cat" for the full GCCAD model, "last" (the paper's) for its ablations
     norm: str = "layer"  # node-update normalisation, every model: "layer" (LayerNorm) | "graph" (GraphScaleNorm)
@@ -771,14 +772,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "expected beat threshold on the validation splits of tolokers, reddit, books and inj_cora "
                         "(BENCHMARKS.md)")
     p.add_argument("--forest", default=d.forest, choices=FOREST_MODES,
-                   help="the full GCCAD model: auto = also fit a random forest on [x, the neighbours' mean x, degree] "
-                   "(GADBench's RF-Graph, the strongest family on fraud graphs whose anomalies show in their own "
-                   "attributes) on the same training nodes; it joins where validation holds >= 10 anomalies and a "
+                   help="the full GCCAD model: auto = also fit trees on [x, the neighbours' mean x, degree] (GADBench's "
+                   "RF-Graph and gradient-boosted trees, the strongest family on fraud graphs whose anomalies show in "
+                   "their own attributes, their ranks averaged since session 66) on the same training nodes; they join where validation holds >= 10 anomalies and a "
                    "paired bootstrap over them finds GCCAD's cross-fitted validation AUPRC and AUROC higher with a "
                    "probability below 0.8 each, and the score is then the mean of both scores' ranks, or the "
-                   "forest's alone where the same bootstrap places it above that blend with probability >= 0.95 "
-                   "(labels set by a rule over a few attributes; a few seconds; metrics.json 'forest_view' says what "
-                   "was measured and chosen; BENCHMARKS.md, sessions 61-62); off = GCCAD alone")
+                   "trees' alone where the same bootstrap places them above that blend with probability >= 0.95 "
+                   "(labels set by a rule over a few attributes; seconds on 10k nodes; metrics.json 'forest_view' "
+                   "says what was measured and chosen; BENCHMARKS.md, sessions 61, 62 and 66); off = GCCAD alone")
     p.add_argument("--contrast", default=d.contrast, choices=(*CONTRASTS, "auto"),
                    help="GCCAD: what each node is contrasted with: graph = the graph's context (the paper's); "
                    "neighbors / ego = the mean of its neighbours' embeddings (ego: against the node's own feature "

@@ -10,7 +10,7 @@ from bench.forest_view import main
 from gcad_dist.cli import UsageError
 
 
-def test_the_table_times_the_torch_forest_against_scikit_learn(tmp_path, capsys) -> None:
+def test_the_table_times_the_torch_trees_against_scikit_learn(tmp_path, capsys) -> None:
     from partitioning.io import save_npz
     from partitioning.synthetic import SyntheticConfig, generate
 
@@ -18,9 +18,12 @@ def test_the_table_times_the_torch_forest_against_scikit_learn(tmp_path, capsys)
     save_npz(generate(SyntheticConfig(nodes=1200, avg_degree=6, features=6, seed=1)), path)
     assert main(["--graph", str(path), "--repeats", "1"]) == 0
     out = capsys.readouterr().out
-    assert "| scikit-learn predict_proba (baseline) |" in out and "| torch forest (checkpoint) |" in out
-    diff = float(re.search(r"max \|torch - scikit-learn\| (\S+);", out).group(1))
-    assert diff < 1e-6  # the checkpoint's forest scores as scikit-learn's
+    for row in ("forest: scikit-learn predict_proba (baseline)", "forest: torch (checkpoint)",
+                "boosted: torch (checkpoint)", "both, ranks averaged: torch (checkpoint)"):
+        assert f"| {row} |" in out
+    found = re.search(r"max \|torch - scikit-learn\|: forest (\S+), boosted (\S+);", out)
+    assert float(found.group(1)) < 1e-6  # the checkpoint's forest scores as scikit-learn's
+    assert float(found.group(2)) < 1e-4  # and its boosted trees (log-odds, summed over the trees)
 
 
 def test_a_graph_without_labels_is_refused(unlabelled_npz) -> None:

@@ -10,7 +10,7 @@ import torch
 from gcad_dist.detectors import DETECTORS, check_available, fit_score, strip_labels
 from gcad_dist.metrics import auroc
 
-FAST = ["iforest", "nbr-cosine", "trees", "dominant", "cola"]
+FAST = ["iforest", "nbr-cosine", "trees", "boosted-trees", "dominant", "cola"]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,8 @@ def _needs(name: str) -> None:
 
 
 #: (planted kind it must find: 1 swap, 2 contextual, 3 clique, None = all on the test split; minimum AUROC)
-EXPECT = {"iforest": (2, 0.7), "nbr-cosine": (1, 0.9), "trees": (None, 0.8), "dominant": (None, 0.8),
+EXPECT = {"iforest": (2, 0.7), "nbr-cosine": (1, 0.9), "trees": (None, 0.8), "boosted-trees": (None, 0.8),
+          "dominant": (None, 0.8),
           "cola": (None, 0.75)}
 
 
@@ -70,15 +71,16 @@ def test_label_free_detectors_read_no_labels(graph, name, monkeypatch):
     np.testing.assert_array_equal(a, fit_score(name, bare, None, seed=3, threads=1, device="cpu"))
 
 
-def test_supervised_trees_use_only_train_labels(graph):
-    """Changing labels outside the train split leaves the tree ensemble's scores unchanged."""
+@pytest.mark.parametrize("name", ["trees", "boosted-trees"])
+def test_supervised_trees_use_only_train_labels(graph, name):
+    """Changing labels outside the train split leaves the tree ensembles' scores unchanged."""
     data, split, _ = graph
-    a = fit_score("trees", data, split, seed=0, threads=1)
+    a = fit_score(name, data, split, seed=0, threads=1)
     other = data.clone()
     outside = ~split.train
     other.y = data.y.clone()
     other.y[outside] = 1 - other.y[outside]
-    np.testing.assert_array_equal(a, fit_score("trees", other, split, seed=0, threads=1))
+    np.testing.assert_array_equal(a, fit_score(name, other, split, seed=0, threads=1))
 
 
 def test_neighbour_cosine_definition():

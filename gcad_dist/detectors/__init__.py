@@ -13,6 +13,7 @@ test nodes only, like the GNNs.
 | ``gccad-pre`` | none | GCCAD-pre, local recipe: whole-graph store -> Ray pre-training (local contrast, per-step swaps) -> score |
 | ``gccad-pre-paper`` | none | GCCAD-pre, the paper's: K-means store (``--k auto``) -> Ray pre-training -> halo scoring by parts |
 | ``trees`` | train | random forest on ``[x, mean of neighbours' x, degree]`` (GADBench RF-Graph defaults) |
+| ``boosted-trees`` | train | gradient-boosted trees on the same features (XGB-Graph's analogue: scikit-learn's ``HistGradientBoostingClassifier``, library defaults) |
 
 Label-free detectors never see labels: :func:`fit_score` hands them a copy of the graph holding only
 ``x`` and ``edge_index`` (no ``y``, masks or split) and fits them on all nodes.
@@ -109,6 +110,9 @@ def _specs() -> dict[str, DetectorSpec]:
         DetectorSpec("trees", "train", "standard", "tree_ensemble", "random forest on [x, mean nbr x, degree]",
                      tree_ensemble.SETTINGS, options=("label_inputs",), option_defaults={"label_inputs": False},
                      late_options={"label_inputs": False}),
+        DetectorSpec("boosted-trees", "train", "standard", "tree_ensemble",
+                     "gradient-boosted trees on [x, mean nbr x, degree]", tree_ensemble.BOOSTED_SETTINGS,
+                     options=("label_inputs",), entry="fit_score_boosted", option_defaults={"label_inputs": False}),
     ]
     return {s.name: s for s in specs}
 

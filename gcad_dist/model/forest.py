@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = ["FOREST_SETTINGS", "ForestScorer", "fit_forest", "fit_sklearn_forest", "graph_features", "mean_leaf_value",
-           "register_walk_buffers"]
+           "register_trees", "register_walk_buffers"]
 
 #: GADBench's RF-Graph defaults (the ``trees`` reference detector and ``gcad_dist.train``'s forest alike)
 FOREST_SETTINGS: dict[str, Any] = {"model": "RandomForestClassifier", "n_estimators": 100, "criterion": "gini",
@@ -53,6 +53,26 @@ def graph_features(x: Tensor, edge_index: Tensor, in_features: int | None = None
     if passthrough:
         cols.append(x[:, x.shape[1] - passthrough:].detach().to("cpu", torch.float64))
     return torch.cat(cols, dim=1).to(torch.float32)
+
+
+def register_trees(trees: nn.Module, feature: Tensor, threshold: Tensor, left: Tensor, right: Tensor, roots: Tensor,
+                   **values: Tensor) -> None:
+    """Register on ``trees`` the buffers of its trees' nodes, all trees in one flat array: ``feature`` and
+    ``threshold`` of each split, ``left`` and ``right`` (a leaf its own child), each tree's ``roots``, and the
+    per-node float64 ``values`` named by their keywords (a leaf's vote share, contribution or path length); then
+    :func:`register_walk_buffers`. Raise ``ValueError`` unless every array has one entry per node and there is a
+    tree."""
+    arrays = (feature, threshold, left, right, *values.values())
+    sizes = {t.shape[0] for t in arrays}
+    if len(sizes) != 1 or roots.numel() < 1:
+        raise ValueError(f"one entry per tree node in every array and at least one tree needed, got lengths "
+                         f"{sorted(sizes)} and {roots.numel()} roots")
+    for name, t in (("feature", feature), ("left", left), ("right", right), ("roots", roots)):
+        trees.register_buffer(name, t.to(torch.int64))
+    trees.register_buffer("threshold", threshold.to(torch.float64))
+    for name, t in values.items():
+        trees.register_buffer(name, t.to(torch.float64))
+    register_walk_buffers(trees)
 
 
 def register_walk_buffers(trees: nn.Module) -> None:
@@ -119,16 +139,7 @@ class ForestScorer(nn.Module):
     def __init__(self, feature: Tensor, threshold: Tensor, left: Tensor, right: Tensor, proba: Tensor,
                  roots: Tensor, depth: int, in_features: int, passthrough: int = 0) -> None:
         super().__init__()
-        sizes = {t.shape[0] for t in (feature, threshold, left, right, proba)}
-        if len(sizes) != 1:
-            raise ValueError(f"one entry per tree node needed in every array, got lengths {sorted(sizes)}")
-        self.register_buffer("feature", feature.to(torch.int64))
-        self.register_buffer("threshold", threshold.to(torch.float64))
-        self.register_buffer("left", left.to(torch.int64))
-        self.register_buffer("right", right.to(torch.int64))
-        self.register_buffer("proba", proba.to(torch.float64))
-        self.register_buffer("roots", roots.to(torch.int64))
-        register_walk_buffers(self)
+        register_trees(self, feature, threshold, left, right, roots, proba=proba)
         self.depth = int(depth)
         self.in_features = int(in_features)
         self.passthrough = int(passthrough)
@@ -190,13 +201,14 @@ class ForestScorer(nn.Module):
 
 
 def fit_sklearn_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
-                       in_features: int | None = None, passthrough: int = 0) -> Any:
-    """Fit RF-Graph (:data:`FOREST_SETTINGS`) on the ``train`` nodes' :func:`graph_features` and labels ``y``
-    (anomalies weighted by #normal / #anomalous; nodes of unknown label, ``y < 0``, left out): scikit-learn's
-    ``RandomForestClassifier``. Raise ``ValueError`` if the training nodes hold a single class."""
+                       in_features: int | None = None, passthrough: int = 0, feats: np.ndarray | None = None) -> Any:
+    """Fit RF-Graph (:data:`FOREST_SETTINGS`) on the ``train`` nodes' :func:`graph_features` (or the given ``feats``)
+    and labels ``y`` (anomalies weighted by #normal / #anomalous; nodes of unknown label, ``y < 0``, left out):
+    scikit-learn's ``RandomForestClassifier``. Raise ``ValueError`` if the training nodes hold a single class."""
     from sklearn.ensemble import RandomForestClassifier
 
-    feats = graph_features(x, edge_index, in_features, passthrough).numpy()
+    if feats is None:
+        feats = graph_features(x, edge_index, in_features, passthrough).numpy()
     y_all = torch.as_tensor(y).cpu().numpy().astype(np.int64)
     tr = torch.as_tensor(train).cpu().numpy().astype(bool) & (y_all >= 0)
     yt = y_all[tr]
@@ -211,8 +223,8 @@ def fit_sklearn_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: 
 
 
 def fit_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
-               in_features: int | None = None, passthrough: int = 0) -> ForestScorer:
+               in_features: int | None = None, passthrough: int = 0, feats: np.ndarray | None = None) -> ForestScorer:
     """:func:`fit_sklearn_forest`'s forest as a :class:`ForestScorer`."""
-    forest = fit_sklearn_forest(x, edge_index, y, train, seed, threads, in_features, passthrough)
+    forest = fit_sklearn_forest(x, edge_index, y, train, seed, threads, in_features, passthrough, feats)
     f = x.shape[1] - passthrough if in_features is None else in_features
     return ForestScorer.from_sklearn(forest, f, passthrough)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from gcad_dist.model.forest import mean_leaf_value, register_walk_buffers
+from gcad_dist.model.forest import mean_leaf_value, register_trees
 
 __all__ = ["IsolationForestScorer", "average_path_length", "fit_isolation_forest"]
 
@@ -52,20 +52,10 @@ class IsolationForestScorer(nn.Module):
     def __init__(self, feature: Tensor, threshold: Tensor, left: Tensor, right: Tensor, path: Tensor, roots: Tensor,
                  max_samples: int, in_features: int) -> None:
         super().__init__()
-        sizes = {t.shape[0] for t in (feature, threshold, left, right, path)}
-        if len(sizes) != 1 or roots.numel() < 1:
-            raise ValueError(f"one entry per tree node in every array and at least one tree needed, got lengths "
-                             f"{sorted(sizes)} and {roots.numel()} roots")
-        if int(feature.max()) >= in_features or int(feature.min()) < 0:
+        if feature.numel() and (int(feature.max()) >= in_features or int(feature.min()) < 0):
             raise ValueError(f"splits read columns {int(feature.min())}..{int(feature.max())}, the input has "
                              f"{in_features}")
-        self.register_buffer("feature", feature.to(torch.int64))
-        self.register_buffer("threshold", threshold.to(torch.float64))
-        self.register_buffer("left", left.to(torch.int64))
-        self.register_buffer("right", right.to(torch.int64))
-        self.register_buffer("path", path.to(torch.float64))
-        self.register_buffer("roots", roots.to(torch.int64))
-        register_walk_buffers(self)
+        register_trees(self, feature, threshold, left, right, roots, path=path)
         self.max_samples = int(max_samples)
         self.in_features = int(in_features)
 

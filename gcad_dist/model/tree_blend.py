@@ -1,0 +1,91 @@
+"""The forest view's trees: a random forest and gradient-boosted trees on the same graph features, blended by rank.
+
+Bagged and boosted trees err differently: the forest averages deep trees grown on bootstrap samples, the boosted
+trees fit each residual in turn. The mean of their ranks scored above the forest alone on validation across the graphs
+screened, and on graphs made after the rule that adopted it (BENCHMARKS.md, session 66). Each member's rank is read
+off its scores' empirical CDF over the training graph (:class:`~gcad_dist.model.rank_blend.EmpiricalCDF`), so a
+checkpoint scores new graphs as it scored the one it was fitted on. The features are computed once for both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from gcad_dist.model.boosted_trees import BoostedTreesScorer, fit_boosted_trees
+from gcad_dist.model.forest import ForestScorer, fit_forest, graph_features, mean_leaf_value
+from gcad_dist.model.rank_blend import EmpiricalCDF
+
+__all__ = ["TreeBlend", "fit_tree_blend", "trees_from_state"]
+
+
+class TreeBlend(nn.Module):
+    """A :class:`~gcad_dist.model.forest.ForestScorer` and a
+    :class:`~gcad_dist.model.boosted_trees.BoostedTreesScorer` of the same inputs, scored by the mean of their
+    empirical CDFs (``cdfs``: the forest's, then the boosted trees'). ``forward(x, edge_index, ...)`` returns that
+    mean [N]; :meth:`score` is the identity."""
+
+    def __init__(self, forest: ForestScorer, boosted: BoostedTreesScorer, cdfs: list[EmpiricalCDF]) -> None:
+        super().__init__()
+        if (forest.in_features, forest.passthrough) != (boosted.in_features, boosted.passthrough):
+            raise ValueError("the forest and the boosted trees must read the same input columns")
+        if len(cdfs) != 2:
+            raise ValueError(f"two CDFs needed (the forest's, the boosted trees'), got {len(cdfs)}")
+        self.forest = forest
+        self.boosted = boosted
+        self.cdfs = nn.ModuleList(cdfs)
+
+    @property
+    def in_features(self) -> int:
+        return self.forest.in_features
+
+    @property
+    def passthrough(self) -> int:
+        return self.forest.passthrough
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "TreeBlend":
+        """The module whose ``state_dict()`` is ``state``."""
+        def part(prefix: str) -> dict[str, Any]:
+            return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+
+        cdfs = [EmpiricalCDF(part(f"cdfs.{i}.")["values"], part(f"cdfs.{i}.")["cdf"]) for i in range(2)]
+        return cls(ForestScorer.from_state(part("forest.")), BoostedTreesScorer.from_state(part("boosted.")), cdfs)
+
+    def member_scores(self, x: Tensor, edge_index: Tensor) -> tuple[Tensor, Tensor]:
+        """(the forest's anomaly probability, the boosted trees' log-odds) of every node, float64 [N] each."""
+        feats = graph_features(x, edge_index, self.in_features, self.passthrough)
+        return mean_leaf_value(self.forest, feats, self.forest.proba), self.boosted.log_odds(feats)
+
+    def forward(self, x: Tensor, edge_index: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        forest, boosted = self.member_scores(x, edge_index)
+        ranks = (self.cdfs[0](forest).double() + self.cdfs[1](boosted).double()) / 2
+        return ranks.to(device=x.device, dtype=torch.float32)
+
+    def score(self, out: Tensor) -> Tensor:
+        """The forward output itself (the mean of the two ranks) [N]."""
+        return out
+
+
+def fit_tree_blend(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
+                   in_features: int | None = None, passthrough: int = 0) -> TreeBlend:
+    """Fit RF-Graph (:func:`~gcad_dist.model.forest.fit_forest`) and the boosted trees
+    (:func:`~gcad_dist.model.boosted_trees.fit_boosted_trees`) on the ``train`` nodes, and their CDFs on every node.
+    Raise ``ValueError`` if the training nodes hold a single class."""
+    f = x.shape[1] - passthrough if in_features is None else int(in_features)
+    feats = graph_features(x, edge_index, f, passthrough)
+    forest = fit_forest(x, edge_index, y, train, seed=seed, threads=threads, in_features=f, passthrough=passthrough,
+                        feats=feats.numpy())
+    boosted = fit_boosted_trees(x, edge_index, y, train, seed, threads, f, passthrough, feats=feats.numpy())
+    scores = (mean_leaf_value(forest, feats, forest.proba), boosted.log_odds(feats))
+    return TreeBlend(forest, boosted, [EmpiricalCDF.fit(s.cpu().numpy()) for s in scores])
+
+
+def trees_from_state(state: dict[str, Any]) -> nn.Module:
+    """The forest view's trees from a checkpoint's state: a :class:`TreeBlend` (since session 66) or a
+    :class:`~gcad_dist.model.forest.ForestScorer` alone (checkpoints written before)."""
+    if any(k.startswith("boosted.") for k in state):
+        return TreeBlend.from_state(state)
+    return ForestScorer.from_state(state)

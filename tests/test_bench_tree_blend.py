@@ -1,0 +1,49 @@
+"""bench.tree_blend: the validation table of the forest view's trees on a small generated graph, and clear errors."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench.tree_blend import main
+from gcad_dist.cli import UsageError
+
+
+def test_the_table_measures_the_forest_the_boosted_trees_and_their_blend(tmp_path, capsys) -> None:
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    path = tmp_path / "g.npz"
+    save_npz(generate(SyntheticConfig(nodes=1500, avg_degree=6, features=8, anomaly_fraction=0.06, seed=2)), path)
+    assert main(["--datasets", str(path), "--seeds", "0", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| forest (baseline): AUROC / AUPRC |" in out
+    row = next(line for line in out.splitlines() if line.startswith(f"| {path} |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "2"
+    for cell in cells[2:5]:  # each model finds the planted anomalies on validation
+        auroc, auprc = (float(v) for v in cell.split(" / "))
+        assert 0.6 < auroc <= 1.0 and 0.0 < auprc <= 1.0
+    assert re.fullmatch(r"[+-]\d\.\d{4} / [+-]\d\.\d{4}", cells[5])
+    assert re.fullmatch(r"\d/2, \d/2", cells[6])
+
+
+def test_a_graph_without_labels_is_refused(unlabelled_npz) -> None:
+    from partitioning.errors import GraphInputError
+
+    with pytest.raises(GraphInputError, match="no labels"):
+        main(["--datasets", str(unlabelled_npz)])
+
+
+def test_a_split_without_anomalies_in_training_is_one_line(tmp_path) -> None:
+    import numpy as np
+
+    n = 200
+    path = tmp_path / "few.npz"
+    y = np.zeros(n, dtype=np.int64)
+    y[0] = 1  # one anomaly, outside seed 0's training split: no tree can be fitted there
+    np.savez(path, x=np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32),
+             edge_index=np.stack([np.arange(n), (np.arange(n) + 1) % n]), y=y)
+    with pytest.raises(UsageError, match="seed 0: the training nodes hold a single class"):
+        main(["--datasets", str(path), "--seeds", "0", "1", "2", "3"])
