@@ -51,7 +51,7 @@ class TreeBlend(nn.Module):
         def part(prefix: str) -> dict[str, Any]:
             return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
-        cdfs = [EmpiricalCDF(part(f"cdfs.{i}.")["values"], part(f"cdfs.{i}.")["cdf"]) for i in range(2)]
+        cdfs = [EmpiricalCDF(c["values"], c["cdf"]) for c in (part(f"cdfs.{i}.") for i in range(2))]
         return cls(ForestScorer.from_state(part("forest.")), BoostedTreesScorer.from_state(part("boosted.")), cdfs)
 
     def member_scores(self, x: Tensor, edge_index: Tensor) -> tuple[Tensor, Tensor]:
@@ -76,9 +76,10 @@ def fit_tree_blend(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int,
     Raise ``ValueError`` if the training nodes hold a single class."""
     f = x.shape[1] - passthrough if in_features is None else int(in_features)
     feats = graph_features(x, edge_index, f, passthrough)
+    rows = feats.numpy()  # one array for both fits (a view of ``feats``)
     forest = fit_forest(x, edge_index, y, train, seed=seed, threads=threads, in_features=f, passthrough=passthrough,
-                        feats=feats.numpy())
-    boosted = fit_boosted_trees(x, edge_index, y, train, seed, threads, f, passthrough, feats=feats.numpy())
+                        feats=rows)
+    boosted = fit_boosted_trees(x, edge_index, y, train, seed, threads, f, passthrough, feats=rows)
     scores = (mean_leaf_value(forest, feats, forest.proba), boosted.log_odds(feats))
     return TreeBlend(forest, boosted, [EmpiricalCDF.fit(s.cpu().numpy()) for s in scores])
 
