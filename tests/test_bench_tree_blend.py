@@ -22,11 +22,35 @@ def test_the_table_measures_the_forest_the_boosted_trees_and_their_blend(tmp_pat
     row = next(line for line in out.splitlines() if line.startswith(f"| {path} |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "2"
-    for cell in cells[2:5]:  # each model finds the planted anomalies on validation
+    n_train, n_val = cells[2].split(" / ")
+    assert int(n_train.split("-")[0]) >= 30 and int(n_val.split("-")[0]) >= 10  # 6% of 40% / 20% of 1500 nodes
+    for cell in cells[3:6]:  # each model finds the planted anomalies on validation
         auroc, auprc = (float(v) for v in cell.split(" / "))
         assert 0.6 < auroc <= 1.0 and 0.0 < auprc <= 1.0
-    assert re.fullmatch(r"[+-]\d\.\d{4} / [+-]\d\.\d{4}", cells[5])
-    assert re.fullmatch(r"\d/2, \d/2", cells[6])
+    assert re.fullmatch(r"[+-]\d\.\d{4} / [+-]\d\.\d{4}", cells[6])
+    assert re.fullmatch(r"\d/2, \d/2", cells[7])
+
+
+def _anomaly_counts(out: str, path) -> tuple[int, int]:
+    row = next(line for line in out.splitlines() if line.startswith(f"| {path} |"))
+    n_train, n_val = row.strip("|").split("|")[2].strip().split(" / ")
+    return int(n_train), int(n_val)
+
+
+def test_label_fraction_fits_the_trees_on_fewer_training_anomalies(tmp_path, capsys) -> None:
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    path = tmp_path / "g.npz"
+    save_npz(generate(SyntheticConfig(nodes=1500, avg_degree=6, features=8, anomaly_fraction=0.06, seed=2)), path)
+    assert main(["--datasets", str(path), "--seeds", "0"]) == 0
+    full = _anomaly_counts(capsys.readouterr().out, path)
+    assert main(["--datasets", str(path), "--seeds", "0", "--label-fraction", "0.1"]) == 0
+    tenth = _anomaly_counts(capsys.readouterr().out, path)
+    assert tenth[0] == max(1, round(0.1 * full[0]))  # the stratified sample of gcad_dist.train --label-fraction
+    assert tenth[1] == full[1]  # validation untouched
+    with pytest.raises(UsageError, match="--label-fraction"):
+        main(["--datasets", str(path), "--label-fraction", "0"])
 
 
 def test_a_graph_without_labels_is_refused(unlabelled_npz) -> None:
