@@ -70,9 +70,7 @@ def measure(data: object, seed: int, threads: int, label_fraction: float = 1.0) 
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.model.tree_blend import fit_tree_blend
 
-    split = make_split(data, seed=seed)
-    if label_fraction < 1.0:
-        split, _ = subsample_split(split, data.y, label_fraction, seed=seed)
+    split, _ = subsample_split(make_split(data, seed=seed), data.y, label_fraction, seed=seed)  # 1: every label
     y = torch.as_tensor(data.y).numpy()
     train = split.train.numpy() & (y >= 0)
     val = split.val.numpy() & (y >= 0)
@@ -117,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         ahead = [sum(r[both][i] > r[base][i] for r in runs) for i in (0, 1)]
         change = mean[both] - mean[base]
         n_tr, n_val = (sorted({r["anomalies"][i] for r in runs}) for i in (0, 1))
-        print(f"| {name} | {len(runs)} | {_span(n_tr)} / {_span(n_val)} | " + " | ".join(f"{mean[m][0]:.3f} / {mean[m][1]:.3f}" for m in MODELS)
+        print(f"| {name} | {len(runs)} | {_span(n_tr)} / {_span(n_val)} | "
+              + " | ".join(f"{mean[m][0]:.3f} / {mean[m][1]:.3f}" for m in MODELS)
               + f" | {change[0]:+.4f} / {change[1]:+.4f} | {ahead[0]}/{len(runs)}, {ahead[1]}/{len(runs)} |",
               flush=True)
         log.info("%s: %d seeds in %.1f s", name, len(runs), time.perf_counter() - t0)

@@ -10,12 +10,18 @@ from bench.tree_blend import main
 from gcad_dist.cli import UsageError
 
 
-def test_the_table_measures_the_forest_the_boosted_trees_and_their_blend(tmp_path, capsys) -> None:
+@pytest.fixture(scope="module")
+def path(tmp_path_factory):
+    """A small generated graph with 6% planted anomalies, written once for this module's tests."""
     from partitioning.io import save_npz
     from partitioning.synthetic import SyntheticConfig, generate
 
-    path = tmp_path / "g.npz"
-    save_npz(generate(SyntheticConfig(nodes=1500, avg_degree=6, features=8, anomaly_fraction=0.06, seed=2)), path)
+    out = tmp_path_factory.mktemp("tree_blend") / "g.npz"
+    save_npz(generate(SyntheticConfig(nodes=1500, avg_degree=6, features=8, anomaly_fraction=0.06, seed=2)), out)
+    return out
+
+
+def test_the_table_measures_the_forest_the_boosted_trees_and_their_blend(path, capsys) -> None:
     assert main(["--datasets", str(path), "--seeds", "0", "1"]) == 0
     out = capsys.readouterr().out
     assert "| forest (baseline): AUROC / AUPRC |" in out
@@ -37,12 +43,7 @@ def _anomaly_counts(out: str, path) -> tuple[int, int]:
     return int(n_train), int(n_val)
 
 
-def test_label_fraction_fits_the_trees_on_fewer_training_anomalies(tmp_path, capsys) -> None:
-    from partitioning.io import save_npz
-    from partitioning.synthetic import SyntheticConfig, generate
-
-    path = tmp_path / "g.npz"
-    save_npz(generate(SyntheticConfig(nodes=1500, avg_degree=6, features=8, anomaly_fraction=0.06, seed=2)), path)
+def test_label_fraction_fits_the_trees_on_fewer_training_anomalies(path, capsys) -> None:
     assert main(["--datasets", str(path), "--seeds", "0"]) == 0
     full = _anomaly_counts(capsys.readouterr().out, path)
     assert main(["--datasets", str(path), "--seeds", "0", "--label-fraction", "0.1"]) == 0
