@@ -147,3 +147,29 @@ def test_add_isolation_forest_is_not_offered_below_ten_validation_anomalies(tmp_
     np.savez(data / "g.npz", x=x, edge_index=np.array([[0, 1], [1, 2]]), y=d["y"].astype(np.int64))
     (r,) = study(SelectionConfig(runs=[str(tmp_path / "g")], halvings=2, add_isolation_forest=str(data)))
     assert np.array_equal(r["full"], r["without"]) and "isolation-forest" not in str(r["kept"])
+
+
+def test_lift_weights_weigh_each_candidate_by_its_lift_on_the_choosing_half(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    """--lift-weights: the strong candidate dominates the weighted mean, so the held-out figures are far above the
+    weak candidates' and close to the keep rule's (which keeps the strong one alone); a candidate ranking anomalies
+    last weighs 0; the figures read no test label; the table names the variant."""
+    _run(tmp_path, 0)
+    f = tmp_path / "g" / "ft0.1-s0" / "candidate_scores.npz"
+    d = dict(np.load(f))
+    y, val = d["y"].astype(np.int64), d["val"]
+    names = [*map(str, d["names"]), "inverted"]
+    scores = np.concatenate([d["scores"], -d["scores"][2:3]])
+    lifted, sets = held_out(names, scores, y, val, 3, lift=True)
+    kept, _ = held_out(names, scores, y, val, 3)
+    weak, _ = held_out(names[:1], scores[:1], y, val, 3)
+    assert lifted[1] > weak[1] + 0.2 and abs(lifted[1] - kept[1]) < 0.1
+    assert all("inverted" not in k for k in sets)
+    y2 = y.copy()
+    y2[~val] = 1 - y2[~val]
+    assert np.array_equal(held_out(names, scores, y2, val, 3, lift=True)[0], lifted)
+    assert main([str(tmp_path), "--halvings", "2", "--lift-weights"]) == 0
+    out = capsys.readouterr().out
+    assert "| as run | lift-weighted |" in out and "| g | 0.1 | 1 |" in out
+    with pytest.raises(UsageError, match="give one of them"):
+        main([str(tmp_path), "--lift-weights", "--swap", "scratch:z"])

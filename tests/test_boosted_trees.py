@@ -59,6 +59,28 @@ def test_unlabelled_nodes_are_left_out_of_the_fit():
     assert torch.equal(a(data.x, data.edge_index), b(data.x, data.edge_index))
 
 
+def test_one_training_anomaly_fits_where_early_stopping_would_need_two():
+    """scikit-learn's early stopping (on by default from 10,000 training nodes, or asked for in ``params``) holds out a
+    stratified tenth, which needs two nodes of each class: with one training anomaly the trees fit without it instead
+    of failing; with more, ``params`` reach the classifier."""
+    data = _graph(n=10_050, f=3)
+    y = torch.zeros_like(data.y)
+    y[7] = 1
+    train = torch.ones(data.num_nodes, dtype=torch.bool)
+    model = fit_sklearn_boosted_trees(data.x, data.edge_index, y, train, seed=0)
+    assert not model.do_early_stopping_ and model.n_iter_ == 100
+    small = _graph(n=300, f=3)
+    y_small = torch.zeros_like(small.y)
+    y_small[3] = 1
+    train_small = torch.ones(small.num_nodes, dtype=torch.bool)
+    asked = fit_sklearn_boosted_trees(small.x, small.edge_index, y_small, train_small, seed=0,
+                                      params={"early_stopping": True, "max_iter": 7})
+    assert not asked.do_early_stopping_ and asked.n_iter_ == 7
+    more = fit_sklearn_boosted_trees(small.x, small.edge_index, small.y, train_small, seed=0,
+                                     params={"early_stopping": True, "max_iter": 300, "n_iter_no_change": 2})
+    assert more.do_early_stopping_ and more.n_iter_ < 300
+
+
 def test_the_blend_is_the_mean_of_both_members_ranks_and_round_trips():
     data = _graph()
     train = torch.arange(data.num_nodes) % 2 == 0

@@ -5,7 +5,9 @@ strongest fully supervised detector on average, ahead of random forests (RF-Grap
 :func:`fit_boosted_trees` fits scikit-learn's ``HistGradientBoostingClassifier`` with the library's defaults (100
 iterations of trees of at most 31 leaves, learning rate 0.1; early stopping on a tenth of the training nodes from
 10,000 of them) on :func:`~gcad_dist.model.forest.graph_features` of the training nodes, without class weights (the
-log loss ranks well as it is; weighted, it scored no better on validation, BENCHMARKS.md session 66).
+log loss ranks well as it is; weighted, it scored no better on validation, BENCHMARKS.md session 66). Five other
+settings made no better blend with the forest on validation either (``bench.boosted_settings``, session 69). With one
+training anomaly early stopping is turned off (its stratified hold-out needs two of each class).
 :class:`BoostedTreesScorer` holds the fitted trees as tensors and scores any graph with the model's log-odds
 (``decision_function``), walking every tree at once as :class:`~gcad_dist.model.forest.ForestScorer` does: a
 checkpoint keeps the trees without pickle.
@@ -111,11 +113,12 @@ class BoostedTreesScorer(nn.Module):
 
 def fit_sklearn_boosted_trees(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
                               in_features: int | None = None, passthrough: int = 0,
-                              feats: np.ndarray | None = None) -> Any:
+                              feats: np.ndarray | None = None, params: dict[str, Any] | None = None) -> Any:
     """Fit scikit-learn's ``HistGradientBoostingClassifier`` (:data:`BOOSTED_SETTINGS`, ``random_state=seed``) on the
     ``train`` nodes' :func:`~gcad_dist.model.forest.graph_features` (or the given ``feats``) and labels ``y`` (nodes of
-    unknown label, ``y < 0``, left out), on ``threads`` OpenMP threads. Raise ``ValueError`` if the training nodes
-    hold a single class."""
+    unknown label, ``y < 0``, left out), on ``threads`` OpenMP threads. ``params``: other keyword arguments of the
+    classifier (None: the library's defaults, what the forest view fits; ``bench.boosted_settings`` compares
+    others). Raise ``ValueError`` if the training nodes hold a single class."""
     from sklearn.ensemble import HistGradientBoostingClassifier
     from threadpoolctl import threadpool_limits
 
@@ -127,14 +130,18 @@ def fit_sklearn_boosted_trees(x: Tensor, edge_index: Tensor, y: Any, train: Any,
     n_pos = int((yt == 1).sum())
     if n_pos == 0 or n_pos == yt.size:
         raise ValueError("the training nodes hold a single class: boosted trees need anomalies and normal nodes")
+    kw = dict(params or {})
+    stop = kw.get("early_stopping", "auto")  # scikit-learn's "auto": on from 10,000 training nodes
+    if min(n_pos, yt.size - n_pos) < 2 and (stop is True or (stop == "auto" and yt.size > 10_000)):
+        kw["early_stopping"] = False  # its hold-out is stratified: it needs two nodes of each class
     with threadpool_limits(limits=max(1, threads), user_api="openmp"):
-        return HistGradientBoostingClassifier(random_state=seed).fit(feats[tr], yt)
+        return HistGradientBoostingClassifier(random_state=seed, **kw).fit(feats[tr], yt)
 
 
 def fit_boosted_trees(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
                       in_features: int | None = None, passthrough: int = 0,
-                      feats: np.ndarray | None = None) -> BoostedTreesScorer:
+                      feats: np.ndarray | None = None, params: dict[str, Any] | None = None) -> BoostedTreesScorer:
     """:func:`fit_sklearn_boosted_trees`' model as a :class:`BoostedTreesScorer`."""
-    model = fit_sklearn_boosted_trees(x, edge_index, y, train, seed, threads, in_features, passthrough, feats)
+    model = fit_sklearn_boosted_trees(x, edge_index, y, train, seed, threads, in_features, passthrough, feats, params)
     f = x.shape[1] - passthrough if in_features is None else in_features
     return BoostedTreesScorer.from_sklearn(model, f, passthrough)

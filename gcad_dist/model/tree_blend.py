@@ -18,7 +18,7 @@ from gcad_dist.model.boosted_trees import BoostedTreesScorer, fit_boosted_trees
 from gcad_dist.model.forest import ForestScorer, fit_forest, graph_features, mean_leaf_value
 from gcad_dist.model.rank_blend import EmpiricalCDF
 
-__all__ = ["TreeBlend", "fit_tree_blend", "trees_from_state"]
+__all__ = ["TreeBlend", "blend_trees", "fit_tree_blend", "trees_from_state"]
 
 
 class TreeBlend(nn.Module):
@@ -69,19 +69,25 @@ class TreeBlend(nn.Module):
         return out
 
 
+def blend_trees(forest: ForestScorer, boosted: BoostedTreesScorer, feats: Tensor) -> TreeBlend:
+    """The :class:`TreeBlend` of fitted trees, each member's CDF fitted on its scores of ``feats`` (the training
+    graph's :func:`~gcad_dist.model.forest.graph_features`, every node)."""
+    scores = (mean_leaf_value(forest, feats, forest.proba), boosted.log_odds(feats))
+    return TreeBlend(forest, boosted, [EmpiricalCDF.fit(s.cpu().numpy()) for s in scores])
+
+
 def fit_tree_blend(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
                    in_features: int | None = None, passthrough: int = 0) -> TreeBlend:
     """Fit RF-Graph (:func:`~gcad_dist.model.forest.fit_forest`) and the boosted trees
-    (:func:`~gcad_dist.model.boosted_trees.fit_boosted_trees`) on the ``train`` nodes, and their CDFs on every node.
-    Raise ``ValueError`` if the training nodes hold a single class."""
+    (:func:`~gcad_dist.model.boosted_trees.fit_boosted_trees`, the library's defaults) on the ``train`` nodes, and
+    their CDFs on every node (:func:`blend_trees`). Raise ``ValueError`` if the training nodes hold a single class."""
     f = x.shape[1] - passthrough if in_features is None else int(in_features)
     feats = graph_features(x, edge_index, f, passthrough)
     rows = feats.numpy()  # one array for both fits (a view of ``feats``)
     forest = fit_forest(x, edge_index, y, train, seed=seed, threads=threads, in_features=f, passthrough=passthrough,
                         feats=rows)
     boosted = fit_boosted_trees(x, edge_index, y, train, seed, threads, f, passthrough, feats=rows)
-    scores = (mean_leaf_value(forest, feats, forest.proba), boosted.log_odds(feats))
-    return TreeBlend(forest, boosted, [EmpiricalCDF.fit(s.cpu().numpy()) for s in scores])
+    return blend_trees(forest, boosted, feats)
 
 
 def trees_from_state(state: dict[str, Any]) -> nn.Module:
