@@ -31,7 +31,9 @@ For each dataset (a name in ``--data-dir`` such as ``tolokers``, or a path to a 
    (paired by seed: mean ± std of the differences, seeds where fine-tuning wins, AUPRC ratio), as Markdown
    on stdout (also ``<out>/table.md`` and ``<out>/results.json``).
 
-Steps whose outputs exist are reused (delete ``--out`` or pass ``--overwrite`` to redo them). A failing step
+Steps whose outputs exist are reused (delete ``--out`` or pass ``--overwrite`` to redo them); a fine-tuning or
+from-scratch run that stopped part-way (a crash, a killed bench) is continued from its saved fits (``--resume``,
+session 69). A failing step
 is logged with the tail of its output and left out of the table; the script exits 1 if any step failed.
 """
 
@@ -275,11 +277,21 @@ def run_dataset(cfg: TransferConfig, name: str, graph: Path, run: Runner) -> lis
         for method, fraction, tag, args in _method_runs(cfg, ckpt, seed):
             rdir = out / tag
             args = [*args, "--graph", str(graph), "--out", str(rdir), "--seed", str(seed), "--threads", str(cfg.threads),
-                    "--device", "cpu", "--no-plots", "--no-progress"]
+                    "--device", "cpu", "--no-plots", "--no-progress", *_continue_flag(cfg, rdir)]
             if not run(f"{name}-{tag}", args, rdir / "metrics.json"):
                 continue
             records.append(_record(name, method, fraction, seed, json.loads((rdir / "metrics.json").read_text())))
     return records
+
+
+def _continue_flag(cfg: TransferConfig, rdir: Path) -> list[str]:
+    """``--overwrite`` with ``cfg.overwrite``; else ``--resume`` where ``rdir`` holds a run stopped part-way (a crash,
+    a killed bench), so that running the bench again goes on from the fits it saved."""
+    from gcad_dist.fit_state import has_unfinished_run
+
+    if cfg.overwrite:
+        return ["--overwrite"]
+    return ["--resume"] if has_unfinished_run(rdir) else []
 
 
 def _tune_args(cfg: TransferConfig, epochs: int | None) -> list[str]:

@@ -55,6 +55,12 @@ class FitInterrupted(KeyboardInterrupt):
         self.epoch, self.path = epoch, path
 
 
+def has_unfinished_run(out: str | Path) -> bool:
+    """Whether ``out`` holds a run that stopped part-way with a fit state saved (what ``--resume`` continues)."""
+    folder = Path(out) / STATE_DIR
+    return (folder / RUN_FILE).exists() and any(folder.glob("*.pt"))
+
+
 def prepare_state_dir(out: str | Path, settings: dict[str, Any], resume: bool, overwrite: bool,
                       options: dict[str, str] | None = None) -> Path:
     """Check ``<out>/unfinished`` against ``resume`` / ``overwrite`` and this run's ``settings``; returns the folder.
@@ -76,7 +82,7 @@ def prepare_state_dir(out: str | Path, settings: dict[str, Any], resume: bool, o
         shutil.rmtree(folder)
     # a run that stopped before any fit wrote its state (a bad graph, a crash in the first minute) left nothing to
     # continue: it is replaced
-    exists = run_file.exists() and any(folder.glob("*.pt"))
+    exists = has_unfinished_run(out)
     if resume and not exists:
         raise UsageError(f"--resume: {out} holds no unfinished run (no fit state in {folder})")
     if exists and not resume:

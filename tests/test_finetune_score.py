@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gcad_dist.checkpoint import load_model_file, save_model
-from gcad_dist.cli import run_cli
+from gcad_dist.cli import UsageError, run_cli
 from gcad_dist.finetune import main as finetune_main
 from gcad_dist.finetune import subsample_labels
 from gcad_dist.model import GCCAD, GCCADConfig
@@ -712,6 +712,29 @@ def test_transfer_runs_share_fraction_seed_and_settings() -> None:
         opts = dict(zip(args[::1], args[1::1]))
         assert (opts["--epochs"], opts["--lr"], opts["--patience"], opts["--score-space"], opts["--link-eval"]) == \
             (epochs, "0.002", "20", "encoder", "threshold")
+
+
+def test_transfer_runs_continue_a_run_stopped_part_way(tmp_path) -> None:
+    """Running the bench again after a crash or a kill: a run folder holding an unfinished run (a fit state saved, as
+    gcad_dist.fit_state leaves it) gets --resume, which prepare_state_dir then accepts; a fresh folder gets nothing;
+    --overwrite is passed on instead."""
+    import torch
+
+    from bench.pretrain_transfer import TransferConfig, _continue_flag, build_parser
+    from gcad_dist.fit_state import has_unfinished_run, prepare_state_dir
+
+    cfg = TransferConfig(**vars(build_parser().parse_args(["--datasets", "inj_cora"])))
+    rdir = tmp_path / "ft0.1-s0"
+    assert _continue_flag(cfg, rdir) == [] and not has_unfinished_run(rdir)
+    folder = prepare_state_dir(rdir, {"seed": 0}, resume=False, overwrite=False)
+    assert _continue_flag(cfg, rdir) == []  # started, but no fit saved yet: nothing to continue
+    torch.save({"epoch": 3}, folder / "checkpoint.pt")
+    assert _continue_flag(cfg, rdir) == ["--resume"]
+    with pytest.raises(UsageError, match="--resume"):
+        prepare_state_dir(rdir, {"seed": 0}, resume=False, overwrite=False)
+    assert prepare_state_dir(rdir, {"seed": 0}, resume=True, overwrite=False) == folder
+    cfg = TransferConfig(**vars(build_parser().parse_args(["--datasets", "inj_cora", "--overwrite"])))
+    assert _continue_flag(cfg, rdir) == ["--overwrite"]
 
 
 # ---------------------------------------------------------------------------------------------
