@@ -17,11 +17,13 @@ holds at least :data:`gcad_dist.selection.MIN_POSITIVES` anomalies (with fewer t
 candidate: it could not drop a forest that ranks the anomalies low). Session 64 measured with it what
 fine-tuning with very few labels leaves on graphs whose anomalies are extreme in a few attributes.
 
-With ``--lift-weights`` the variant is not a different candidate set but a different combination: every candidate
-weighted by its AUPRC's lift over the base rate on the choosing half, ``max(0, AUPRC - base rate)`` (judged as the
-keep rule judges it), and the weighted mean of the standardised scores measured on the other half; equal weights with
-fewer than :data:`gcad_dist.selection.MIN_POSITIVES` anomalies on the choosing half or none above the base rate
-(BENCHMARKS.md, sessions 68-69: not adopted).
+With ``--lift-weights [lift|half-lift|kept]`` the variant is not a different candidate set but a different
+combination: every candidate weighted by its AUPRC's lift over the base rate on the choosing half, ``max(0, AUPRC -
+base rate)`` (judged as the keep rule judges it; half-lift: halfway between those weights, normalised, and equal ones
+over every candidate; kept: the keep rule's kept candidates, weighted by their lift: :func:`lift_weights`), and the
+weighted mean of the standardised scores measured on the other half;
+equal weights with fewer than :data:`gcad_dist.selection.MIN_POSITIVES` anomalies on the choosing half or none above
+the base rate (BENCHMARKS.md, session 69: neither adopted).
 
 Reads every ``candidate_scores.npz`` under the given folders (``gcad_dist.finetune --candidate-scores``: each
 candidate's scores of every node, the labels and the split masks; the run's folder is ``<dataset>/ft<fraction>-s<seed>``
@@ -70,7 +72,7 @@ class SelectionConfig:
     swap: str | None = None  # "NAME:PREFIX": NAME's scores replaced by the sibling run PREFIX<fraction>-s<seed>'s
     add_isolation_forest: str | None = None  # DATA_DIR: the label-free isolation forest as one more candidate
     cross_fitted: bool = False  # judge candidates by their cross-fitted scores (gcad_dist.finetune's default rule)
-    lift_weights: bool = False  # compare the keep rule with every candidate weighted by its validation AUPRC's lift
+    lift_weights: str | None = None  # "lift" / "half-lift" / "kept": compare the keep rule with those weights
     halvings: int = 10
     seed: int = 0
     verbose: bool = False
@@ -90,32 +92,51 @@ def halves(y: np.ndarray, val: np.ndarray, halvings: int, seed: int) -> list[tup
     return out
 
 
+#: ``--lift-weights``: each variant's share of equal weights
+LIFT_SHRINK = {"lift": 0.0, "half-lift": 0.5, "kept": 0.0}
+
+
+def lift_weights(val_auprc: list[float], base_rate: float, shrink: float = 0.0) -> np.ndarray:
+    """Each candidate's weight ``max(0, AUPRC - base_rate)``, normalised to sum 1, then moved ``shrink`` of the way to
+    equal weights; all 0: equal weights."""
+    w = np.clip(np.asarray(val_auprc, dtype=np.float64) - base_rate, 0.0, None)
+    equal = np.full(len(w), 1.0 / len(w))
+    return shrink * equal + (1.0 - shrink) * w / w.sum() if w.sum() > 0 else equal
+
+
 def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarray, halvings: int = 10,
              seed: int = 0, selection: np.ndarray | None = None,
-             lift: bool = False) -> tuple[np.ndarray, Counter]:
+             lift: str | None = None) -> tuple[np.ndarray, Counter]:
     """Mean held-out (AUROC, AUPRC) of the keep rule over ``names``' candidates, and how often each kept set was
     chosen. ``scores``: [C, N]; ``selection``: [C, N] cross-fitted scores to judge them by (None: their scores); only
-    the validation nodes' labels are read. ``lift``: the candidates weighted by their AUPRC's lift over the choosing
-    half's base rate instead of the keep rule (the kept set is then those of weight above 0)."""
+    the validation nodes' labels are read. ``lift`` ("lift", "half-lift", "kept"): the candidates (kept: those the
+    keep rule keeps) weighted by their AUPRC's lift over the choosing half's base rate (the kept set is then those of
+    weight above 0)."""
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.model.candidate_ensemble import standardisation, standardised_mean
     from gcad_dist.train import keep_candidates
 
     judged = scores if selection is None else selection
+    fits = [(SimpleNamespace(scores=s, selection_scores=t, best_epoch=0, val={}, test={}), None, None)
+            for s, t in zip(scores, judged)]
     if lift:
         z = np.stack([(s - mu) / sd for s, (mu, sd) in zip(scores, map(standardisation, scores))])
         metrics, kept_sets = [], Counter()
-        for choose, measure in halves(y, val, halvings, seed):
-            base = float(y[choose].mean())
-            w = np.array([max(0.0, auprc(y[choose], t[choose]) - base) for t in judged])
-            if int(y[choose].sum()) < MIN_POSITIVES or w.sum() <= 0:
-                w = np.ones(len(names))
-            combined = w @ z / w.sum()
+        for i, (choose, measure) in enumerate(halves(y, val, halvings, seed)):
+            among = list(range(len(names)))
+            if lift == "kept":
+                mask = np.zeros(y.shape[0], dtype=bool)
+                mask[choose] = True
+                among, _ = keep_candidates(fits, y, mask, seed=i, names=names, cross_fitted=selection is not None)
+            w = np.zeros(len(names))
+            w[among] = lift_weights([auprc(y[choose], judged[k][choose]) for k in among], float(y[choose].mean()),
+                                    LIFT_SHRINK[lift])
+            if int(y[choose].sum()) < MIN_POSITIVES:
+                w[among] = 1.0 / len(among)
+            combined = w @ z
             metrics.append((auroc(y[measure], combined[measure]), auprc(y[measure], combined[measure])))
             kept_sets[" + ".join(n for n, wi in zip(names, w) if wi > 0)] += 1
         return np.mean(metrics, axis=0), kept_sets
-    fits = [(SimpleNamespace(scores=s, selection_scores=t, best_epoch=0, val={}, test={}), None, None)
-            for s, t in zip(scores, judged)]
     metrics, kept_sets = [], Counter()
     for i, (choose, measure) in enumerate(halves(y, val, halvings, seed)):
         mask = np.zeros(y.shape[0], dtype=bool)
@@ -155,7 +176,7 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
                 full, full_sets = held_out(names + [ISOLATION_FOREST], more, y, val, cfg.halvings, cfg.seed,
                                            None if sel is None else np.concatenate([sel, forest[None]]))
         elif cfg.lift_weights:  # "full" = the candidates weighted by their lift, "without" = the keep rule as run
-            full, full_sets = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel, lift=True)
+            full, full_sets = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel, lift=cfg.lift_weights)
             part, _ = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel)
         elif cfg.swap:  # "full" = the candidates swapped in, "without" = the run as it is
             name, prefix = cfg.swap.split(":", 1)
@@ -187,7 +208,7 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
                         "seed": int(m["seed"]) if m else -1, "full": full, "without": part,
                         "val_anomalies": int((y[val] == 1).sum()), "kept": full_sets})
         log.info("%s: held-out AUROC / AUPRC with %s %.4f / %.4f, without %.4f / %.4f", f.parent,
-                 "lift weights" if cfg.lift_weights else ISOLATION_FOREST if cfg.add_isolation_forest
+                 f"{cfg.lift_weights} weights" if cfg.lift_weights else ISOLATION_FOREST if cfg.add_isolation_forest
                  else cfg.swap or cfg.without, *full, *part)
     return records
 
@@ -219,14 +240,14 @@ def _graph_forest(path: str, mtime_ns: int, size: int) -> tuple[np.ndarray, np.n
 
 
 def table(records: list[dict[str, Any]], without: str, swap: str | None = None,
-          added: str | None = None, lift: bool = False) -> str:
+          added: str | None = None, lift: str | None = None) -> str:
     """Markdown: one row per (dataset, fraction), means over its runs, then the mean over the rows. With ``swap``
     the columns are the runs as they are and with the swapped candidate; with ``added`` (a candidate's name), as they
     are and with that candidate added."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["dataset"], r["fraction"]), []).append(r)
-    base, variant = (("as run", "lift-weighted") if lift else ("as run", f"with {added}") if added else ("as run", f"{swap.split(':')[0]} swapped") if swap
+    base, variant = (("as run", f"{lift}-weighted") if lift else ("as run", f"with {added}") if added else ("as run", f"{swap.split(':')[0]} swapped") if swap
                      else (f"without {without}", f"with {without}"))
     lines = [f"| graph | labels | runs | val anomalies | {base} | {variant} | change | runs ahead "
              "(AUPRC) | kept most often |", "|---|---|---|---|---|---|---|---|---|"]
@@ -258,9 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--add-isolation-forest", default=d.add_isolation_forest, metavar="DATA_DIR",
                    help="compare the runs as they are with the label-free isolation forest (the feature view's, on the "
                         "raw features of DATA_DIR/<dataset>.npz) as one more candidate (instead of --without)")
-    p.add_argument("--lift-weights", action="store_true",
+    p.add_argument("--lift-weights", nargs="?", const="lift", default=d.lift_weights, choices=tuple(LIFT_SHRINK),
                    help="compare the keep rule as run with every candidate weighted by its validation AUPRC's lift over "
-                        "the base rate (instead of --without)")
+                        "the base rate (half-lift: halfway between those weights and equal ones; kept: the keep rule's "
+                        "kept candidates weighted by their lift) (instead of --without)")
     p.add_argument("--cross-fitted", action="store_true",
                    help="judge candidates by their cross-fitted scores (gcad_dist.finetune's default keep rule)")
     p.add_argument("--halvings", type=int, default=d.halvings,
@@ -274,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SelectionConfig(**vars(build_parser().parse_args(argv)))
     if cfg.swap is not None and (":" not in cfg.swap or not all(cfg.swap.split(":", 1))):
         raise UsageError(f"--swap: expected NAME:PREFIX (e.g. scratch:z), got {cfg.swap!r}")
-    if sum([cfg.swap is not None, cfg.add_isolation_forest is not None, cfg.lift_weights]) > 1:
+    if sum([cfg.swap is not None, cfg.add_isolation_forest is not None, cfg.lift_weights is not None]) > 1:
         raise UsageError("--swap, --add-isolation-forest and --lift-weights: give one of them")
     if cfg.halvings < 1:
         raise UsageError(f"--halvings: must be >= 1, got {cfg.halvings}")

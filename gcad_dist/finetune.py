@@ -27,7 +27,9 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    (:data:`ZERO_SHOT`, :func:`zero_shot_fit`) joins them as a fourth candidate, and every one whose validation
    AUPRC a paired bootstrap over the validation nodes does not place clearly below the best one's is kept; the
    kept ones' standardised scores are averaged (:func:`gcad_dist.train.keep_candidates`, ``--contrast auto``'s
-   rule one level up; chosen on validation halves in session 25, BENCHMARKS.md). Each graph model is itself
+   rule one level up; chosen on validation halves in session 25, BENCHMARKS.md), since session 69 each weighted by
+   its validation AUPRC's lift over the base rate (``--candidate-weights lift``; ``equal`` before; the weights are
+   folded into the written ensemble's stds, :func:`~gcad_dist.model.candidate_ensemble.flat_ensemble`). Each graph model is itself
    ``gcad_dist.train``'s: its ``--contrast auto`` candidates, those validation cannot tell
    apart kept and averaged (:func:`gcad_dist.train.keep_candidates`).
    Both graph starts are candidates because neither wins everywhere on validation (BENCHMARKS.md, session 15:
@@ -90,7 +92,7 @@ from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
 from gcad_dist.forest_view import FOREST_MODES, describe_choice
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
-from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, TrainConfig, add_candidate_options,
+from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, WEIGHTINGS, TrainConfig, add_candidate_options,
                              add_resume_options, add_schedule_options, add_split_options, check_fit_options,
                              prepare_run_state)
 from gcad_dist.score import NORMALIZE_CHOICES as SCORE_NORMALIZE_CHOICES
@@ -172,6 +174,7 @@ class FinetuneConfig:
     # masks, for studies of the keep rule (bench/finetune_selection.py)
     candidate_scores: bool = False
     keep_rule: str = "cross-fitted"  # KEEP_RULES; "validation" before session 44
+    candidate_weights: str = "lift"  # gcad_dist.train.WEIGHTINGS: how the kept models' scores are averaged ("equal" before session 69)
     forest: str = TrainConfig.forest  # the forest view (gcad_dist.forest_view), as gcad_dist.train's
     isolation_forest: str = "auto"  # ISOLATION_FOREST_MODES: the label-free isolation forest as a --model auto candidate
     progress: bool = True
@@ -184,6 +187,9 @@ def _validate(cfg: FinetuneConfig) -> None:
     check_fit_options(cfg)
     if cfg.keep_rule not in KEEP_RULES:
         raise UsageError(f"--keep-rule: unknown value {cfg.keep_rule!r} (choose from {', '.join(KEEP_RULES)})")
+    if cfg.candidate_weights not in WEIGHTINGS:
+        raise UsageError(f"--candidate-weights: unknown value {cfg.candidate_weights!r} (choose from "
+                         f"{', '.join(WEIGHTINGS)})")
     if cfg.scratch_normalize not in SCRATCH_NORMALIZE:
         raise UsageError(f"--scratch-normalize: unknown value {cfg.scratch_normalize!r} (choose from "
                          f"{', '.join(SCRATCH_NORMALIZE)})")
@@ -511,11 +517,13 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                                    [f[0].selection_scores for f in fits])
         if len(fits) > 1:  # every model validation does not place clearly below the best, scored together
             kept, selection = keep_candidates(fits, y, split.val, seed=cfg.seed, names=names,
-                                              cross_fitted=cfg.keep_rule == "cross-fitted")
+                                              cross_fitted=cfg.keep_rule == "cross-fitted",
+                                              weighting=cfg.candidate_weights)
             metrics["model_selection"] = selection
             kept_name = selection["chosen"]
         else:
-            kept = [0]
+            kept, selection = [0], {}
+        weights = list(selection["weights"].values()) if "weights" in selection else None
         # the kept models' input blocks, one per feature normalisation they read, the checkpoint's first: the scratch
         # fit's where it read its own, the isolation forest's raw features ("none")
         width = int(graph.x.shape[1])
@@ -542,14 +550,14 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             # the forest kept alone reads its block too, so that the forest view reads the checkpoint's normalisation
             # whichever candidates are kept
             res, saved_model, saved_config = combine_candidates(fits, kept, data, split, blocks=blocks, width=width,
-                                                                label_columns=label_columns)
+                                                                label_columns=label_columns, weights=weights)
             view_data = copy.copy(data)
             view_data.x = torch.cat([*block_x, data.x[:, width:]], dim=1)
             view_features = width  # the forest reads the checkpoint's normalisation, as without the other blocks
             extra[INPUT_BLOCKS_KEY] = block_names
             metrics["input_blocks"] = {"blocks": block_names, "kept": dict(zip([names[i] for i in kept], blocks))}
         else:
-            res, saved_model, saved_config = combine_candidates(fits, kept, data, split)
+            res, saved_model, saved_config = combine_candidates(fits, kept, data, split, weights=weights)
         if graph_selection:  # each graph model's own candidates kept, as gcad_dist.train keeps them
             metrics["contrast_selection"] = graph_selection
         forest = None
@@ -666,6 +674,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "'validation': by its validation scores, which its own epoch choice made on the same nodes "
                         "flatters; 'cross-fitted': each validation half scored by the evaluations the fit chose on "
                         "the other half (the zero-shot candidate chose nothing and is judged by its scores)")
+    p.add_argument("--candidate-weights", default=d.candidate_weights, choices=WEIGHTINGS,
+                   help="--model auto: how the kept candidates' standardised scores are combined (the keep rule: every "
+                        "candidate a paired bootstrap over >= 10 validation anomalies does not place below the best "
+                        "with confidence >= 0.95). 'equal': their mean; 'lift': their mean weighted by each one's "
+                        "validation AUPRC lift over the base rate, max(0, AUPRC - base rate) (alike with fewer than 10 "
+                        "validation anomalies); metrics.json 'model_selection' records the weights")
     add_candidate_options(p, d)
     add_resume_options(p, d)
     add_runtime_options(p, d)

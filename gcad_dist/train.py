@@ -51,6 +51,9 @@ CONVS = ("gin", "gcn", "sage", "gat")
 ABLATIONS = ("none", "ce", "no-link-loss", "no-global", "no-edge-update")
 SCORE_SPACES = ("encoder", "projection")
 LINK_EVALS = ("expected", "threshold")
+#: :func:`keep_candidates`' ``weighting`` (gcad_dist.finetune's ``--candidate-weights``): equal = the plain mean of the
+#: kept candidates; lift = their mean weighted by each one's validation AUPRC lift over the base rate
+WEIGHTINGS = ("equal", "lift")
 CONTRASTS = ("graph", "neighbors", "ego")  # gcad_dist.model.gccad.CONTRASTS, without importing the model here
 JUMPS = ("last", "cat", "cat-local")  # gcad_dist.model.gccad.JUMPS
 NORMS = ("layer", "graph")  # gcad_dist.model.node_update.NORMS
@@ -629,7 +632,8 @@ def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
 
 
 def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any, seed: int = 0,
-                    names: list[str] | None = None, cross_fitted: bool = False) -> tuple[list[int], dict[str, Any]]:
+                    names: list[str] | None = None, cross_fitted: bool = False,
+                    weighting: str = "equal") -> tuple[list[int], dict[str, Any]]:
     """Keep every candidate whose validation AUPRC is not clearly below the best one's: drop candidate ``i`` only
     if a paired bootstrap over the validation nodes finds the best one better with confidence >=
     :data:`gcad_dist.selection.SWITCH_CONFIDENCE` over >= :data:`gcad_dist.selection.MIN_POSITIVES` validation
@@ -644,10 +648,18 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     (:class:`gcad_dist.selection.CrossFit`: every validation node scored by evaluations chosen on the other
     validation half), so that a fit's own epoch choice does not flatter it against a candidate that chose nothing on
     validation; a fit without them (the pre-trained model unchanged) is judged by its scores.
+
+    ``weighting="lift"`` (:data:`WEIGHTINGS`) then weighs the kept candidates: each by
+    ``max(0, validation AUPRC - the validation base rate)`` (:func:`lift_weights`, judged as above), normalised; a
+    kept candidate of weight 0 is dropped, and ``record["weights"]`` holds the kept ones' weights (summing to 1) for
+    :func:`combine_candidates`; with fewer than :data:`gcad_dist.selection.MIN_POSITIVES` validation anomalies, or no
+    kept one above the base rate, the kept ones weigh alike.
     """
     from gcad_dist.metrics import auprc
     from gcad_dist.selection import MIN_POSITIVES, SWITCH_RULE, compare_auprc
 
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting: unknown value {weighting!r} (choose from {', '.join(WEIGHTINGS)})")
     vm, yv, names = _validation_view(fits, y, val_mask, names)
     judged = [res.scores if not cross_fitted or getattr(res, "selection_scores", None) is None
               else res.selection_scores for res, _, _ in fits]
@@ -680,22 +692,43 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
         log.warning("validation holds %d labelled anomalies, fewer than the %d the rule needs to drop a candidate: all "
                     "%d candidates (%s) are kept and averaged; more validation labels let it choose", positives,
                     MIN_POSITIVES, len(fits), " / ".join(names))
+    if weighting == "lift":
+        base = float(positives / max(len(yv), 1))
+        w = (lift_weights([val_ap[i] for i in kept], base) if positives >= MIN_POSITIVES
+             else np.full(len(kept), 1.0 / len(kept)))
+        kept, w = [i for i, wi in zip(kept, w) if wi > 0], w[w > 0]
+        record.update(weighting="lift", base_rate=base, kept=[names[i] for i in kept],
+                      weights=dict(zip([names[i] for i in kept], (w / w.sum()).tolist())))
+        record["rule"] += ("; the kept candidates weighted by their validation AUPRC's lift over the base rate, "
+                           "max(0, AUPRC - base rate) (alike with fewer than "
+                           f"{MIN_POSITIVES} validation anomalies or none above it)")
+        record["chosen"] = " + ".join(record["kept"])
     log.info("candidates kept on validation: %s (%s)", record["chosen"], "; ".join(
         f"{n}: val AUPRC {record['val_auprc'][n]:.4f}"
         + (f", P({names[best]} better) {record['bootstrap'][n]['p_best_better']:.3f}" if n in record["bootstrap"] else "")
+        + (f", weight {record['weights'].get(n, 0.0):.3f}" if "weights" in record else "")
         for n in names))
     return kept, record
 
 
+def lift_weights(val_auprc: list[float], base_rate: float) -> np.ndarray:
+    """Each candidate's weight ``max(0, val_auprc - base_rate)`` (a NaN AUPRC weighs 0), normalised to sum 1; all 0:
+    equal weights. The base rate is the AUPRC of a random score, so a candidate weighs what it adds over chance."""
+    w = np.nan_to_num(np.asarray(val_auprc, dtype=np.float64) - base_rate, nan=0.0).clip(min=0.0)
+    return w / w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / len(w))
+
+
 def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], data: Any,
                        split: Any, blocks: list[int] | None = None, width: int = 0,
-                       label_columns: int = 0) -> tuple[FitResult, torch.nn.Module, Any]:
+                       label_columns: int = 0, weights: list[float] | None = None
+                       ) -> tuple[FitResult, torch.nn.Module, Any]:
     """The kept candidates as one fit: the candidate itself when one is kept, else a
     :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` scoring with the mean of their scores, each
     standardised over every node (no label), and its validation and test metrics. The first kept candidate is the
     primary: its epochs, history and config describe the run. ``blocks``: each kept candidate's input block, where
     they read differently normalised features (``gcad_dist.finetune``; :func:`~gcad_dist.model.candidate_ensemble.
-    flat_ensemble`); one kept candidate that reads a block of its own is an ensemble of one."""
+    flat_ensemble`); one kept candidate that reads a block of its own is an ensemble of one. ``weights``: the kept
+    candidates' weights (:func:`keep_candidates`' ``record["weights"]``), a weighted mean; None: the plain mean."""
     from dataclasses import replace
 
     from gcad_dist.metrics import evaluate
@@ -703,7 +736,7 @@ def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], 
 
     if len(kept) == 1 and not any(blocks or []):  # one kept reading the usual input: the candidate itself
         return fits[kept[0]]
-    scores, stats = standardised_mean([fits[i][0].scores for i in kept])
+    scores, stats = standardised_mean([fits[i][0].scores for i in kept], weights)
     y = torch.as_tensor(data.y).cpu().numpy()
     graph = getattr(data, "graph_id", None)
     graph = None if graph is None else torch.as_tensor(graph).cpu().numpy()
@@ -712,12 +745,12 @@ def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], 
     primary, _, primary_cfg = fits[kept[0]]
     # the ensemble's cross-fitted scores: the same mean over the members' (their plain scores where they have none)
     sel, _ = standardised_mean([fits[i][0].selection_scores if getattr(fits[i][0], "selection_scores", None)
-                                is not None else fits[i][0].scores for i in kept])
+                                is not None else fits[i][0].scores for i in kept], weights)
     res = replace(primary, val=val, test=test, scores=scores, best_scores=None, selection_scores=sel,
                   extra={**primary.extra, "candidates_kept": len(kept)})
     # a kept fit that is itself a candidate ensemble (gcad_dist.finetune's graph models) joins as its members
     model = flat_ensemble([(fits[i][0].ensemble(fits[i][1]), mu, sd) for i, (mu, sd) in zip(kept, stats)],
-                          blocks=blocks, width=width, label_columns=label_columns)
+                          blocks=blocks, width=width, label_columns=label_columns, weights=weights)
     return res, model, primary_cfg
 
 

@@ -160,16 +160,22 @@ def test_lift_weights_weigh_each_candidate_by_its_lift_on_the_choosing_half(tmp_
     y, val = d["y"].astype(np.int64), d["val"]
     names = [*map(str, d["names"]), "inverted"]
     scores = np.concatenate([d["scores"], -d["scores"][2:3]])
-    lifted, sets = held_out(names, scores, y, val, 3, lift=True)
+    lifted, sets = held_out(names, scores, y, val, 3, lift="lift")
     kept, _ = held_out(names, scores, y, val, 3)
     weak, _ = held_out(names[:1], scores[:1], y, val, 3)
     assert lifted[1] > weak[1] + 0.2 and abs(lifted[1] - kept[1]) < 0.1
     assert all("inverted" not in k for k in sets)
     y2 = y.copy()
     y2[~val] = 1 - y2[~val]
-    assert np.array_equal(held_out(names, scores, y2, val, 3, lift=True)[0], lifted)
+    assert np.array_equal(held_out(names, scores, y2, val, 3, lift="lift")[0], lifted)
+    half, half_sets = held_out(names, scores, y, val, 3, lift="half-lift")
+    assert weak[1] < half[1] < lifted[1] + 1e-9 and all("inverted" in k for k in half_sets)  # none weighs 0
+    kept_lift, kept_sets = held_out(names, scores, y, val, 3, lift="kept")  # the keep rule keeps the strong one alone
+    assert np.allclose(kept_lift, kept) and set(kept_sets) == {"zero-shot"}
     assert main([str(tmp_path), "--halvings", "2", "--lift-weights"]) == 0
     out = capsys.readouterr().out
     assert "| as run | lift-weighted |" in out and "| g | 0.1 | 1 |" in out
+    assert main([str(tmp_path), "--halvings", "2", "--lift-weights", "half-lift"]) == 0
+    assert "| as run | half-lift-weighted |" in capsys.readouterr().out
     with pytest.raises(UsageError, match="give one of them"):
         main([str(tmp_path), "--lift-weights", "--swap", "scratch:z"])

@@ -1210,12 +1210,12 @@ def test_cross_fitted_keep_rule_judges_candidates_by_their_selection_scores(smal
     seen = {}
     real = train_mod.keep_candidates
 
-    def spy(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
+    def spy(fits, y, val_mask, seed=0, names=None, cross_fitted=False, **kw):
         if names and "zero-shot" in names:
             seen["cross_fitted"] = cross_fitted
             seen["selection"] = [getattr(f[0], "selection_scores", None) for f in fits]
             seen["scores"] = [f[0].scores for f in fits]
-        return real(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted)
+        return real(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted, **kw)
 
     monkeypatch.setattr(train_mod, "keep_candidates", spy)
     out = tmp_path / "ft"
@@ -1237,3 +1237,35 @@ def test_cross_fitted_keep_rule_judges_candidates_by_their_selection_scores(smal
     code, _, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out",
                                        str(tmp_path / "bad"), "--keep-rule", "oracle"], capsys)
     assert code == 2 and "--keep-rule" in err
+
+
+def test_lift_weights_are_recorded_and_the_written_model_scores_with_them(small_graph, local_checkpoint, tmp_path,
+                                                                          capsys, monkeypatch) -> None:
+    """``--candidate-weights lift``: each kept candidate weighs its validation AUPRC's lift over the base rate, the
+    record holds the weights (summing to 1), and the written checkpoint scores as the weighted mean the reported test
+    metrics measured (the weights folded into the ensemble's stds). The small graph's validation holds fewer than
+    MIN_POSITIVES anomalies, so the threshold is lowered for the test."""
+    import gcad_dist.selection as selection_mod
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.metrics import evaluate
+
+    monkeypatch.setattr(selection_mod, "MIN_POSITIVES", 2)
+    g, path = small_graph
+    out = tmp_path / "ft"
+    code, _, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out", str(out),
+                                       "--epochs", "4", "--eval-every", "1", "--seed", "0", "--candidate-weights",
+                                       "lift", "--forest", "off", "--isolation-forest", "off", "--no-label-inputs",
+                                       "--no-progress", "--no-plots", "--threads", "1"], capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    sel = m["model_selection"]
+    assert sel["weighting"] == "lift" and "too_few_validation_anomalies" not in sel
+    assert list(sel["weights"]) == sel["kept"] and sum(sel["weights"].values()) == pytest.approx(1.0)
+    lift = np.array([max(0.0, sel["val_auprc"][n] - sel["base_rate"]) for n in sel["kept"]])
+    np.testing.assert_allclose(list(sel["weights"].values()), lift / lift.sum())
+    test = make_split(g.to_data(), seed=0).test.numpy()
+    s = score_graph(out / "final", path)
+    assert evaluate(g.y, s, mask=test)["auprc"] == pytest.approx(m["test"]["auprc"], abs=1e-5)
+    code, _, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out",
+                                       str(tmp_path / "bad"), "--candidate-weights", "best"], capsys)
+    assert code == 2 and "--candidate-weights" in err

@@ -490,3 +490,81 @@ def test_keep_candidates_says_when_validation_is_too_small_to_drop_one(positives
         assert f"validation holds {positives} labelled anomalies" in caplog.text
     else:
         assert kept == [0] and "too_few_validation_anomalies" not in record and "validation holds" not in caplog.text
+
+
+def test_weighted_flat_ensemble_scores_as_the_weighted_mean() -> None:
+    """Weights fold into the parts' stds: a flat ensemble built with weights scores as standardised_mean's weighted
+    mean (nested parts included); equal weights give the plain mean; a zero or negative weight is refused."""
+    from gcad_dist.model.candidate_ensemble import CandidateEnsemble, flat_ensemble, standardised_mean
+
+    class Linear(torch.nn.Module):
+        def __init__(self, w: torch.Tensor) -> None:
+            super().__init__()
+            self.w = w
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ self.w
+
+        def score(self, out: torch.Tensor) -> torch.Tensor:
+            return out
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(300, 4, generator=g, dtype=torch.float64)
+    a, b, c = (Linear(torch.randn(4, generator=g, dtype=torch.float64) * (i + 1)) for i in range(3))
+    inner = CandidateEnsemble([a, b], [0.3, -1.0], [0.5, 2.0])
+    parts = [inner.score(inner(x)).double().numpy(), c.score(c(x)).numpy(), a.score(a(x)).numpy()]
+    w = [0.6, 0.1, 0.3]
+    expected, stats = standardised_mean(parts, w)
+    plain, _ = standardised_mean(parts)
+    z = np.stack([(p - mu) / sd for p, (mu, sd) in zip(parts, stats)])
+    np.testing.assert_allclose(expected, np.asarray(w) @ z, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(standardised_mean(parts, [2.0, 2.0, 2.0])[0], plain, rtol=1e-6)
+    assert not np.allclose(expected, plain, atol=1e-3)
+    flat = flat_ensemble([(inner, *stats[0]), (c, *stats[1]), (a, *stats[2])], weights=[6.0, 1.0, 3.0])
+    np.testing.assert_allclose(flat.score(flat(x)).numpy(), expected, rtol=1e-5, atol=1e-5)
+    for bad in ([1.0, 0.0, 1.0], [1.0, -1.0, 1.0], [1.0, 1.0]):
+        with pytest.raises(ValueError):
+            flat_ensemble([(inner, *stats[0]), (c, *stats[1]), (a, *stats[2])], weights=bad)
+
+
+@pytest.mark.parametrize("positives", [5, 40])
+def test_keep_candidates_lift_weighs_the_kept_by_validation_auprc_over_the_base_rate(positives) -> None:
+    """weighting="lift": the bootstrap keeps what it keeps, then each kept candidate weighs its validation AUPRC's lift
+    over the base rate (summing to 1), from validation nodes only; under MIN_POSITIVES validation anomalies every
+    candidate is kept with equal weights."""
+    from types import SimpleNamespace
+
+    from gcad_dist.metrics import auprc
+    from gcad_dist.selection import MIN_POSITIVES
+    from gcad_dist.train import keep_candidates
+
+    rng = np.random.default_rng(0)
+    n = 800
+    y = np.zeros(n, dtype=np.int64)
+    y[rng.choice(n, 2 * positives, replace=False)] = 1
+    val = np.zeros(n, dtype=bool)
+    val[: n // 2] = True
+    y[: n // 2] = 0
+    y[rng.choice(n // 2, positives, replace=False)] = 1
+    good, close = y + 0.8 * rng.normal(size=n), y + 0.9 * rng.normal(size=n)
+    worse = -y + 0.3 * rng.normal(size=n)  # ranks the anomalies last: dropped by the bootstrap
+    names = ["good", "close", "worse"]
+    fits = [(SimpleNamespace(scores=s, best_epoch=0, val={}, test={}), None, None) for s in (good, close, worse)]
+    plain, plain_rec = keep_candidates(fits, y, val, names=names)
+    kept, record = keep_candidates(fits, y, val, names=names, weighting="lift")
+    assert sum(record["weights"].values()) == pytest.approx(1.0) and record["weighting"] == "lift"
+    if positives < MIN_POSITIVES:
+        assert kept == plain == [0, 1, 2] and record["too_few_validation_anomalies"] == positives
+        assert list(record["weights"].values()) == pytest.approx([1 / 3] * 3)
+        return
+    assert kept == plain == [0, 1] and record["kept"] == ["good", "close"]  # the bootstrap's choice
+    base = y[val].mean()
+    lift = [auprc(y[val], s[val]) - base for s in (good, close)]
+    assert record["base_rate"] == pytest.approx(base)
+    assert [record["weights"][k] for k in ("good", "close")] == pytest.approx([v / sum(lift) for v in lift])
+    assert record["weights"]["good"] > record["weights"]["close"] and "weights" not in plain_rec
+    y_test_changed = y.copy()
+    y_test_changed[~val] = 1 - y_test_changed[~val]  # labels outside validation are never read
+    assert keep_candidates(fits, y_test_changed, val, names=names, weighting="lift")[1]["weights"] == record["weights"]
+    with pytest.raises(ValueError, match="weighting"):
+        keep_candidates(fits, y, val, names=names, weighting="best")

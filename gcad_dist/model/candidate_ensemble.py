@@ -39,12 +39,27 @@ def standardisation(scores: Any) -> tuple[float, float]:
     return float(s.mean()), std if std > 1e-12 else 1.0
 
 
-def standardised_mean(scores: list[Any]) -> tuple[np.ndarray, list[tuple[float, float]]]:
+def standardised_mean(scores: list[Any], weights: list[float] | None = None
+                      ) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """The members' scores combined as :meth:`CandidateEnsemble.score` combines them (float32 [N]), and each
-    member's :func:`standardisation` (mean, std), the statistics a :class:`CandidateEnsemble` is built with."""
+    member's :func:`standardisation` (mean, std), the statistics a :class:`CandidateEnsemble` is built with.
+    ``weights`` (>= 0, not all 0): a weighted mean of the standardised scores (:func:`flat_ensemble`'s ``weights``);
+    None: the plain mean."""
     stats = [standardisation(s) for s in scores]
-    combined = np.mean([(np.asarray(s) - mu) / sd for s, (mu, sd) in zip(scores, stats)], axis=0)
-    return combined.astype(np.float32), stats
+    z = np.stack([(np.asarray(s, dtype=np.float64) - mu) / sd for s, (mu, sd) in zip(scores, stats)])
+    w = _normalised(weights, len(scores))
+    return (w @ z).astype(np.float32), stats
+
+
+def _normalised(weights: list[float] | None, n: int) -> np.ndarray:
+    """``weights`` as an array summing to 1 (None: equal); raises ValueError on a wrong length, a negative weight
+    or all zeros."""
+    if weights is None:
+        return np.full(n, 1.0 / n)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"one finite weight >= 0 per part needed, not all 0: {n} parts, weights {weights}")
+    return w / w.sum()
 
 
 def member_input(x: Tensor, block: int, width: int, label_columns: int = 0) -> Tensor:
@@ -97,16 +112,24 @@ class CandidateEnsemble(torch.nn.Module):
 
 
 def flat_ensemble(parts: list[tuple[torch.nn.Module, float, float]], blocks: list[int] | None = None,
-                  width: int = 0, label_columns: int = 0) -> CandidateEnsemble:
+                  width: int = 0, label_columns: int = 0, weights: list[float] | None = None) -> CandidateEnsemble:
     """One flat :class:`CandidateEnsemble` scoring as the mean of ``(score_j - mean_j) / std_j`` over ``parts`` =
     (module, mean_j, std_j), where a module may itself be a :class:`CandidateEnsemble` (a kept model that is
     ``--contrast auto``'s average): its members join the flat list with composed statistics, so a checkpoint keeps one
     level. Exact: member i of part j (n_j members, its own mean_ji, std_ji) enters the mean over all L members with
     mean ``mean_ji + mean_j std_ji`` and std ``std_ji std_j n_j K / L`` (K parts); a plain part with ``mean_j`` and
     ``std_j K / L``. ``blocks``: each part's input block (every member of a part reads its part's block;
-    :class:`CandidateEnsemble`), with the block ``width`` and the ``label_columns``; None: one input for all."""
+    :class:`CandidateEnsemble`), with the block ``width`` and the ``label_columns``; None: one input for all.
+    ``weights``: the parts' weights (>= 0; :func:`standardised_mean`'s), folded into the stds: part j's std becomes
+    ``std_j / (K w_j)`` with the weights summing to 1, so that the mean over the parts is the weighted one (the
+    checkpoint format is unchanged); a part of weight 0 must not be passed."""
     if blocks is not None and len(blocks) != len(parts):
         raise ValueError(f"one input block per part needed: {len(parts)} parts, blocks {blocks}")
+    if weights is not None:
+        w = _normalised(weights, len(parts))
+        if (w <= 0).any():
+            raise ValueError(f"a part of weight 0 cannot join an ensemble: weights {weights}")
+        parts = [(m, mu, sd / (len(parts) * wj)) for (m, mu, sd), wj in zip(parts, w.tolist())]
     leaves: list[tuple[torch.nn.Module, float, float, int]] = []  # (member, mean, std before K / L, block)
     for j, (module, mu, sd) in enumerate(parts):
         block = 0 if blocks is None else int(blocks[j])
