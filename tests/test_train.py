@@ -438,25 +438,28 @@ def test_input_dropout_follows_labels_per_feature() -> None:
     assert "per input feature" in input_dropout_rule("gccad")
 
 
+class _Linear(torch.nn.Module):
+    """An ensemble member for the flat-ensemble tests: forward gives its outputs, score reads them."""
+
+    def __init__(self, w: torch.Tensor) -> None:
+        super().__init__()
+        self.w = w
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w
+
+    def score(self, out: torch.Tensor) -> torch.Tensor:
+        return out
+
+
 def test_flat_ensemble_scores_as_the_nested_average() -> None:
     """A kept fit that is itself an average of candidates joins a flat ensemble as its members, with composed
     statistics: the flat ensemble's score equals the mean of the parts' standardised scores (one checkpoint level)."""
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble, flat_ensemble, standardised_mean
 
-    class Linear(torch.nn.Module):  # a member: forward gives its outputs, score reads them
-        def __init__(self, w: torch.Tensor) -> None:
-            super().__init__()
-            self.w = w
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x @ self.w
-
-        def score(self, out: torch.Tensor) -> torch.Tensor:
-            return out
-
     g = torch.Generator().manual_seed(0)
     x = torch.randn(200, 4, generator=g, dtype=torch.float64)
-    a, b, c, d = (Linear(torch.randn(4, generator=g, dtype=torch.float64) * (i + 1)) for i in range(4))
+    a, b, c, d = (_Linear(torch.randn(4, generator=g, dtype=torch.float64) * (i + 1)) for i in range(4))
     inner = CandidateEnsemble([a, b, c], [0.3, -1.0, 2.0], [0.5, 2.0, 3.0])  # a model kept as an average
     s_inner = inner.score(inner(x)).double().numpy()
     s_d = d.score(d(x)).numpy()
@@ -497,20 +500,9 @@ def test_weighted_flat_ensemble_scores_as_the_weighted_mean() -> None:
     mean (nested parts included); equal weights give the plain mean; a zero or negative weight is refused."""
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble, flat_ensemble, standardised_mean
 
-    class Linear(torch.nn.Module):
-        def __init__(self, w: torch.Tensor) -> None:
-            super().__init__()
-            self.w = w
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x @ self.w
-
-        def score(self, out: torch.Tensor) -> torch.Tensor:
-            return out
-
     g = torch.Generator().manual_seed(1)
     x = torch.randn(300, 4, generator=g, dtype=torch.float64)
-    a, b, c = (Linear(torch.randn(4, generator=g, dtype=torch.float64) * (i + 1)) for i in range(3))
+    a, b, c = (_Linear(torch.randn(4, generator=g, dtype=torch.float64) * (i + 1)) for i in range(3))
     inner = CandidateEnsemble([a, b], [0.3, -1.0], [0.5, 2.0])
     parts = [inner.score(inner(x)).double().numpy(), c.score(c(x)).numpy(), a.score(a(x)).numpy()]
     w = [0.6, 0.1, 0.3]
