@@ -129,7 +129,7 @@ def test_kept_with_power_members_the_checkpoint_reads_both_normalisations(graph,
     g, path = graph
     real = train_mod.keep_candidates
 
-    def keep_all(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
+    def keep_all(fits, y, val_mask, seed=0, names=None, cross_fitted=False, **kw):
         kept, record = real(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted)
         return (list(range(len(fits))), record) if names and "zero-shot" in names else (kept, record)
 
@@ -206,7 +206,7 @@ def test_the_scratch_fit_kept_alone_reads_its_block_and_the_forest_the_checkpoin
     real_keep, real_view = train_mod.keep_candidates, fv_mod.add_forest_view
     seen = []
 
-    def scratch_only(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
+    def scratch_only(fits, y, val_mask, seed=0, names=None, cross_fitted=False, **kw):
         kept, record = real_keep(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted)
         if names and "zero-shot" in names:
             record.update(kept=["scratch"], chosen="scratch")

@@ -840,7 +840,7 @@ def test_auto_fine_tunes_a_local_checkpoint_three_ways_and_keeps_one_on_validati
     seen = {}
     real = train_mod.keep_candidates
 
-    def spy(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
+    def spy(fits, y, val_mask, seed=0, names=None, cross_fitted=False, **kw):
         if names == ["checkpoint", "graph", "scratch", "zero-shot"]:
             seen["val_mask"] = torch.as_tensor(val_mask).clone()
             seen["names"] = names
@@ -1013,7 +1013,7 @@ def test_auto_keeps_the_zero_shot_model_when_validation_prefers_it(small_graph, 
     g, path = small_graph
     real = train_mod.keep_candidates
 
-    def only_zero_shot(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
+    def only_zero_shot(fits, y, val_mask, seed=0, names=None, cross_fitted=False, **kw):
         kept, record = real(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted)
         if names and "zero-shot" in names:
             kept = [names.index("zero-shot")]
@@ -1175,7 +1175,7 @@ def test_fine_tuning_a_fine_tuned_ensemble_with_label_inputs(small_graph, local_
     g, path = small_graph
     real = train_mod.keep_candidates
 
-    def keep_all(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
+    def keep_all(fits, y, val_mask, seed=0, names=None, cross_fitted=False, **kw):
         kept, record = real(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted)
         return (list(range(len(fits))), record) if names and "zero-shot" in names else (kept, record)
 

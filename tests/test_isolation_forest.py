@@ -155,7 +155,7 @@ def test_a_kept_forest_is_written_and_scored_again_as_fine_tuning_scored(outlier
     g, path = outlier_graph
     real = train_mod.keep_candidates
 
-    def forced(fits, y, val_mask, seed=0, names=None, cross_fitted=False):
+    def forced(fits, y, val_mask, seed=0, names=None, cross_fitted=False, **kw):
         kept, record = real(fits, y, val_mask, seed=seed, names=names, cross_fitted=cross_fitted)
         if names and "isolation-forest" in names:
             kept = [names.index("isolation-forest")] if keep == "forest-alone" else list(range(len(names)))
