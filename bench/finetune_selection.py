@@ -8,7 +8,9 @@ Example (BENCHMARKS.md, session 36):
 With ``--swap scratch:z`` the variant is not "without a candidate" but "that candidate's scores replaced by those of
 the sibling run ``z<fraction>-s<seed>``" (e.g. ``gcad_dist.finetune --model scratch --normalize standard
 --candidate-scores``, BENCHMARKS.md session 63); ``--cross-fitted`` judges each candidate by its cross-fitted scores,
-as ``gcad_dist.finetune``'s default keep rule does.
+as ``gcad_dist.finetune``'s default keep rule does. ``--weighting kept`` combines both variants' kept candidates with
+the lift weights that ``gcad_dist.finetune`` uses since session 69 (``equal``, the default here: their mean); session
+70 judged the L2-SP checkpoint candidate so (``--swap checkpoint:a --cross-fitted --weighting kept``).
 
 With ``--add-isolation-forest DATA_DIR`` the variant is "one more candidate": the label-free isolation forest of the
 feature view (:func:`gcad_dist.feature_view.forest_scores`, on the raw features of ``DATA_DIR/<dataset>.npz``), judged
@@ -73,6 +75,9 @@ class SelectionConfig:
     add_isolation_forest: str | None = None  # DATA_DIR: the label-free isolation forest as one more candidate
     cross_fitted: bool = False  # judge candidates by their cross-fitted scores (gcad_dist.finetune's default rule)
     lift_weights: str | None = None  # "lift" / "half-lift" / "kept": compare the keep rule with those weights
+    # with --swap: how both variants weight their kept candidates, "equal" (before session 69) or "kept" (the lift
+    # weights over the kept set, gcad_dist.finetune's default since session 69)
+    weighting: str = "equal"
     halvings: int = 10
     seed: int = 0
     verbose: bool = False
@@ -194,8 +199,9 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
             if sel is not None:
                 swapped_sel = sel.copy()
                 swapped_sel[j] = o["selection_scores"][k]
-            full, full_sets = held_out(names, swapped, y, val, cfg.halvings, cfg.seed, swapped_sel)
-            part, _ = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel)
+            lift = None if cfg.weighting == "equal" else cfg.weighting
+            full, full_sets = held_out(names, swapped, y, val, cfg.halvings, cfg.seed, swapped_sel, lift=lift)
+            part, _ = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel, lift=lift)
         else:
             if cfg.without not in names:
                 log.warning("%s: no %r candidate among %s; skipped", f, cfg.without, names)
@@ -283,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare the keep rule as run with every candidate weighted by its validation AUPRC's lift over "
                         "the base rate (half-lift: halfway between those weights and equal ones; kept: the keep rule's "
                         "kept candidates weighted by their lift) (instead of --without)")
+    p.add_argument("--weighting", default=d.weighting, choices=("equal", "kept"),
+                   help="with --swap: how both variants weight the candidates they keep (equal: their mean; kept: "
+                        "their validation lift, gcad_dist.finetune's --candidate-weights lift)")
     p.add_argument("--cross-fitted", action="store_true",
                    help="judge candidates by their cross-fitted scores (gcad_dist.finetune's default keep rule)")
     p.add_argument("--halvings", type=int, default=d.halvings,
@@ -298,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(f"--swap: expected NAME:PREFIX (e.g. scratch:z), got {cfg.swap!r}")
     if sum([cfg.swap is not None, cfg.add_isolation_forest is not None, cfg.lift_weights is not None]) > 1:
         raise UsageError("--swap, --add-isolation-forest and --lift-weights: give one of them")
+    if cfg.weighting != "equal" and cfg.swap is None:
+        raise UsageError("--weighting: only with --swap (--lift-weights compares the weightings themselves)")
     if cfg.halvings < 1:
         raise UsageError(f"--halvings: must be >= 1, got {cfg.halvings}")
     setup_logging(cfg.verbose)

@@ -13,7 +13,10 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
 4. Evaluate the pre-trained model as is (zero-shot, reported as ``zero_shot`` in the metrics; the
    checkpoint's own ``link_eval`` / ``score_space``, as ``python -m gcad_dist.score`` scores it), then
    fine-tune full-batch with :func:`gcad_dist.supervised.fit_supervised`, selecting the epoch on
-   validation AUPRC. ``--epochs 0`` stops after the zero-shot evaluation.
+   validation AUPRC. ``--epochs 0`` stops after the zero-shot evaluation. Since session 70 the checkpoint's own
+   model is fine-tuned with L2-SP (``--anchor``, :attr:`gcad_dist.supervised.SupervisedConfig.anchor`): its loss
+   adds ``anchor / 2 * ||w - w_pretrained||^2``, so that a few labels adjust the label-free model rather than
+   overwrite it (BENCHMARKS.md, session 70).
 5. Which model is fine-tuned (``--model``, :data:`FINETUNE_MODELS`): the checkpoint's own (``checkpoint``);
    ``gcad_dist.train``'s GCCAD started from the checkpoint's input projection (``graph``); or that GCCAD from a
    random start (``scratch``: what ``gcad_dist.train`` fits on the same labels, on ``gcad_dist.train``'s feature
@@ -149,6 +152,10 @@ class FinetuneConfig:
     patience: int = TrainConfig.patience
     snapshots: int = TrainConfig.snapshots
     max_degree: int = TrainConfig.max_degree
+    # L2-SP strength of the checkpoint candidate's fine-tuning (SupervisedConfig.anchor): its weights are pulled
+    # towards the pre-trained ones instead of towards zero; 0 = off (before session 70). 1 was chosen on validation
+    # by a rule written before its runs (BENCHMARKS.md, session 70)
+    anchor: float = 1.0
     input_dropout: float | None = None  # the GCCAD fits' (None: gcad_dist.train's rule); the checkpoint model has none
     # neighbours' kept training labels as two input columns of every fit; None: gcad_dist.train's rule (by the count
     # of kept training anomalies, resolve_label_inputs)
@@ -185,6 +192,8 @@ def _validate(cfg: FinetuneConfig) -> None:
     if cfg.epochs < 0:
         raise UsageError(f"--epochs: must be >= 0 (0 = zero-shot evaluation only), got {cfg.epochs}")
     check_fit_options(cfg)
+    if not cfg.anchor >= 0:  # NaN too
+        raise UsageError(f"--anchor: must be >= 0 (0 = off), got {cfg.anchor}")
     if cfg.keep_rule not in KEEP_RULES:
         raise UsageError(f"--keep-rule: unknown value {cfg.keep_rule!r} (choose from {', '.join(KEEP_RULES)})")
     if cfg.candidate_weights not in WEIGHTINGS:
@@ -490,7 +499,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                                           LABEL_COLUMNS if label_inputs else 0))
             elif which == "checkpoint":
                 log.info("fine-tuning the checkpoint's model (contrast %s)", ft_config.contrast)
-                fits.append((fit_supervised(model, data, sub, scfg, state_name="checkpoint"), model, ft_config))
+                fits.append((fit_supervised(model, data, sub, dataclasses.replace(scfg, anchor=cfg.anchor),
+                                            state_name="checkpoint"), model, ft_config))
             else:  # gcad_dist.train's model and candidates, from the pre-trained input projection or from scratch
                 init = (lambda m: warm_start_input_projection(m, source)) if which == "graph" else None
                 log.info("fine-tuning gcad_dist.train's model (message passing), %s",
@@ -623,6 +633,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "none, the zero-shot model stays; costs about 2x gcad_dist.train)")
     add_schedule_options(p, d, epochs_help="maximum full-batch fine-tuning epochs; 0 = zero-shot evaluation only "
                          "(optimiser, epoch and patience defaults are gcad_dist.train's)")
+    p.add_argument("--anchor", type=float, default=d.anchor, metavar="A",
+                   help="L2-SP: the fine-tuned checkpoint model's loss adds A/2 * ||w - w_pretrained||^2, pulling its "
+                        "weights towards the pre-trained ones, so that a few labels adjust the label-free model "
+                        "instead of overwriting it (0 = off, the rule before session 70; the other candidates start "
+                        "from weights that were not pre-trained and are never anchored)")
     p.add_argument("--input-dropout", type=float, default=d.input_dropout,
                    help="dropout on the input features in the GCCAD fits (default: gcad_dist.train's, 0.2 below 20 "
                    "labelled training anomalies per input feature after --label-fraction, else 0; the fine-tuned "

@@ -55,6 +55,9 @@ class SupervisedConfig:
     epochs: int = 400
     lr: float = 1e-3  # peak learning rate (Adam)
     weight_decay: float = 0.0  # Adam weight decay (L2)
+    # L2-SP (Li et al., 2018): anchor / 2 * ||w - w_start||^2 added to the loss, which pulls the weights towards those
+    # the fit started from (a pre-trained model's) rather than towards zero; 0 = off
+    anchor: float = 0.0
     warmup_frac: float = 0.1  # linear warm-up over this fraction of the steps
     final_lr_frac: float = 0.1  # the learning rate decays linearly to lr * final_lr_frac
     eval_every: int = 5  # evaluate on the validation split every n epochs (and after the last)
@@ -291,6 +294,8 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
         raise ValueError(f"label_inputs: x must end with the {LABEL_COLUMNS} columns of "
                          "gcad_dist.data.label_inputs.with_label_inputs")
 
+    # the weights the fit starts from (before any saved state is loaded: a resumed fit keeps the same anchor)
+    start = [p.detach().clone() for p in model.parameters()] if cfg.anchor > 0 else None
     opt = adam(model.parameters(), device, cfg.lr, cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.epochs, cfg.warmup_frac, cfg.final_lr_frac))
 
@@ -360,6 +365,9 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
                     losses = model.loss(out, y, mask=loss_mask, weight=weight)
                 else:
                     losses = model.loss(out, y, mask=loss_mask)
+            if start is not None:  # L2-SP: recorded as its own loss part ("loss_anchor" in the history)
+                anchor = 0.5 * cfg.anchor * sum(((p - p0) ** 2).sum() for p, p0 in zip(model.parameters(), start))
+                losses = {**losses, "anchor": anchor, "total": losses["total"] + anchor}
             loss = losses["total"]
             if not torch.isfinite(loss):
                 log.warning("non-finite loss at epoch %d; stopping", epoch)

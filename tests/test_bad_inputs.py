@@ -436,6 +436,16 @@ def test_fit_options_are_checked_alike_by_train_and_finetune(cli: str, option: s
     assert line.startswith(f"error: {message}"), line
 
 
+
+@pytest.mark.parametrize("value", ["-0.5", "nan"])
+def test_finetune_anchor_must_be_non_negative(value: str, tmp_path: Path, capsys) -> None:
+    """``gcad_dist.finetune --anchor`` (L2-SP strength) below 0 or NaN is one line, before any file is read."""
+    from gcad_dist.finetune import main as finetune_main
+
+    line = _cli(finetune_main, ["--graph", str(tmp_path / "none.npz"), "--out", str(tmp_path / "out"),
+                                "--checkpoint", str(tmp_path / "no-checkpoint"), "--anchor", value], capsys)
+    assert line.startswith("error: --anchor: must be >= 0"), line
+
 @pytest.mark.parametrize("module,argv,expected", [
     ("gcad_dist.train", ["--graph", "g.npz", "--out", "o", "--epochs", "abc"], "argument --epochs: invalid int value"),
     ("gcad_dist.train", ["--graph", "g.npz"], "the following arguments are required: --out"),

@@ -179,3 +179,23 @@ def test_lift_weights_weigh_each_candidate_by_its_lift_on_the_choosing_half(tmp_
     assert "| as run | half-lift-weighted |" in capsys.readouterr().out
     with pytest.raises(UsageError, match="give one of them"):
         main([str(tmp_path), "--lift-weights", "--swap", "scratch:z"])
+
+
+def test_swap_with_kept_weighting_weighs_both_variants_by_lift(tmp_path: Path) -> None:
+    """``--swap NAME:PREFIX --weighting kept``: both variants combine their kept candidates with the shipped lift
+    weights (held_out(lift="kept")), so its "as run" figure is the one --lift-weights kept reports for the run; the
+    default (equal) is the keep rule's mean as before; --weighting without --swap is a usage error."""
+    _run(tmp_path, 0)
+    d = dict(np.load(tmp_path / "g" / "ft0.1-s0" / "candidate_scores.npz"))
+    z = tmp_path / "g" / "z0.1-s0"
+    z.mkdir()
+    np.savez(z / "candidate_scores.npz", names=np.array(["graph"]), scores=d["scores"][1:2], y=d["y"], val=d["val"],
+             test=d["test"], train=d["train"])
+    kept = study(SelectionConfig(runs=[str(tmp_path)], swap="graph:z", halvings=2, weighting="kept"))[0]
+    equal = study(SelectionConfig(runs=[str(tmp_path)], swap="graph:z", halvings=2))[0]
+    lifted = study(SelectionConfig(runs=[str(tmp_path)], lift_weights="kept", halvings=2))[0]
+    np.testing.assert_allclose(kept["without"], lifted["full"])
+    np.testing.assert_allclose(kept["full"], kept["without"])  # the sibling holds the same scores
+    np.testing.assert_allclose(equal["without"], lifted["without"])
+    with pytest.raises(UsageError, match="--weighting"):
+        main([str(tmp_path), "--weighting", "kept"])

@@ -1269,3 +1269,32 @@ def test_lift_weights_are_recorded_and_the_written_model_scores_with_them(small_
     code, _, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out",
                                        str(tmp_path / "bad"), "--candidate-weights", "best"], capsys)
     assert code == 2 and "--candidate-weights" in err
+
+
+def test_anchor_reaches_the_checkpoint_fit_only(small_graph, local_checkpoint, tmp_path, capsys, monkeypatch) -> None:
+    """``--anchor A`` (L2-SP) is the checkpoint candidate's fit setting, and no other candidate's: the graph and
+    scratch fits start from weights that were not pre-trained (all but an input projection), so they keep A = 0.
+    The settings record holds it."""
+    import gcad_dist.supervised as supervised_mod
+    import gcad_dist.train as train_mod
+
+    fit_supervised = supervised_mod.fit_supervised
+
+    seen: dict[str, list[float]] = {}
+
+    def spy(model, data, split, cfg=None, state_name=None):
+        seen.setdefault(str(state_name), []).append(cfg.anchor)
+        return fit_supervised(model, data, split, cfg, state_name=state_name)
+
+    monkeypatch.setattr(supervised_mod, "fit_supervised", spy)  # finetune imports it at run time
+    monkeypatch.setattr(train_mod, "fit_supervised", spy)
+    g, path = small_graph
+    out = tmp_path / "ft"
+    code, _, err = _run(finetune_main, ["--checkpoint", str(local_checkpoint), "--graph", str(path), "--out", str(out),
+                                       "--epochs", "2", "--eval-every", "1", "--seed", "0", "--anchor", "0.3",
+                                       "--forest", "off", "--isolation-forest", "off", "--no-progress", "--no-plots",
+                                       "--threads", "1"], capsys)
+    assert code == 0, err
+    assert seen.pop("checkpoint") == [0.3]
+    assert seen and all(a == 0.0 for anchors in seen.values() for a in anchors), seen
+    assert json.loads((out / "metrics.json").read_text())["config"]["anchor"] == 0.3

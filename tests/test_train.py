@@ -177,6 +177,27 @@ def test_fit_selects_on_validation_and_baseline_learns():
     assert sum(res.history["epoch_seconds"]) <= res.seconds
 
 
+def test_anchor_pulls_the_fit_towards_its_starting_weights():
+    """L2-SP (``SupervisedConfig.anchor``): the same fit from the same start ends nearer to its starting weights with
+    the anchor than without, and still learns the labels."""
+    from gcad_dist.model.baselines import BaselineConfig, build_baseline
+
+    data, y, split = _shifted_graph(400, 4, 2.5, 2000)
+    torch.manual_seed(1)
+    start = build_baseline(BaselineConfig(in_dim=4, kind="mlp", hidden=16))
+    w0 = torch.cat([p.detach().flatten() for p in start.parameters()])
+    moved = {}
+    for anchor in (0.0, 10.0):
+        model = build_baseline(BaselineConfig(in_dim=4, kind="mlp", hidden=16))
+        model.load_state_dict(start.state_dict())
+        res = fit_supervised(model, data, split, SupervisedConfig(epochs=40, lr=1e-2, eval_every=40, snapshots=1,
+                                                                  patience=0, anchor=anchor, progress=False))
+        moved[anchor] = float((torch.cat([p.detach().flatten() for p in model.parameters()]) - w0).norm())
+        assert res.test["auroc"] > 0.8
+        assert ("loss_anchor" in res.history) == (anchor > 0)  # the penalty is a loss part of its own
+    assert moved[10.0] < 0.5 * moved[0.0]
+
+
 @pytest.mark.parametrize("model_kind", ["gccad", "gcn"])
 def test_snapshot_ensemble_averages_the_best_validation_evaluations(model_kind):
     """With ``snapshots=k`` the scores are the mean over the k evaluations with the best validation AUPRC (the
