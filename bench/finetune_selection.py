@@ -10,7 +10,10 @@ the sibling run ``z<fraction>-s<seed>``" (e.g. ``gcad_dist.finetune --model scra
 --candidate-scores``, BENCHMARKS.md session 63); ``--cross-fitted`` judges each candidate by its cross-fitted scores,
 as ``gcad_dist.finetune``'s default keep rule does. ``--weighting kept`` combines both variants' kept candidates with
 the lift weights that ``gcad_dist.finetune`` uses since session 69 (``equal``, the default here: their mean); session
-70 judged the L2-SP checkpoint candidate so (``--swap checkpoint:a --cross-fitted --weighting kept``).
+70 judged the L2-SP checkpoint candidate so (``--swap checkpoint:a --cross-fitted --weighting kept``). ``--pick``
+makes the variant a per-run choice between the two: the sibling's candidate is used on a halving only where it ranks
+the choosing half's anomalies better than the run's own (session 71: the anchor strength chosen on validation,
+``--swap checkpoint:u --pick --cross-fitted --weighting kept``, not adopted).
 
 With ``--add-isolation-forest DATA_DIR`` the variant is "one more candidate": the label-free isolation forest of the
 feature view (:func:`gcad_dist.feature_view.forest_scores`, on the raw features of ``DATA_DIR/<dataset>.npz``), judged
@@ -78,6 +81,10 @@ class SelectionConfig:
     # with --swap: how both variants weight their kept candidates, "equal" (before session 69) or "kept" (the lift
     # weights over the kept set, gcad_dist.finetune's default since session 69)
     weighting: str = "equal"
+    # with --swap: the variant uses the sibling's candidate only on the halvings where it ranks the choosing half's
+    # anomalies better than the run's own (its cross-fitted scores with --cross-fitted), as a per-run choice between
+    # two fits of one candidate would (e.g. two --anchor strengths); with < MIN_POSITIVES anomalies there, the run's
+    pick: bool = False
     halvings: int = 10
     seed: int = 0
     verbose: bool = False
@@ -111,12 +118,13 @@ def lift_weights(val_auprc: list[float], base_rate: float, shrink: float = 0.0) 
 
 def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarray, halvings: int = 10,
              seed: int = 0, selection: np.ndarray | None = None,
-             lift: str | None = None) -> tuple[np.ndarray, Counter]:
+             lift: str | None = None, per_halving: bool = False) -> tuple[np.ndarray, Counter]:
     """Mean held-out (AUROC, AUPRC) of the keep rule over ``names``' candidates, and how often each kept set was
     chosen. ``scores``: [C, N]; ``selection``: [C, N] cross-fitted scores to judge them by (None: their scores); only
     the validation nodes' labels are read. ``lift`` ("lift", "half-lift", "kept"): the candidates (kept: those the
     keep rule keeps) weighted by their AUPRC's lift over the choosing half's base rate (the kept set is then those of
-    weight above 0)."""
+    weight above 0). ``per_halving``: the [2 * halvings, 2] metrics of each (choose, measure) pair, in
+    :func:`halves`' order, instead of their mean."""
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.model.candidate_ensemble import standardisation, standardised_mean
     from gcad_dist.train import keep_candidates
@@ -141,7 +149,7 @@ def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarra
             combined = w @ z
             metrics.append((auroc(y[measure], combined[measure]), auprc(y[measure], combined[measure])))
             kept_sets[" + ".join(n for n, wi in zip(names, w) if wi > 0)] += 1
-        return np.mean(metrics, axis=0), kept_sets
+        return (np.asarray(metrics) if per_halving else np.mean(metrics, axis=0)), kept_sets
     metrics, kept_sets = [], Counter()
     for i, (choose, measure) in enumerate(halves(y, val, halvings, seed)):
         mask = np.zeros(y.shape[0], dtype=bool)
@@ -150,7 +158,21 @@ def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarra
         combined, _ = standardised_mean([scores[k] for k in kept])
         metrics.append((auroc(y[measure], combined[measure]), auprc(y[measure], combined[measure])))
         kept_sets[" + ".join(names[k] for k in kept)] += 1
-    return np.mean(metrics, axis=0), kept_sets
+    return (np.asarray(metrics) if per_halving else np.mean(metrics, axis=0)), kept_sets
+
+
+def picks(y: np.ndarray, val: np.ndarray, own: np.ndarray, other: np.ndarray, halvings: int,
+          seed: int) -> np.ndarray:
+    """``--pick``: for each (choose, measure) pair of :func:`halves`, whether ``other`` ranks the choosing half's
+    anomalies better (AUPRC) than ``own``, with at least MIN_POSITIVES of them there (else ``own`` stays). Reads the
+    choosing halves' labels only."""
+    from gcad_dist.metrics import auprc
+
+    out = []
+    for choose, _ in halves(y, val, halvings, seed):
+        yc = (y[choose] == 1).astype(np.int64)
+        out.append(bool(yc.sum() >= MIN_POSITIVES and auprc(yc, other[choose]) > auprc(yc, own[choose])))
+    return np.asarray(out, dtype=bool)
 
 
 def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
@@ -200,8 +222,14 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
                 swapped_sel = sel.copy()
                 swapped_sel[j] = o["selection_scores"][k]
             lift = None if cfg.weighting == "equal" else cfg.weighting
-            full, full_sets = held_out(names, swapped, y, val, cfg.halvings, cfg.seed, swapped_sel, lift=lift)
-            part, _ = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel, lift=lift)
+            full, full_sets = held_out(names, swapped, y, val, cfg.halvings, cfg.seed, swapped_sel, lift=lift,
+                                       per_halving=cfg.pick)
+            part, _ = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel, lift=lift, per_halving=cfg.pick)
+            if cfg.pick:
+                use = picks(y, val, (scores if sel is None else sel)[j],
+                            (swapped if swapped_sel is None else swapped_sel)[j], cfg.halvings, cfg.seed)
+                full, part = np.where(use[:, None], full, part).mean(axis=0), part.mean(axis=0)
+                full_sets = Counter({f"{name} swapped in on {use.mean():.0%} of the choosing halves": len(use)})
         else:
             if cfg.without not in names:
                 log.warning("%s: no %r candidate among %s; skipped", f, cfg.without, names)
@@ -246,14 +274,14 @@ def _graph_forest(path: str, mtime_ns: int, size: int) -> tuple[np.ndarray, np.n
 
 
 def table(records: list[dict[str, Any]], without: str, swap: str | None = None,
-          added: str | None = None, lift: str | None = None) -> str:
+          added: str | None = None, lift: str | None = None, pick: bool = False) -> str:
     """Markdown: one row per (dataset, fraction), means over its runs, then the mean over the rows. With ``swap``
     the columns are the runs as they are and with the swapped candidate; with ``added`` (a candidate's name), as they
     are and with that candidate added."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["dataset"], r["fraction"]), []).append(r)
-    base, variant = (("as run", f"{lift}-weighted") if lift else ("as run", f"with {added}") if added else ("as run", f"{swap.split(':')[0]} swapped") if swap
+    base, variant = (("as run", f"{lift}-weighted") if lift else ("as run", f"with {added}") if added else ("as run", f"{swap.split(':')[0]} {'picked' if pick else 'swapped'}") if swap
                      else (f"without {without}", f"with {without}"))
     lines = [f"| graph | labels | runs | val anomalies | {base} | {variant} | change | runs ahead "
              "(AUPRC) | kept most often |", "|---|---|---|---|---|---|---|---|---|"]
@@ -292,6 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weighting", default=d.weighting, choices=("equal", "kept"),
                    help="with --swap: how both variants weight the candidates they keep (equal: their mean; kept: "
                         "their validation lift, gcad_dist.finetune's --candidate-weights lift)")
+    p.add_argument("--pick", action="store_true",
+                   help="with --swap: the variant takes the sibling's candidate only where it ranks the choosing half's "
+                        "anomalies better than the run's own (cross-fitted with --cross-fitted; the run's below 10 "
+                        "anomalies there): a per-run choice between two fits of one candidate")
     p.add_argument("--cross-fitted", action="store_true",
                    help="judge candidates by their cross-fitted scores (gcad_dist.finetune's default keep rule)")
     p.add_argument("--halvings", type=int, default=d.halvings,
@@ -307,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(f"--swap: expected NAME:PREFIX (e.g. scratch:z), got {cfg.swap!r}")
     if sum([cfg.swap is not None, cfg.add_isolation_forest is not None, cfg.lift_weights is not None]) > 1:
         raise UsageError("--swap, --add-isolation-forest and --lift-weights: give one of them")
+    if cfg.pick and cfg.swap is None:
+        raise UsageError("--pick: only with --swap (it chooses between a run's candidate and its sibling's)")
     if cfg.weighting != "equal" and cfg.swap is None:
         raise UsageError("--weighting: only with --swap (--lift-weights compares the weightings themselves)")
     if cfg.halvings < 1:
@@ -315,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cfg.verbose:  # keep_candidates logs every choice, and warns on small validation halves: 20 a run
         logging.getLogger("gcad_dist.train").setLevel(logging.ERROR)
     print(table(study(cfg), cfg.without, cfg.swap, ISOLATION_FOREST if cfg.add_isolation_forest else None,
-                cfg.lift_weights))
+                cfg.lift_weights, cfg.pick))
     return 0
 
 

@@ -199,3 +199,40 @@ def test_swap_with_kept_weighting_weighs_both_variants_by_lift(tmp_path: Path) -
     np.testing.assert_allclose(equal["without"], lifted["without"])
     with pytest.raises(UsageError, match="--weighting"):
         main([str(tmp_path), "--weighting", "kept"])
+
+
+def test_pick_takes_the_sibling_s_candidate_only_where_the_choosing_half_prefers_it(tmp_path: Path,
+                                                                                   capsys: pytest.CaptureFixture) -> None:
+    """``--swap NAME:PREFIX --pick``: per halving, the variant is the swapped run where the sibling's candidate ranks
+    the choosing half's anomalies better, else the run as is. A sibling that is better everywhere gives the swap's
+    figure, one that is worse gives the run's; the choice reads no test label; --pick without --swap is a usage
+    error."""
+    from bench.finetune_selection import picks
+
+    _run(tmp_path, 0, n=2000)
+    d = dict(np.load(tmp_path / "g" / "ft0.1-s0" / "candidate_scores.npz"))
+    rng = np.random.default_rng(7)
+    for name, shift in (("zb", 3.0), ("zw", 0.0)):  # better / worse than the run's weak 'graph'
+        z = tmp_path / "g" / f"{name}0.1-s0"
+        z.mkdir()
+        sc = (rng.normal(size=d["y"].shape[0]) + shift * d["y"])[None].astype(np.float32)
+        np.savez(z / "candidate_scores.npz", names=np.array(["graph"]), scores=sc, y=d["y"], val=d["val"],
+                 test=d["test"], train=d["train"])
+    better = study(SelectionConfig(runs=[str(tmp_path)], swap="graph:zb", halvings=3, pick=True))[0]
+    swapped = study(SelectionConfig(runs=[str(tmp_path)], swap="graph:zb", halvings=3))[0]
+    worse = study(SelectionConfig(runs=[str(tmp_path)], swap="graph:zw", halvings=3, pick=True))[0]
+    np.testing.assert_allclose(better["full"], swapped["full"])
+    np.testing.assert_allclose(worse["full"], worse["without"])
+    y, val = d["y"].astype(np.int64), d["val"]
+    own = d["scores"][1]
+    other = own + 5.0 * y
+    use = picks(y, val, own, other, 3, 0)
+    assert use.shape == (6,) and use.all()
+    y2 = y.copy()
+    y2[~val] = 1 - y2[~val]  # other test labels: the same choice
+    np.testing.assert_array_equal(picks(y2, val, own, other, 3, 0), use)
+    assert not picks(np.where(val, 0, y), val, own, other, 3, 0).any()  # no validation anomaly: the run's own
+    assert main([str(tmp_path), "--swap", "graph:zb", "--pick", "--halvings", "2"]) == 0
+    assert "| as run | graph picked |" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="--pick"):
+        main([str(tmp_path), "--pick"])
