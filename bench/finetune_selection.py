@@ -132,14 +132,14 @@ def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarra
     judged = scores if selection is None else selection
     fits = [(SimpleNamespace(scores=s, selection_scores=t, best_epoch=0, val={}, test={}), None, None)
             for s, t in zip(scores, judged)]
-    if lift:
-        z = np.stack([(s - mu) / sd for s, (mu, sd) in zip(scores, map(standardisation, scores))])
-        metrics, kept_sets = [], Counter()
-        for i, (choose, measure) in enumerate(halves(y, val, halvings, seed)):
+    z = np.stack([(s - mu) / sd for s, (mu, sd) in zip(scores, map(standardisation, scores))]) if lift else None
+    metrics, kept_sets = [], Counter()
+    for i, (choose, measure) in enumerate(halves(y, val, halvings, seed)):
+        mask = np.zeros(y.shape[0], dtype=bool)
+        mask[choose] = True
+        if lift:
             among = list(range(len(names)))
             if lift == "kept":
-                mask = np.zeros(y.shape[0], dtype=bool)
-                mask[choose] = True
                 among, _ = keep_candidates(fits, y, mask, seed=i, names=names, cross_fitted=selection is not None)
             w = np.zeros(len(names))
             w[among] = lift_weights([auprc(y[choose], judged[k][choose]) for k in among], float(y[choose].mean()),
@@ -147,18 +147,15 @@ def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarra
             if int(y[choose].sum()) < MIN_POSITIVES:
                 w[among] = 1.0 / len(among)
             combined = w @ z
-            metrics.append((auroc(y[measure], combined[measure]), auprc(y[measure], combined[measure])))
-            kept_sets[" + ".join(n for n, wi in zip(names, w) if wi > 0)] += 1
-        return (np.asarray(metrics) if per_halving else np.mean(metrics, axis=0)), kept_sets
-    metrics, kept_sets = [], Counter()
-    for i, (choose, measure) in enumerate(halves(y, val, halvings, seed)):
-        mask = np.zeros(y.shape[0], dtype=bool)
-        mask[choose] = True
-        kept, _ = keep_candidates(fits, y, mask, seed=i, names=names, cross_fitted=selection is not None)
-        combined, _ = standardised_mean([scores[k] for k in kept])
+            kept_name = " + ".join(n for n, wi in zip(names, w) if wi > 0)
+        else:
+            kept, _ = keep_candidates(fits, y, mask, seed=i, names=names, cross_fitted=selection is not None)
+            combined, _ = standardised_mean([scores[k] for k in kept])
+            kept_name = " + ".join(names[k] for k in kept)
         metrics.append((auroc(y[measure], combined[measure]), auprc(y[measure], combined[measure])))
-        kept_sets[" + ".join(names[k] for k in kept)] += 1
-    return (np.asarray(metrics) if per_halving else np.mean(metrics, axis=0)), kept_sets
+        kept_sets[kept_name] += 1
+    per = np.asarray(metrics)
+    return (per if per_halving else per.mean(axis=0)), kept_sets
 
 
 def picks(y: np.ndarray, val: np.ndarray, own: np.ndarray, other: np.ndarray, halvings: int,
