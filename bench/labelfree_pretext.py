@@ -39,7 +39,7 @@ def _flag(value: str) -> bool:
 
 
 #: the harness options a variant may set (the others stay at the recipe's defaults)
-OPTIONS = {"pre_tails": float, "pre_cliques": float, "pre_partial": float, "pre_epochs": int, "pre_ensemble": int, "pre_batch_size": int,
+OPTIONS = {"pre_tails": float, "pre_cliques": float, "pre_epochs": int, "pre_ensemble": int, "pre_batch_size": int,
            "pre_context_hops": int, "pre_degree_detrend": _flag}
 
 

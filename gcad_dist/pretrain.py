@@ -95,11 +95,11 @@ PLACEMENT_STRATEGIES = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 #: classifier of the score's top nodes where it tells them apart (session 60).
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": {"contrast": "graph", "loss": "contrastive", "tau": 0.1, "swap_features": 0.0,
-              "plant_cliques": 0.0, "push_tails": 0.0, "partial_swaps": 0.0, "ensemble": 1, "degree_detrend": False,
+              "plant_cliques": 0.0, "push_tails": 0.0, "ensemble": 1, "degree_detrend": False,
               "loose_context": False, "ball_switch": False, "feature_view": False,
               "signature_view": False},
     "local": {"contrast": "local", "loss": "logistic", "tau": 0.2, "swap_features": 0.15, "plant_cliques": 0.0,
-              "push_tails": 0.0, "partial_swaps": 0.0, "ensemble": 5, "degree_detrend": True, "loose_context": False,
+              "push_tails": 0.0, "ensemble": 5, "degree_detrend": True, "loose_context": False,
               "ball_switch": True, "feature_view": True,
               "signature_view": True},
 }
@@ -209,9 +209,6 @@ class PretrainConfig:
     clique_size: tuple[int, int] = (4, 20)  # (min, max) members of a planted clique, drawn uniformly
     # global corruption drawn at every step: this fraction of each batch's normal nodes get features from column tails
     push_tails: float | None = None
-    # partial contextual corruption drawn at every step: this fraction of each batch's normal nodes take a donor's
-    # values in a few feature columns (gcad_dist.data.online_corruption.swap_columns)
-    partial_swaps: float | None = None
     ensemble: int | None = None
     # local contrast: the context is the neighbours (1) or the two-hop ball (2; gcad_dist.model.ball)
     context_hops: int = 1
@@ -342,11 +339,6 @@ def build_parser() -> argparse.ArgumentParser:
       "normal nodes keep their links, and a tenth of their features (at least one) take values from the far 1%% "
       "tail of their columns (a global outlier, what IsolationForest sees); labelled abnormal (default: the "
       "recipe's, 0)")
-    a("--partial-swaps", type=float, default=d.partial_swaps, metavar="FRACTION",
-      help="a partial contextual corruption drawn afresh at every step, beside --swap-features: this fraction of "
-      "each batch's normal nodes keep their links and most of their features, and a few columns (each with a "
-      "probability drawn per node up to a quarter, at least one column) take another node's values, as a "
-      "camouflaged anomaly's few attributes do; labelled abnormal (default: the recipe's, 0)")
     a("--degree-detrend", action=argparse.BooleanOptionalAction, default=d.degree_detrend,
       help="local contrast: when the model scores, remove the trend of its scores over log(1 + in-degree) (one "
       "least-squares line over the nodes with neighbours, no label), so that a node is compared with nodes of "
@@ -484,7 +476,6 @@ def validate(cfg: PretrainConfig) -> dict:
         (cfg.swap_features is None or 0 <= cfg.swap_features < 1, "--swap-features", "must be in [0, 1)"),
         (cfg.plant_cliques is None or 0 <= cfg.plant_cliques < 1, "--plant-cliques", "must be in [0, 1)"),
         (cfg.push_tails is None or 0 <= cfg.push_tails < 1, "--push-tails", "must be in [0, 1)"),
-        (cfg.partial_swaps is None or 0 <= cfg.partial_swaps < 1, "--partial-swaps", "must be in [0, 1)"),
         (len(cfg.clique_size) == 2 and 2 <= cfg.clique_size[0] <= cfg.clique_size[1], "--clique-size",
          f"must be MIN MAX with 2 <= MIN <= MAX, got {' '.join(map(str, cfg.clique_size))}"),
         (cfg.ensemble is None or cfg.ensemble >= 1, "--ensemble", "must be >= 1"),
@@ -586,8 +577,7 @@ def validate(cfg: PretrainConfig) -> dict:
     if cfg.ensemble > 1 and cfg.contrast != "local":
         raise UsageError(f"--ensemble {cfg.ensemble}: an ensemble is trained for the local contrast only (this run's "
                          f"contrast is {cfg.contrast}); leave --ensemble at its default")
-    if (cfg.swap_features == 0 and not cfg.plant_cliques and not cfg.push_tails and not cfg.partial_swaps
-            and not corrupted):
+    if cfg.swap_features == 0 and not cfg.plant_cliques and not cfg.push_tails and not corrupted:
         raise UsageError(f"--swap-features: {cfg.store} holds no corrupted node (built with --corruption-mix none), "
                          "so there is nothing to contrast without corruptions drawn at every step: pass "
                          "--swap-features 0.15, or leave it and --recipe at their defaults")

@@ -98,7 +98,6 @@ class QualityConfig:
     pre_ensemble: int | None = None  # None: the local recipe's (gcad_dist.detectors.gccad_pre.LOCAL_ENSEMBLE)
     pre_cliques: float | None = None  # None: the local recipe's pretrain --plant-cliques
     pre_tails: float | None = None  # None: the local recipe's pretrain --push-tails
-    pre_partial: float | None = None  # None: the local recipe's pretrain --partial-swaps
     pre_batch_size: int | None = None  # None: the local recipe's pretrain --batch-size
     pre_context_hops: int | None = None  # None: the local recipe's pretrain --context-hops (1)
     pre_normalize: str | None = None  # None: partitioning.build's default --normalize (power)
@@ -119,7 +118,7 @@ class QualityConfig:
     def detector_options(self) -> dict[str, Any]:
         """The harness options that detectors read (:attr:`gcad_dist.detectors.DetectorSpec.options`)."""
         return {"pre_epochs": self.pre_epochs, "pre_ensemble": self.pre_ensemble, "pre_cliques": self.pre_cliques,
-                "pre_tails": self.pre_tails, "pre_partial": self.pre_partial, "pre_batch_size": self.pre_batch_size,
+                "pre_tails": self.pre_tails, "pre_batch_size": self.pre_batch_size,
                 "pre_context_hops": self.pre_context_hops, "pre_normalize": self.pre_normalize,
                 "pre_degree_detrend": self.pre_degree_detrend, "pre_loose_context": self.pre_loose_context,
                 "pre_ball_switch": self.pre_ball_switch, "pre_feature_view": self.pre_feature_view,
@@ -514,10 +513,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gccad-pre: pretrain --push-tails FRACTION, global outliers (features from column tails) "
                    "redrawn at every step, and --swap-features cut by as much, so that the corrupted share stays "
                    "0.15 with --pre-cliques (default: the recipe's, 0)")
-    p.add_argument("--pre-partial", type=float, default=d.pre_partial, metavar="FRACTION",
-                   help="gccad-pre: pretrain --partial-swaps FRACTION, nodes that take another node's values in a few "
-                   "columns, redrawn at every step, and --swap-features cut by as much, so that the corrupted share "
-                   "stays 0.15 with --pre-cliques and --pre-tails (default: the recipe's, 0)")
     p.add_argument("--pre-batch-size", type=int, default=d.pre_batch_size, metavar="SEEDS",
                    help="gccad-pre: seed nodes per pre-training minibatch (pretrain --batch-size) (default: the "
                    "recipe's, 1024)")
@@ -598,18 +593,17 @@ def _validate(cfg: QualityConfig) -> None:
         raise UsageError(f"--pre-batch-size: must be >= 1, got {cfg.pre_batch_size}")
     if cfg.pre_ensemble is not None and cfg.pre_ensemble < 1:
         raise UsageError(f"--pre-ensemble: must be >= 1, got {cfg.pre_ensemble}")
-    if cfg.pre_cliques is not None or cfg.pre_tails is not None or cfg.pre_partial is not None:
+    if cfg.pre_cliques is not None or cfg.pre_tails is not None:
         from gcad_dist.detectors.gccad_pre import LOCAL_PRETRAIN
 
         share = LOCAL_PRETRAIN["swap_features"]
-        parts = (("--pre-cliques", cfg.pre_cliques), ("--pre-tails", cfg.pre_tails), ("--pre-partial", cfg.pre_partial))
-        for flag, value in parts:
+        for flag, value in (("--pre-cliques", cfg.pre_cliques), ("--pre-tails", cfg.pre_tails)):
             if value is not None and not 0 <= value <= share:
                 raise UsageError(f"{flag}: must be in [0, {share}] (the recipe's share of corrupted nodes), got "
                                  f"{value}")
-        if sum(v or 0 for _, v in parts) > share:
-            raise UsageError(f"--pre-cliques, --pre-tails and --pre-partial: together at most {share} (the recipe's "
-                             f"share of corrupted nodes), got {' + '.join(str(v or 0) for _, v in parts)}")
+        if (cfg.pre_cliques or 0) + (cfg.pre_tails or 0) > share:
+            raise UsageError(f"--pre-cliques and --pre-tails: together at most {share} (the recipe's share of "
+                             f"corrupted nodes), got {cfg.pre_cliques} + {cfg.pre_tails}")
     for name in ("hidden", "layers", "epochs", "eval_every", "candidate_workers"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")

@@ -9,8 +9,7 @@ model scores real anomalies at chance. A corruption redrawn at every step cannot
 anomaly): a node keeps its links but carries another node's features. :func:`plant_cliques` is a structural one
 (PyGOD's planted cliques of unlike nodes): groups of nodes keep their features and are joined into cliques.
 :func:`push_to_tails` is a global one (what IsolationForest sees): a node keeps its links, and a few of its features
-take values from the far tails of their columns. :func:`swap_columns` is a partial contextual one (what camouflage
-leaves): a node keeps its links and most of its features, and a few columns take another node's values.
+take values from the far tails of their columns.
 """
 
 from __future__ import annotations
@@ -97,34 +96,6 @@ def push_to_tails(x: Tensor, y: Tensor, mask: Tensor | None, fraction: float, co
     new = torch.where((high - own).abs() >= (own - low).abs(), high, low)
     x2, y2 = x.clone(), y.clone()
     x2[pick.unsqueeze(1), cols] = new
-    y2[pick.to(y.device)] = 1
-    return x2, y2
-
-
-def swap_columns(x: Tensor, y: Tensor, mask: Tensor | None, fraction: float, columns: float = 0.25,
-                 generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """(x', y'): a partial contextual corruption. ``round(fraction * #normal nodes)`` of the nodes with ``y == 0``
-    (and in ``mask``, default all) keep their links and most of their features; each draws a share ``p`` uniform
-    in (0, ``columns``] and takes, in each feature column with probability ``p`` (at least one column), the value of
-    a donor row drawn uniformly from all rows (never itself), the same donor for all its columns. So a few
-    attributes disagree with the node's neighbours and the rest agree, as a camouflaged anomaly's do. The picked
-    nodes get the label 1; ``x`` and ``y`` are not modified."""
-    if not 0 < columns <= 1:
-        raise ValueError(f"columns must be in (0, 1], got {columns}")
-    idx = _candidates(y, mask, fraction)
-    if idx is None or x.size(1) == 0:
-        return x, y
-    n, f = x.shape
-    dev = x.device
-    pick, donor = _draw(idx, int(round(fraction * idx.numel())), n, generator)
-    pick, donor = pick.to(dev), donor.to(dev)
-    m = pick.numel()
-    share = columns * (1 - torch.rand(m, 1, generator=generator, device=dev))  # in (0, columns]
-    u = torch.rand(m, f, generator=generator, device=dev)
-    take = u < share
-    take[torch.arange(m, device=dev), u.argmin(1)] = True  # at least one column: the one drawn lowest
-    x2, y2 = x.clone(), y.clone()
-    x2[pick] = torch.where(take, x[donor], x[pick])
     y2[pick.to(y.device)] = 1
     return x2, y2
 

@@ -60,9 +60,6 @@ LOCAL_CLIQUES = 0.0
 #: ``pretrain --push-tails`` of the local recipe (the harness's ``--pre-tails``; 0 = none, the run key of earlier
 #: sessions). Like the cliques, the tails take their share out of the swaps.
 LOCAL_TAILS = 0.0
-#: ``pretrain --partial-swaps`` of the local recipe (the harness's ``--pre-partial``; 0 = none, the run key of earlier
-#: sessions). Like the cliques and the tails, partial swaps take their share out of the whole-row swaps.
-LOCAL_PARTIAL = 0.0
 LOCAL_EPOCHS = 3
 #: ``pretrain --degree-detrend`` of the local recipe (the harness's ``--pre-degree-detrend``; False = the run key of
 #: earlier sessions): the score's trend over log(1 + degree) removed (BENCHMARKS.md, session 46)
@@ -130,8 +127,8 @@ def _pipeline(data: Any, seed: int, threads: int, device: str, workdir: str | No
 
 
 def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, pre_ensemble: int | None = None,
-              pre_cliques: float | None = None, pre_tails: float | None = None, pre_partial: float | None = None,
-              pre_batch_size: int | None = None, pre_context_hops: int | None = None, pre_normalize: str | None = None,
+              pre_cliques: float | None = None, pre_tails: float | None = None, pre_batch_size: int | None = None,
+              pre_context_hops: int | None = None, pre_normalize: str | None = None,
               pre_degree_detrend: bool | None = None, pre_loose_context: bool | None = None,
               pre_ball_switch: bool | None = None, pre_feature_view: bool | None = None,
               pre_signature_view: bool | None = None,
@@ -144,7 +141,6 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
     score; float [N]. ``pre_epochs`` None = :data:`LOCAL_EPOCHS`, ``pre_ensemble`` None = :data:`LOCAL_ENSEMBLE`,
     ``pre_cliques`` (``pretrain --plant-cliques``, with the swaps cut by as much) None = :data:`LOCAL_CLIQUES`,
     ``pre_tails`` (``pretrain --push-tails``, the swaps cut by as much again) None = :data:`LOCAL_TAILS`,
-    ``pre_partial`` (``pretrain --partial-swaps``, the swaps cut by as much again) None = :data:`LOCAL_PARTIAL`,
     ``pre_batch_size`` None = :data:`LOCAL_BATCH_SIZE`, ``pre_context_hops`` (``pretrain --context-hops``) None = 1,
     ``pre_normalize`` (``partitioning.build --normalize``) None = the build's default, ``pre_degree_detrend``
     (``pretrain --degree-detrend``) None = the recipe's (on since session 46), ``pre_loose_context`` (``pretrain
@@ -166,15 +162,10 @@ def fit_score(data: Any, split: Any, seed: int, pre_epochs: int | None = None, p
         raise ValueError(f"pre_cliques must be in [0, {share}], got {cliques}")
     if not 0 <= tails <= share - cliques:
         raise ValueError(f"pre_tails must be in [0, {share} - pre_cliques], got {tails}")
-    partial = LOCAL_PARTIAL if pre_partial is None else pre_partial
-    if not 0 <= partial <= share - cliques - tails:
-        raise ValueError(f"pre_partial must be in [0, {share} - pre_cliques - pre_tails], got {partial}")
     pretrain = {**LOCAL_PRETRAIN, "epochs": LOCAL_EPOCHS if pre_epochs is None else pre_epochs,
                 "ensemble": LOCAL_ENSEMBLE if pre_ensemble is None else pre_ensemble, "plant_cliques": cliques,
-                "push_tails": tails, "swap_features": round(share - cliques - tails - partial, 6),
+                "push_tails": tails, "swap_features": round(share - cliques - tails, 6),
                 "batch_size": LOCAL_BATCH_SIZE if pre_batch_size is None else pre_batch_size}
-    if partial:  # absent at 0: the run key of earlier sessions
-        pretrain["partial_swaps"] = partial
     if pre_context_hops not in (None, 1):  # absent at 1: the run key of earlier sessions
         pretrain["context_hops"] = pre_context_hops
     pretrain["degree_detrend"] = LOCAL_DEGREE_DETREND if pre_degree_detrend is None else bool(pre_degree_detrend)

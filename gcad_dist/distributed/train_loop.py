@@ -60,8 +60,7 @@ import torch.distributed as dist
 from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.checkpoint import load_model_file, load_train_state, rng_state, save_model, save_train_state, set_rng_state
 from gcad_dist.data.degree_cap import cap_dense_step
-from gcad_dist.data.online_corruption import (draw_member_swaps, plant_cliques, push_to_tails, swap_columns,
-                                              swap_features)
+from gcad_dist.data.online_corruption import draw_member_swaps, plant_cliques, push_to_tails, swap_features
 from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
 from gcad_dist.data.target_shard import shard_for
@@ -402,8 +401,6 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
             x = tb.x
             if cfg.push_tails:  # one draw for every member, like the cliques
                 x, y = push_to_tails(x, y, tb.loss_mask, cfg.push_tails)
-            if cfg.partial_swaps:  # one draw for every member, like the tails
-                x, y = swap_columns(x, y, tb.loss_mask, cfg.partial_swaps)
             # an ensemble's members each get their own draw of swaps, applied inside the model
             plan = draw_member_swaps(y, tb.loss_mask, cfg.swap_features, members) if members > 1 else None
             if plan is None:
