@@ -5,7 +5,9 @@ Each variant is the harness's ``gccad-pre`` (:func:`gcad_dist.detectors.gccad_pr
 pre-training on Ray in-process, whole-graph score) with some of its options changed, e.g. ``T5=pre_tails:0.05``
 (``pretrain --push-tails 0.05``, the swaps cut to 0.10) or ``C5=pre_cliques:0.05``, or
 ``H2=pre_context_hops:2`` (``pretrain --context-hops 2``: the two-hop ball as the context; session 35), or
-``D0=pre_degree_detrend:0`` (the score without session 46's degree detrend). The fits read no label, so
+``D0=pre_degree_detrend:0`` (the score without session 46's degree detrend), or ``M=pre_sample_threshold:1000``
+(neighbour-sampled minibatch pre-training for every graph above 1,000 nodes; ``pre_fanout`` sets the neighbours a
+context samples, -1 all; session 72). The fits read no label, so
 every labelled node outside the test split of :func:`gcad_dist.data.splits.make_split` (the harness's split of
 that seed) is a fair judge: this script scores the training and validation nodes together (on books' 28
 anomalies that is about 17 against the validation split's 6) and never reads a test label. The first variant is
@@ -40,7 +42,7 @@ def _flag(value: str) -> bool:
 
 #: the harness options a variant may set (the others stay at the recipe's defaults)
 OPTIONS = {"pre_tails": float, "pre_cliques": float, "pre_epochs": int, "pre_ensemble": int, "pre_batch_size": int,
-           "pre_context_hops": int, "pre_degree_detrend": _flag}
+           "pre_context_hops": int, "pre_degree_detrend": _flag, "pre_sample_threshold": int, "pre_fanout": int}
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:

@@ -49,6 +49,8 @@ def test_labelfree_pretext_variants_and_paired_table():
 
     assert parse_variant("B") == ("B", {})
     assert parse_variant("T5=pre_tails:0.05,pre_epochs:2") == ("T5", {"pre_tails": 0.05, "pre_epochs": 2})
+    assert parse_variant("M=pre_sample_threshold:1000,pre_fanout:-1") == (
+        "M", {"pre_sample_threshold": 1000, "pre_fanout": -1})
     for bad in ("T=pre_tail:0.05", "T=pre_tails", "T=pre_epochs:x", "=pre_tails:0.1"):
         with pytest.raises(UsageError, match="--variants"):
             parse_variant(bad)
