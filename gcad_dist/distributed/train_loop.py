@@ -60,7 +60,6 @@ import torch.distributed as dist
 from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.checkpoint import load_model_file, load_train_state, rng_state, save_model, save_train_state, set_rng_state
 from gcad_dist.data.degree_cap import cap_dense_step
-_CTX_SWAPS = float(os.environ.get('GCAD_CTX_SWAPS', '0'))
 from gcad_dist.data.online_corruption import draw_member_swaps, plant_cliques, push_to_tails, swap_features
 from gcad_dist.data.sharding import ShardConfig
 from gcad_dist.data.store_dataset import StoreDataset
@@ -400,16 +399,6 @@ def run_worker(config: dict, reporter: Reporter, device: torch.device | None = N
                                             hop_edges[0] if hop_edges else None)
                 hop_edges = [hop1, *hop_edges[1:]] if hop_edges else None
             x = tb.x
-            if _CTX_SWAPS and hop_edges:  # prototype: swap a share of the context-only rows (no label)
-                s0, n_all = int(tb.num_sampled_nodes[0]), x.size(0)
-                m_ctx = int(round(_CTX_SWAPS * (n_all - s0)))
-                if m_ctx > 0:
-                    pk = s0 + torch.randperm(n_all - s0, device=x.device)[:m_ctx]
-                    dn = (pk + torch.randint(1, n_all, (m_ctx,), device=x.device)) % n_all
-                    x = x.clone()
-                    x[pk] = x[dn]
-                    if global_step == 0:
-                        log.warning("prototype: %d of %d context-only rows swapped", m_ctx, n_all - s0)
             if cfg.push_tails:  # one draw for every member, like the cliques
                 x, y = push_to_tails(x, y, tb.loss_mask, cfg.push_tails)
             # an ensemble's members each get their own draw of swaps, applied inside the model
