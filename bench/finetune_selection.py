@@ -84,6 +84,7 @@ class SelectionConfig:
     # with --swap: the variant uses the sibling's candidate only on the halvings where it ranks the choosing half's
     # anomalies better than the run's own (its cross-fitted scores with --cross-fitted), as a per-run choice between
     # two fits of one candidate would (e.g. two --anchor strengths); with < MIN_POSITIVES anomalies there, the run's
+    # own candidate stays
     pick: bool = False
     halvings: int = 10
     seed: int = 0
@@ -273,8 +274,8 @@ def _graph_forest(path: str, mtime_ns: int, size: int) -> tuple[np.ndarray, np.n
 def table(records: list[dict[str, Any]], without: str, swap: str | None = None,
           added: str | None = None, lift: str | None = None, pick: bool = False) -> str:
     """Markdown: one row per (dataset, fraction), means over its runs, then the mean over the rows. With ``swap``
-    the columns are the runs as they are and with the swapped candidate; with ``added`` (a candidate's name), as they
-    are and with that candidate added."""
+    the columns are the runs as they are and with the swapped candidate (with ``pick``, swapped in where the choosing
+    half prefers it); with ``added`` (a candidate's name), as they are and with that candidate added."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["dataset"], r["fraction"]), []).append(r)
