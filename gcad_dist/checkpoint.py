@@ -118,11 +118,14 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
         model = model.members[0]
     if isinstance(model, CandidateEnsemble):  # the primary stays the top-level model; every member is kept too
         blocks = model.blocks or [0] * len(model.members)
+        views = model.views or [None] * len(model.members)
         members = [{**_member_record(m), "mean": float(mu), "std": float(sd),
-                    **({"block": int(b)} if model.blocks is not None else {})}
-                   for m, mu, sd, b in zip(model.members, model.means.tolist(), model.stds.tolist(), blocks)]
-        if model.blocks is not None and len((extra or {}).get(INPUT_BLOCKS_KEY) or []) <= max(model.blocks):
-            raise ValueError(f"members read input blocks {sorted(set(model.blocks))}: extra[{INPUT_BLOCKS_KEY!r}] "
+                    **({"block": int(b)} if model.blocks is not None else {}),
+                    **({"views": dict(v)} if v is not None else {})}
+                   for m, mu, sd, b, v in zip(model.members, model.means.tolist(), model.stds.tolist(), blocks, views)]
+        read = [*(model.blocks or []), *(v["block"] for v in views if v is not None)]
+        if read and len((extra or {}).get(INPUT_BLOCKS_KEY) or []) <= max(read):
+            raise ValueError(f"members read input blocks {sorted(set(read))}: extra[{INPUT_BLOCKS_KEY!r}] "
                              "must name the normalisation of each")
         # the primary: the first GCCAD member (an isolation forest kept alone leaves the top-level state empty: the
         # members say what scores, and ``config`` gives the input width)

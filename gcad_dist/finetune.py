@@ -184,6 +184,9 @@ class FinetuneConfig:
     candidate_weights: str = "lift"  # gcad_dist.train.WEIGHTINGS: how the kept models' scores are averaged ("equal" before session 69)
     forest: str = TrainConfig.forest  # the forest view (gcad_dist.forest_view), as gcad_dist.train's
     isolation_forest: str = "auto"  # ISOLATION_FOREST_MODES: the label-free isolation forest as a --model auto candidate
+    # the zero-shot candidate scored with the label-free views its checkpoint records (gcad_dist.score's score of it),
+    # carried by the written ensemble; False: its bare contrast (before session 73)
+    zero_shot_views: bool = True
     progress: bool = True
     verbose: bool = False
 
@@ -350,6 +353,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.metrics import evaluate
     from gcad_dist.score import (_resolve_device, _resolve_normalize, load_checkpoint_model, prepare_data,
                                  with_views)
+    from gcad_dist.label_free_views import recorded_views
     from gcad_dist.supervised import fit_supervised, predict
     from gcad_dist.data.label_inputs import LABEL_COLUMNS, with_label_inputs
     from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates, resolve_label_inputs,
@@ -411,9 +415,14 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     y_np = y.numpy()
     dev = _resolve_device(cfg.device)
     zs_scores = predict(zs_model.to(dev), copy.copy(data).to(dev)).cpu().numpy()
-    # the feature and signature views (gcad_dist.score's, label-free) are reported beside the zero-shot score; the
-    # candidate and every written model are the model's own score, which a written checkpoint reproduces
-    view_scores, zs_view, zs_signature = with_views(zs_model, zs_scores, data, graph.x)
+    # the feature and signature views (gcad_dist.score's, label-free), reported beside the zero-shot score, on the raw
+    # features as the written model reads them (float32, its raw input block)
+    raw_x = np.asarray(graph.x, dtype=np.float32)
+    view_scores, zs_view, zs_signature = with_views(zs_model, zs_scores, data, raw_x)
+    # the zero-shot candidate is the checkpoint as gcad_dist.score scores it, views included (--zero-shot-views); the
+    # written ensemble carries them (its member reads the raw features as an input block: CandidateEnsemble's views)
+    zs_views = (recorded_views(zs_model) if cfg.zero_shot_views and (zs_view or zs_signature)
+                and not isinstance(zs_model, CandidateEnsemble) else None)
     zero_shot = {
         "val": evaluate(y_np, zs_scores, graph_np, split.val.numpy()),
         "test": evaluate(y_np, zs_scores, graph_np, split.test.numpy()),
@@ -493,9 +502,11 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         metrics["scratch_normalize"] = scratch_norm
         names, fits, graph_selection = [], [], {}
         for which in _models_to_fit(cfg.model, loaded.config):
-            if which == ZERO_SHOT:  # the checkpoint unchanged, scored as above (zero_shot_fit)
-                fits.append(zero_shot_fit(zs_model, dataclasses.replace(loaded.config, feature_view=False),
-                                          zs_scores, zero_shot["val"], zero_shot["test"],
+            if which == ZERO_SHOT:  # the checkpoint unchanged, scored as above (zero_shot_fit), with its views or bare
+                shown = metrics["zero_shot_feature_view"] if zs_views else zero_shot
+                fits.append(zero_shot_fit(zs_model, dataclasses.replace(loaded.config, feature_view=False,
+                                                                        signature_view=False),
+                                          view_scores if zs_views else zs_scores, shown["val"], shown["test"],
                                           LABEL_COLUMNS if label_inputs else 0))
             elif which == "checkpoint":
                 log.info("fine-tuning the checkpoint's model (contrast %s)", ft_config.contrast)
@@ -538,10 +549,16 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         # fit's where it read its own, the isolation forest's raw features ("none")
         width = int(graph.x.shape[1])
         label_columns = LABEL_COLUMNS if label_inputs else 0
-        block_names, block_x, blocks = [normalize], [data.x[:, :width]], []
+        block_names, block_x, blocks, views = [normalize], [data.x[:, :width]], [], []
         for i in kept:
+            views.append(None)
+            if names[i] == ZERO_SHOT and zs_views:  # its views read the raw features, a block of their own always
+                if "none" not in block_names[1:]:
+                    block_names.append("none")
+                    block_x.append(torch.from_numpy(raw_x))
+                views[-1] = {"block": 1 + block_names[1:].index("none"), **zs_views}
             if names[i] == ISOLATION_FOREST:  # a block of its own always, even where the checkpoint's is "none"
-                how, feats = "none", torch.as_tensor(graph.x, dtype=torch.float32)
+                how, feats = "none", torch.from_numpy(raw_x)
             elif names[i] == "scratch" and data_s is not data:
                 how, feats = scratch_norm, data_s.x[:, :width]
             else:
@@ -556,11 +573,12 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             res, saved_model, saved_config = fits[0]
             view_data = data_s
             extra["normalize"] = metrics["normalize"] = scratch_norm
-        elif any(blocks):  # the normalisations side by side (gcad_dist.score builds them alike); the scratch fit or
-            # the forest kept alone reads its block too, so that the forest view reads the checkpoint's normalisation
-            # whichever candidates are kept
+        elif any(blocks) or any(views):  # the normalisations side by side (gcad_dist.score builds them alike); the
+            # scratch fit, the forest or the viewed zero-shot model kept alone reads its block too, so that the forest
+            # view reads the checkpoint's normalisation whichever candidates are kept
             res, saved_model, saved_config = combine_candidates(fits, kept, data, split, blocks=blocks, width=width,
-                                                                label_columns=label_columns, weights=weights)
+                                                                label_columns=label_columns, weights=weights,
+                                                                views=views if any(views) else None)
             view_data = copy.copy(data)
             view_data.x = torch.cat([*block_x, data.x[:, width:]], dim=1)
             view_features = width  # the forest reads the checkpoint's normalisation, as without the other blocks
@@ -684,6 +702,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "and gcad_dist.score scores with it. Where labels follow a rule over a few heavy-tailed "
                         "attributes it ranks the anomalies far above GCCAD fitted on 1%% of the labels (BENCHMARKS.md, "
                         "sessions 64-65); off = the candidates before session 65")
+    p.add_argument("--zero-shot-views", action=argparse.BooleanOptionalAction, default=d.zero_shot_views,
+                   help="--model auto on a label-free checkpoint: the zero-shot candidate is the checkpoint as "
+                        "gcad_dist.score scores it, its label-free views (feature and signature view, fitted on this "
+                        "graph, no label read) included, and the written model applies them alike when it scores; "
+                        "--no-zero-shot-views: its bare contrast (before session 73). Where the links say little the "
+                        "views carry the label-free score (BENCHMARKS.md, sessions 72-73)")
     p.add_argument("--keep-rule", default=d.keep_rule, choices=KEEP_RULES,
                    help="--model auto: how a trained candidate is judged against the others on validation. "
                         "'validation': by its validation scores, which its own epoch choice made on the same nodes "

@@ -222,8 +222,12 @@ def _candidate_ensemble(members: list[dict], primary: torch.nn.Module, kind: str
         m.load_state_dict(rec["states"][0])
         built.append(SnapshotEnsemble(m, rec["states"]) if len(rec["states"]) > 1 else m)
     blocks = [int(r.get("block", 0)) for r in members] if any("block" in r for r in members) else None
-    return CandidateEnsemble(built, [float(r["mean"]) for r in members], [float(r["std"]) for r in members],
-                             blocks=blocks, width=width, label_columns=label_columns)
+    views = [r.get("views") for r in members]  # a member's label-free views (gcad_dist.finetune's zero-shot one)
+    try:
+        return CandidateEnsemble(built, [float(r["mean"]) for r in members], [float(r["std"]) for r in members],
+                                 blocks=blocks, width=width, label_columns=label_columns, views=views)
+    except ValueError as e:
+        raise GraphInputError(src, f"malformed candidate ensemble in checkpoint ({e})") from None
 
 
 def _forest_view(record: dict, model: torch.nn.Module, src: str) -> torch.nn.Module:
@@ -462,42 +466,16 @@ def score_graph(checkpoint_dir: str | Path, graph: Any, device: str = "auto", no
     return with_views(loaded.model, scores, data, raw)[0]
 
 
-def with_feature_view(model: torch.nn.Module, scores: np.ndarray, data: Any, x_raw: np.ndarray,
-                      always: bool = False) -> tuple[np.ndarray, dict[str, Any] | None]:
-    """``scores`` with the feature view (:func:`gcad_dist.feature_view.apply_feature_view`: an isolation forest on
-    the raw features ``x_raw``, added where it corroborates the contrast or where the links of ``data`` say nothing
-    about the features, or ``always``) when ``model`` records it (``feature_view``), and its record; ``(scores,
-    None)`` for any other model. ``data``: the graph scored (its edges say which nodes have a context)."""
-    if not getattr(getattr(model, "config", None), "feature_view", False):
-        return scores, None
-    from gcad_dist.feature_view import apply_feature_view
-
-    has = (torch.bincount(data.edge_index[1], minlength=data.num_nodes) > 0).numpy()
-    return apply_feature_view(scores, np.asarray(x_raw), has, threads=torch.get_num_threads(), always=always,
-                              edge_index=data.edge_index)
-
-
-def with_signature_view(model: torch.nn.Module, scores: np.ndarray, data: Any, x_raw: np.ndarray,
-                        always: bool = False) -> tuple[np.ndarray, dict[str, Any] | None]:
-    """``scores`` with the signature view (:func:`gcad_dist.signature_view.apply_signature_view`: the scores' top
-    nodes learnt by a cross-fitted linear classifier of the raw features ``x_raw`` and the links of ``data``, its rank
-    added where it tells them apart, or ``always``) when ``model`` records it (``signature_view``), and its record;
-    ``(scores, None)`` for any other model. Applied after :func:`with_feature_view`."""
-    if not getattr(getattr(model, "config", None), "signature_view", False):
-        return scores, None
-    from gcad_dist.signature_view import apply_signature_view
-
-    return apply_signature_view(scores, np.asarray(x_raw), data.edge_index, always=always)
-
-
 def with_views(model: torch.nn.Module, scores: np.ndarray, data: Any, x_raw: np.ndarray, feature_always: bool = False,
                signature_always: bool = False) -> tuple[np.ndarray, dict[str, Any] | None, dict[str, Any] | None]:
-    """``scores`` with the label-free views ``model`` records, as :func:`score_graph` and ``score`` apply them: the
-    feature view (:func:`with_feature_view`), then the signature view (:func:`with_signature_view`); and their
-    records (None where a view is not recorded)."""
-    scores, view = with_feature_view(model, scores, data, x_raw, always=feature_always)
-    scores, signature = with_signature_view(model, scores, data, x_raw, always=signature_always)
-    return scores, view, signature
+    """``scores`` with the label-free views ``model`` records (:func:`gcad_dist.label_free_views.apply_views`: the
+    feature view, then the signature view, on the raw features ``x_raw`` and the links of ``data``), as
+    :func:`score_graph` and ``score`` apply them; and their records (None where a view is not recorded). A model that
+    records none (an ensemble, whose members carry their own views; a supervised model) keeps ``scores``."""
+    from gcad_dist.label_free_views import apply_views, recorded_views
+
+    return apply_views(scores, x_raw, data.edge_index, data.num_nodes, **recorded_views(model),
+                       feature_always=feature_always, signature_always=signature_always)
 
 
 def write_scores(path: str | Path, scores: np.ndarray, y: np.ndarray | None = None,
@@ -693,8 +671,8 @@ def set_loose_context(loaded: LoadedModel, on: bool) -> None:
 def set_view(loaded: LoadedModel, view: str, how: str) -> None:
     """Score ``loaded``'s label-free local model with ``view`` (``"feature_view"``: :mod:`gcad_dist.feature_view`;
     ``"signature_view"``: :mod:`gcad_dist.signature_view`) as ``how`` says (one of :data:`FEATURE_VIEWS`), whatever it
-    was trained with; :class:`UsageError` for any other model. ``always`` is passed to :func:`with_feature_view` /
-    :func:`with_signature_view` by the caller."""
+    was trained with; :class:`UsageError` for any other model. ``always`` is passed to :func:`with_views`
+    by the caller."""
     option = "--" + view.replace("_", "-")
     if how not in FEATURE_VIEWS:
         raise UsageError(f"{option}: must be one of {', '.join(FEATURE_VIEWS)}, got {how!r}")

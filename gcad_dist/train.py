@@ -720,21 +720,24 @@ def lift_weights(val_auprc: list[float], base_rate: float) -> np.ndarray:
 
 def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], data: Any,
                        split: Any, blocks: list[int] | None = None, width: int = 0,
-                       label_columns: int = 0, weights: list[float] | None = None
-                       ) -> tuple[FitResult, torch.nn.Module, Any]:
+                       label_columns: int = 0, weights: list[float] | None = None,
+                       views: list[dict[str, Any] | None] | None = None) -> tuple[FitResult, torch.nn.Module, Any]:
     """The kept candidates as one fit: the candidate itself when one is kept, else a
     :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` scoring with the mean of their scores, each
     standardised over every node (no label), and its validation and test metrics. The first kept candidate is the
     primary: its epochs, history and config describe the run. ``blocks``: each kept candidate's input block, where
     they read differently normalised features (``gcad_dist.finetune``; :func:`~gcad_dist.model.candidate_ensemble.
     flat_ensemble`); one kept candidate that reads a block of its own is an ensemble of one. ``weights``: the kept
-    candidates' weights (:func:`keep_candidates`' ``record["weights"]``), a weighted mean; None: the plain mean."""
+    candidates' weights (:func:`keep_candidates`' ``record["weights"]``), a weighted mean; None: the plain mean.
+    ``views``: each kept candidate's label-free views record or None (``gcad_dist.finetune``'s zero-shot candidate,
+    whose scores include them; :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`); one kept candidate
+    with views is an ensemble of one too."""
     from dataclasses import replace
 
     from gcad_dist.metrics import evaluate
     from gcad_dist.model.candidate_ensemble import flat_ensemble, standardised_mean
 
-    if len(kept) == 1 and not any(blocks or []):  # one kept reading the usual input: the candidate itself
+    if len(kept) == 1 and not any(blocks or []) and not any(views or []):  # one kept reading the usual input: itself
         return fits[kept[0]]
     scores, stats = standardised_mean([fits[i][0].scores for i in kept], weights)
     y = torch.as_tensor(data.y).cpu().numpy()
@@ -750,7 +753,7 @@ def combine_candidates(fits: list[tuple[FitResult, Any, Any]], kept: list[int], 
                   extra={**primary.extra, "candidates_kept": len(kept)})
     # a kept fit that is itself a candidate ensemble (gcad_dist.finetune's graph models) joins as its members
     model = flat_ensemble([(fits[i][0].ensemble(fits[i][1]), mu, sd) for i, (mu, sd) in zip(kept, stats)],
-                          blocks=blocks, width=width, label_columns=label_columns, weights=weights)
+                          blocks=blocks, width=width, label_columns=label_columns, weights=weights, views=views)
     return res, model, primary_cfg
 
 
