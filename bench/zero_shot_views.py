@@ -11,6 +11,10 @@ test AUROC) and again with the zero-shot candidate's scores replaced by ``gcad_d
 (``OUT/<dataset>/pretrain/final``, scored once per dataset into ``views_scores.csv``). The kept set and weights stay
 as they were: where validation holds 10 anomalies or more, a built change would also move the selection. Measured on
 the validation and test nodes together (the runs' graphs must be ones no choice was made on).
+
+Since session 73 fine-tuning's zero-shot candidate is that viewed score (``gcad_dist.finetune --zero-shot-views``), so
+the replay is meant for runs made before, or with ``--no-zero-shot-views``; on newer runs both columns agree.
+``bench.paired_runs`` compares the built change with the old default run by run.
 """
 
 from __future__ import annotations

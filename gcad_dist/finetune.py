@@ -49,6 +49,13 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    anomalies far above GCCAD fitted on a few labels (session 64). Kept, it is written as its trees
    (:class:`~gcad_dist.model.isolation_forest.IsolationForestScorer`), reading the raw features as an input block of
    its own (``input_blocks`` names it ``none``).
+   Since session 73 (``--zero-shot-views``) the zero-shot candidate is the checkpoint as ``gcad_dist.score`` scores
+   it: its contrast with the label-free views the checkpoint records (:mod:`gcad_dist.label_free_views`: the feature
+   and signature views, fitted on this graph, no label read), not the bare contrast. Kept, the written ensemble's
+   member carries them (:class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`'s ``views``: the raw features
+   as an input block ``none``), so that the written model scores as the run did. Where the links say little the
+   views carry the label-free score, and a few labels' fits are averaged with a zero-shot candidate that ranks the
+   anomalies instead of one at chance (BENCHMARKS.md, sessions 72-73).
 6. Label inputs (``--label-inputs``; by default as ``gcad_dist.train``: on when the kept training labels hold at
    least :data:`~gcad_dist.train.LABEL_INPUTS_MIN_ANOMALIES` anomalies): every fitted model reads two more input
    columns, its neighbours labelled anomalous among the *kept* training labels (:mod:`gcad_dist.data.label_inputs`,
