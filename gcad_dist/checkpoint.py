@@ -30,8 +30,10 @@ from partitioning.features import mark_normalization
 MODEL_FILE = "model.pt"
 TRAIN_STATE_FILE = "train_state.pt"
 SNAPSHOTS_KEY = "snapshot_state_dicts"  # model.pt: a snapshot ensemble's states, the best first (optional)
-# model.pt: a candidate ensemble's members, the primary first (optional): [{config, states, mean, std[, block]}]; a
-# member's "block" indexes extra["input_blocks"] (INPUT_BLOCKS_KEY), the feature normalisation it reads (absent: 0)
+# model.pt: a candidate ensemble's members, the primary first (optional): [{config, states, mean, std[, block][,
+# views]}]; a member's "block" indexes extra["input_blocks"] (INPUT_BLOCKS_KEY), the feature normalisation it reads
+# (absent: 0); "views" = {block, feature_view, signature_view}: the label-free views it applies to its score, reading
+# the raw features of that block (gcad_dist.model.candidate_ensemble; absent: none)
 CANDIDATES_KEY = "candidate_members"
 # a candidate member's "kind" when it is gcad_dist.finetune's label-free isolation forest (gcad_dist.model.
 # isolation_forest; its trees' state under "forest", no config); absent: a GCCAD model
@@ -99,7 +101,8 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
     the best first; with two or more, readers score with their mean (``state_dict`` stays the best one).
     A :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble` is written as its primary member (config,
     ``state_dict`` and snapshots as above, what older readers load) plus every member under ``candidate_members``:
-    its config, states (the best first) and score standardisation. A
+    its config, states (the best first), score standardisation, input ``block`` and, for a member that carries its
+    label-free views (``gcad_dist.finetune``'s zero-shot candidate), ``views``. A
     :class:`~gcad_dist.model.rank_blend.RankBlend` of a model and a forest (``gcad_dist.train``'s forest view) is
     written as that model plus the forest's state, both empirical CDFs and the weights under ``forest_view``."""
     from gcad_dist.model.candidate_ensemble import CandidateEnsemble
