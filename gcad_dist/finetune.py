@@ -428,7 +428,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     view_scores, zs_view, zs_signature = with_views(zs_model, zs_scores, data, raw_x)
     # the zero-shot candidate is the checkpoint as gcad_dist.score scores it, views included (--zero-shot-views); the
     # written ensemble carries them (its member reads the raw features as an input block: CandidateEnsemble's views)
-    zs_views = (recorded_views(zs_model) if cfg.zero_shot_views and (zs_view or zs_signature)
+    recorded = recorded_views(zs_model)
+    zs_views = (recorded if cfg.zero_shot_views and any(recorded.values())
                 and not isinstance(zs_model, CandidateEnsemble) else None)
     zero_shot = {
         "val": evaluate(y_np, zs_scores, graph_np, split.val.numpy()),
@@ -557,24 +558,24 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         width = int(graph.x.shape[1])
         label_columns = LABEL_COLUMNS if label_inputs else 0
         block_names, block_x, blocks, views = [normalize], [data.x[:, :width]], [], []
-        for i in kept:
-            views.append(None)
-            if names[i] == ZERO_SHOT and zs_views:  # its views read the raw features, a block of their own always
-                if "none" not in block_names[1:]:
-                    block_names.append("none")
-                    block_x.append(torch.from_numpy(raw_x))
-                views[-1] = {"block": 1 + block_names[1:].index("none"), **zs_views}
-            if names[i] == ISOLATION_FOREST:  # a block of its own always, even where the checkpoint's is "none"
-                how, feats = "none", torch.from_numpy(raw_x)
-            elif names[i] == "scratch" and data_s is not data:
-                how, feats = scratch_norm, data_s.x[:, :width]
-            else:
-                blocks.append(0)
-                continue
+
+        def block_of(how: str, feats: Any) -> int:
+            """The input block (>= 1) holding ``feats`` under the normalisation ``how``, added if new."""
             if how not in block_names[1:]:
                 block_names.append(how)
                 block_x.append(feats)
-            blocks.append(1 + block_names[1:].index(how))
+            return 1 + block_names[1:].index(how)
+
+        for i in kept:
+            # the viewed zero-shot model's views read the raw features, a block of their own always
+            views.append({"block": block_of("none", torch.from_numpy(raw_x)), **zs_views}
+                         if names[i] == ZERO_SHOT and zs_views else None)
+            if names[i] == ISOLATION_FOREST:  # a block of its own always, even where the checkpoint's is "none"
+                blocks.append(block_of("none", torch.from_numpy(raw_x)))
+            elif names[i] == "scratch" and data_s is not data:
+                blocks.append(block_of(scratch_norm, data_s.x[:, :width]))
+            else:
+                blocks.append(0)
         view_data, view_features = data, None  # what the written model reads, and the forest's leading columns
         if cfg.model == "scratch" and blocks == [1]:  # gcad_dist.train's fit as it is: its input, its forest view
             res, saved_model, saved_config = fits[0]

@@ -156,7 +156,7 @@ class CandidateEnsemble(torch.nn.Module):
         v = self.views[i]
         viewed, _, _ = apply_views(s.detach().cpu().numpy(), out.x_raw.detach().cpu().numpy(), out.edge_index.cpu(),
                                    int(s.shape[0]), v["feature_view"], v["signature_view"])
-        return torch.as_tensor(np.asarray(viewed), dtype=torch.float32, device=s.device)
+        return torch.as_tensor(viewed, dtype=torch.float32, device=s.device)
 
     def score(self, outs: list[Any]) -> Tensor:
         """Mean over the members of ``(score - mean) / std`` [N]."""
