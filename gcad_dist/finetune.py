@@ -189,6 +189,9 @@ class FinetuneConfig:
     candidate_scores: bool = False
     keep_rule: str = "cross-fitted"  # KEEP_RULES; "validation" before session 44
     candidate_weights: str = "lift"  # gcad_dist.train.WEIGHTINGS: how the kept models' scores are averaged ("equal" before session 69)
+    # a candidate the keep rule dropped rejoins where the kept ones' mean with it ranks the validation anomalies better
+    # (gcad_dist.selection.rejoin; False: as before session 74)
+    rejoin: bool = True
     forest: str = TrainConfig.forest  # the forest view (gcad_dist.forest_view), as gcad_dist.train's
     isolation_forest: str = "auto"  # ISOLATION_FOREST_MODES: the label-free isolation forest as a --model auto candidate
     # the zero-shot candidate scored with the label-free views its checkpoint records (gcad_dist.score's score of it),
@@ -547,7 +550,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         if len(fits) > 1:  # every model validation does not place clearly below the best, scored together
             kept, selection = keep_candidates(fits, y, split.val, seed=cfg.seed, names=names,
                                               cross_fitted=cfg.keep_rule == "cross-fitted",
-                                              weighting=cfg.candidate_weights)
+                                              weighting=cfg.candidate_weights, rejoin=cfg.rejoin)
             metrics["model_selection"] = selection
             kept_name = selection["chosen"]
         else:
@@ -727,6 +730,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "with confidence >= 0.95). 'equal': their mean; 'lift': their mean weighted by each one's "
                         "validation AUPRC lift over the base rate, max(0, AUPRC - base rate) (alike with fewer than 10 "
                         "validation anomalies); metrics.json 'model_selection' records the weights")
+    p.add_argument("--rejoin", action=argparse.BooleanOptionalAction, default=d.rejoin,
+                   help="--model auto: after the keep rule, a dropped candidate rejoins the kept ones, with an equal "
+                        "share, where a paired bootstrap over >= 10 validation anomalies finds their mean with it "
+                        "better in AUPRC with confidence >= 0.8, one at a time. The keep rule judges each candidate "
+                        "alone; where the anomalies are of several kinds, a candidate weaker alone can rank others "
+                        "than the kept ones do (BENCHMARKS.md, session 74). --no-rejoin: as before session 74")
     add_candidate_options(p, d)
     add_resume_options(p, d)
     add_runtime_options(p, d)

@@ -23,7 +23,7 @@ import numpy as np
 from gcad_dist.metrics import _np
 
 __all__ = ["SWITCH_CONFIDENCE", "MIN_POSITIVES", "SWITCH_RULE", "KEEP_RULE", "BootstrapComparison", "bootstrap_auprc",
-           "compare_auprc", "p_better_auroc", "validation_folds", "CrossFit"]
+           "compare_auprc", "p_better_auroc", "validation_folds", "CrossFit", "REJOIN_CONFIDENCE", "rejoin"]
 
 SWITCH_CONFIDENCE = 0.95  # an alternative replaces the default when P(better AUPRC) >= this
 #: with fewer validation anomalies than this the default is kept: a bootstrap over one or two anomalies says
@@ -34,6 +34,9 @@ SWITCH_RULE = f"bootstrap p >= {SWITCH_CONFIDENCE}, >= {MIN_POSITIVES} val anoma
 # gcad_dist.train --contrast auto since session 18: keep every candidate the bootstrap cannot place clearly below the
 # best one, and score with the mean of the kept candidates' standardised scores (session 7-17: keep one, SWITCH_RULE)
 KEEP_RULE = f"keep unless the best is better by {SWITCH_RULE}; mean of standardised scores"
+#: gcad_dist.finetune --rejoin (session 74): a candidate the keep rule dropped rejoins the kept ones when a paired
+#: bootstrap finds their mean with it better on validation AUPRC with at least this confidence
+REJOIN_CONFIDENCE = 0.8
 _BLOCK_ELEMENTS = 1 << 23  # resamples x nodes per block (64 MiB of float64)
 
 
@@ -245,3 +248,44 @@ class CrossFit:
         if not np.array_equal(state["folds"].numpy(), self.folds) or int(state["k"]) != self.k:
             raise ValueError("the saved cross-fit state belongs to other validation halves")
         self.top = [[(float(ap), int(ep), z.numpy()) for ap, ep, z in t] for t in state["top"]]
+
+
+def rejoin(y: Any, z: Any, weights: Any, seed: int = 0, confidence: float = REJOIN_CONFIDENCE,
+           n_boot: int = 1000) -> tuple[np.ndarray, list[dict[str, float]]]:
+    """Let dropped candidates rejoin a weighted ensemble where they make it better, as an ensemble.
+
+    A keep rule that judges each candidate alone against the best one drops candidates that are weaker alone but
+    rank other anomalies than the kept ones (a graph whose anomalies are of several kinds): their mean with the kept
+    ones can rank the validation anomalies far better than the kept ones do. Repeatedly, of the candidates of
+    weight 0, the one whose addition raises the ensemble's validation AUPRC most joins with an equal share (weight
+    ``1 / (k + 1)`` beside ``k`` kept ones, theirs scaled by ``k / (k + 1)``), iff a paired bootstrap over the
+    validation nodes (:func:`compare_auprc`) finds the ensemble with it better with probability >= ``confidence``;
+    it stops when none qualifies.
+
+    ``y`` [V]: the validation labels (0/1); ``z`` [C, V]: each candidate's standardised scores of the validation
+    nodes; ``weights`` [C]: the kept candidates' weights (summing to 1; 0 for a dropped one). Returns the new weights
+    and one record per candidate that rejoined (its index, the ensemble's AUPRC before and after, P(better)).
+    """
+    y = _np(y)
+    z = np.asarray(z, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64).copy()
+    if z.ndim != 2 or z.shape[0] != w.shape[0] or z.shape[1] != y.shape[0]:
+        raise ValueError(f"rejoin: scores {z.shape} do not match {w.shape[0]} weights and {y.shape[0]} labels")
+    steps: list[dict[str, float]] = []
+    while (w == 0).any() and (w > 0).any():
+        k = int((w > 0).sum())
+        current = w @ z
+        best = None
+        for i in np.flatnonzero(w == 0):
+            trial = w * (k / (k + 1))
+            trial[i] = 1.0 / (k + 1)
+            cmp = compare_auprc(y, current, trial @ z, n_boot=n_boot, seed=seed)
+            if (cmp.alternative_auprc > cmp.default_auprc and cmp.p_alternative_better >= confidence
+                    and (best is None or cmp.alternative_auprc > best[1].alternative_auprc)):
+                best = (int(i), cmp, trial)
+        if best is None:
+            break
+        i, cmp, w = best
+        steps.append({"candidate": i, "auprc_before": cmp.default_auprc, "auprc_after": cmp.alternative_auprc,
+                      "p_better": cmp.p_alternative_better})
+    return w, steps

@@ -633,7 +633,7 @@ def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
 
 def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any, seed: int = 0,
                     names: list[str] | None = None, cross_fitted: bool = False,
-                    weighting: str = "equal") -> tuple[list[int], dict[str, Any]]:
+                    weighting: str = "equal", rejoin: bool = False) -> tuple[list[int], dict[str, Any]]:
     """Keep every candidate whose validation AUPRC is not clearly below the best one's: drop candidate ``i`` only
     if a paired bootstrap over the validation nodes finds the best one better with confidence >=
     :data:`gcad_dist.selection.SWITCH_CONFIDENCE` over >= :data:`gcad_dist.selection.MIN_POSITIVES` validation
@@ -654,9 +654,18 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     kept candidate of weight 0 is dropped, and ``record["weights"]`` holds the kept ones' weights (summing to 1) for
     :func:`combine_candidates`; with fewer than :data:`gcad_dist.selection.MIN_POSITIVES` validation anomalies, or no
     kept one above the base rate, the kept ones weigh alike.
+
+    ``rejoin`` (``gcad_dist.finetune --rejoin``, session 74) then lets the dropped candidates rejoin, one at a time,
+    where their mean with the kept ones ranks the validation anomalies better by paired bootstrap
+    (:func:`gcad_dist.selection.rejoin`: P >= :data:`gcad_dist.selection.REJOIN_CONFIDENCE`, each with an equal
+    share; judged as above, each candidate's scores standardised over every node as :func:`combine_candidates`
+    standardises them); only with >= :data:`gcad_dist.selection.MIN_POSITIVES` validation anomalies (with fewer none
+    is dropped). ``record["rejoined"]`` lists them, and ``record["weights"]`` holds the weights.
     """
     from gcad_dist.metrics import auprc
-    from gcad_dist.selection import MIN_POSITIVES, SWITCH_RULE, compare_auprc
+    from gcad_dist.model.candidate_ensemble import standardisation
+    from gcad_dist.selection import MIN_POSITIVES, REJOIN_CONFIDENCE, SWITCH_RULE, compare_auprc
+    from gcad_dist.selection import rejoin as rejoin_dropped
 
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting: unknown value {weighting!r} (choose from {', '.join(WEIGHTINGS)})")
@@ -703,6 +712,20 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
                            "max(0, AUPRC - base rate) (alike with fewer than "
                            f"{MIN_POSITIVES} validation anomalies or none above it)")
         record["chosen"] = " + ".join(record["kept"])
+    if rejoin and positives >= MIN_POSITIVES and (yv == 0).any() and len(kept) < len(fits):
+        w_all = np.zeros(len(fits))
+        w_all[kept] = list(record["weights"].values()) if "weights" in record else 1.0 / len(kept)
+        z = np.stack([(np.asarray(s, dtype=np.float64)[vm] - mu) / sd
+                      for s, (mu, sd) in zip(judged, map(standardisation, judged))])
+        w_all, steps = rejoin_dropped(yv, z, w_all, seed=seed)
+        record["rejoin_rule"] = (f"a dropped candidate rejoins with an equal share where the kept ones' mean with it "
+                                 f"has the higher validation AUPRC by paired bootstrap, P >= {REJOIN_CONFIDENCE}")
+        record["rejoined"] = [{**st, "candidate": names[st["candidate"]]} for st in steps]
+        if steps:
+            kept = [int(i) for i in np.flatnonzero(w_all > 0)]
+            record.update(kept=[names[i] for i in kept], weights={names[i]: float(w_all[i]) for i in kept})
+            record["chosen"] = " + ".join(record["kept"])
+            record["rule"] += "; then " + record["rejoin_rule"]
     log.info("candidates kept on validation: %s (%s)", record["chosen"], "; ".join(
         f"{n}: val AUPRC {record['val_auprc'][n]:.4f}"
         + (f", P({names[best]} better) {record['bootstrap'][n]['p_best_better']:.3f}" if n in record["bootstrap"] else "")
