@@ -22,6 +22,10 @@ holds at least :data:`gcad_dist.selection.MIN_POSITIVES` anomalies (with fewer t
 candidate: it could not drop a forest that ranks the anomalies low). Session 64 measured with it what
 fine-tuning with very few labels leaves on graphs whose anomalies are extreme in a few attributes.
 
+With ``--rejoin`` the variant is ``gcad_dist.finetune``'s keep rule (lift weights) with session 74's ``--rejoin``
+(dropped candidates rejoin where the kept ones' mean with them ranks the choosing half's anomalies better), the
+baseline the same rule without it; judge as the product does with ``--cross-fitted``.
+
 With ``--lift-weights [lift|half-lift|kept]`` the variant is not a different candidate set but a different
 combination: every candidate weighted by its AUPRC's lift over the base rate on the choosing half, ``max(0, AUPRC -
 base rate)`` (judged as the keep rule judges it; half-lift: halfway between those weights, normalised, and equal ones
@@ -78,6 +82,8 @@ class SelectionConfig:
     add_isolation_forest: str | None = None  # DATA_DIR: the label-free isolation forest as one more candidate
     cross_fitted: bool = False  # judge candidates by their cross-fitted scores (gcad_dist.finetune's default rule)
     lift_weights: str | None = None  # "lift" / "half-lift" / "kept": compare the keep rule with those weights
+    # compare gcad_dist.finetune's keep rule (lift weights) with and without --rejoin (session 74)
+    rejoin: bool = False
     # with --swap: how both variants weight their kept candidates, "equal" (before session 69) or "kept" (the lift
     # weights over the kept set, gcad_dist.finetune's default since session 69)
     weighting: str = "equal"
@@ -119,13 +125,16 @@ def lift_weights(val_auprc: list[float], base_rate: float, shrink: float = 0.0) 
 
 def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarray, halvings: int = 10,
              seed: int = 0, selection: np.ndarray | None = None,
-             lift: str | None = None, per_halving: bool = False) -> tuple[np.ndarray, Counter]:
+             lift: str | None = None, per_halving: bool = False,
+             rejoin: bool | None = None) -> tuple[np.ndarray, Counter]:
     """Mean held-out (AUROC, AUPRC) of the keep rule over ``names``' candidates, and how often each kept set was
     chosen. ``scores``: [C, N]; ``selection``: [C, N] cross-fitted scores to judge them by (None: their scores); only
     the validation nodes' labels are read. ``lift`` ("lift", "half-lift", "kept"): the candidates (kept: those the
     keep rule keeps) weighted by their AUPRC's lift over the choosing half's base rate (the kept set is then those of
     weight above 0). ``per_halving``: the [2 * halvings, 2] metrics of each (choose, measure) pair, in
-    :func:`halves`' order, instead of their mean."""
+    :func:`halves`' order, instead of their mean. ``rejoin`` (True / False; None: not this mode): the kept candidates
+    and weights as :func:`gcad_dist.train.keep_candidates` gives them with ``weighting="lift"`` and that ``rejoin``
+    (``gcad_dist.finetune``'s rule since session 69, with or without session 74's ``--rejoin``)."""
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.model.candidate_ensemble import standardisation, standardised_mean
     from gcad_dist.train import keep_candidates
@@ -133,12 +142,19 @@ def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarra
     judged = scores if selection is None else selection
     fits = [(SimpleNamespace(scores=s, selection_scores=t, best_epoch=0, val={}, test={}), None, None)
             for s, t in zip(scores, judged)]
-    z = np.stack([(s - mu) / sd for s, (mu, sd) in zip(scores, map(standardisation, scores))]) if lift else None
+    z = (np.stack([(s - mu) / sd for s, (mu, sd) in zip(scores, map(standardisation, scores))])
+         if lift or rejoin is not None else None)
     metrics, kept_sets = [], Counter()
     for i, (choose, measure) in enumerate(halves(y, val, halvings, seed)):
         mask = np.zeros(y.shape[0], dtype=bool)
         mask[choose] = True
-        if lift:
+        if rejoin is not None:
+            _, rec = keep_candidates(fits, y, mask, seed=i, names=names, cross_fitted=selection is not None,
+                                     weighting="lift", rejoin=rejoin)
+            w = np.array([rec["weights"].get(n, 0.0) for n in names])
+            combined = w @ z
+            kept_name = " + ".join(rec["kept"])
+        elif lift:
             among = list(range(len(names)))
             if lift == "kept":
                 among, _ = keep_candidates(fits, y, mask, seed=i, names=names, cross_fitted=selection is not None)
@@ -200,6 +216,9 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
                 more = np.concatenate([scores, forest[None]])
                 full, full_sets = held_out(names + [ISOLATION_FOREST], more, y, val, cfg.halvings, cfg.seed,
                                            None if sel is None else np.concatenate([sel, forest[None]]))
+        elif cfg.rejoin:  # "full" = the keep rule with --rejoin, "without" = without (both with the lift weights)
+            full, full_sets = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel, rejoin=True)
+            part, _ = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel, rejoin=False)
         elif cfg.lift_weights:  # "full" = the candidates weighted by their lift, "without" = the keep rule as run
             full, full_sets = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel, lift=cfg.lift_weights)
             part, _ = held_out(names, scores, y, val, cfg.halvings, cfg.seed, sel)
@@ -240,7 +259,7 @@ def study(cfg: SelectionConfig) -> list[dict[str, Any]]:
                         "seed": int(m["seed"]) if m else -1, "full": full, "without": part,
                         "val_anomalies": int((y[val] == 1).sum()), "kept": full_sets})
         log.info("%s: held-out AUROC / AUPRC with %s %.4f / %.4f, without %.4f / %.4f", f.parent,
-                 f"{cfg.lift_weights} weights" if cfg.lift_weights else ISOLATION_FOREST if cfg.add_isolation_forest
+                 "rejoin" if cfg.rejoin else f"{cfg.lift_weights} weights" if cfg.lift_weights else ISOLATION_FOREST if cfg.add_isolation_forest
                  else cfg.swap or cfg.without, *full, *part)
     return records
 
@@ -272,14 +291,14 @@ def _graph_forest(path: str, mtime_ns: int, size: int) -> tuple[np.ndarray, np.n
 
 
 def table(records: list[dict[str, Any]], without: str, swap: str | None = None,
-          added: str | None = None, lift: str | None = None, pick: bool = False) -> str:
+          added: str | None = None, lift: str | None = None, pick: bool = False, rejoin: bool = False) -> str:
     """Markdown: one row per (dataset, fraction), means over its runs, then the mean over the rows. With ``swap``
     the columns are the runs as they are and with the swapped candidate (with ``pick``, swapped in where the choosing
     half prefers it); with ``added`` (a candidate's name), as they are and with that candidate added."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["dataset"], r["fraction"]), []).append(r)
-    base, variant = (("as run", f"{lift}-weighted") if lift else ("as run", f"with {added}") if added else ("as run", f"{swap.split(':')[0]} {'picked' if pick else 'swapped'}") if swap
+    base, variant = (("without rejoin", "with rejoin") if rejoin else ("as run", f"{lift}-weighted") if lift else ("as run", f"with {added}") if added else ("as run", f"{swap.split(':')[0]} {'picked' if pick else 'swapped'}") if swap
                      else (f"without {without}", f"with {without}"))
     lines = [f"| graph | labels | runs | val anomalies | {base} | {variant} | change | runs ahead "
              "(AUPRC) | kept most often |", "|---|---|---|---|---|---|---|---|---|"]
@@ -315,6 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare the keep rule as run with every candidate weighted by its validation AUPRC's lift over "
                         "the base rate (half-lift: halfway between those weights and equal ones; kept: the keep rule's "
                         "kept candidates weighted by their lift) (instead of --without)")
+    p.add_argument("--rejoin", action="store_true",
+                   help="compare gcad_dist.finetune's keep rule (lift weights) with and without --rejoin: dropped "
+                        "candidates rejoining where the kept ones' mean with them ranks the choosing half's anomalies "
+                        "better (session 74) (instead of --without)")
     p.add_argument("--weighting", default=d.weighting, choices=("equal", "kept"),
                    help="with --swap: how both variants weight the candidates they keep (equal: their mean; kept: "
                         "their validation lift, gcad_dist.finetune's --candidate-weights lift)")
@@ -335,8 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SelectionConfig(**vars(build_parser().parse_args(argv)))
     if cfg.swap is not None and (":" not in cfg.swap or not all(cfg.swap.split(":", 1))):
         raise UsageError(f"--swap: expected NAME:PREFIX (e.g. scratch:z), got {cfg.swap!r}")
-    if sum([cfg.swap is not None, cfg.add_isolation_forest is not None, cfg.lift_weights is not None]) > 1:
-        raise UsageError("--swap, --add-isolation-forest and --lift-weights: give one of them")
+    if sum([cfg.swap is not None, cfg.add_isolation_forest is not None, cfg.lift_weights is not None,
+            cfg.rejoin]) > 1:
+        raise UsageError("--swap, --add-isolation-forest, --lift-weights and --rejoin: give one of them")
     if cfg.pick and cfg.swap is None:
         raise UsageError("--pick: only with --swap (it chooses between a run's candidate and its sibling's)")
     if cfg.weighting != "equal" and cfg.swap is None:
@@ -347,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cfg.verbose:  # keep_candidates logs every choice, and warns on small validation halves: 20 a run
         logging.getLogger("gcad_dist.train").setLevel(logging.ERROR)
     print(table(study(cfg), cfg.without, cfg.swap, ISOLATION_FOREST if cfg.add_isolation_forest else None,
-                cfg.lift_weights, cfg.pick))
+                cfg.lift_weights, cfg.pick, cfg.rejoin))
     return 0
 
 

@@ -236,3 +236,34 @@ def test_pick_takes_the_sibling_s_candidate_only_where_the_choosing_half_prefers
     assert "| as run | graph picked |" in capsys.readouterr().out
     with pytest.raises(UsageError, match="--pick"):
         main([str(tmp_path), "--pick"])
+
+
+def test_rejoin_compares_the_keep_rule_with_and_without_rejoin(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--rejoin: a candidate that ranks another kind of anomaly than the strong one, dropped by the keep rule, rejoins
+    on the choosing halves, and the held-out figures rise; the figures read no test label; the table names both."""
+    rng = np.random.default_rng(3)
+    n = 1200
+    y = np.zeros(n, dtype=np.int8)
+    kind_a, kind_b = np.arange(0, 120, 2), np.arange(1, 60, 2)  # both kinds among the validation nodes (the first 600)
+    y[kind_a] = y[kind_b] = 1
+    val = np.zeros(n, dtype=bool)
+    val[: n // 2] = True
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    a[kind_a] += 5.0
+    b[kind_b] += 5.0
+    d = tmp_path / "g" / "ft0.1-s0"
+    d.mkdir(parents=True)
+    np.savez(d / "candidate_scores.npz", names=np.array(["checkpoint", "graph"]), scores=np.stack([a, b]),
+             y=y, val=val, test=~val, train=np.zeros(n, bool))
+    names, scores = ["checkpoint", "graph"], np.stack([a, b])
+    with_, sets = held_out(names, scores, y.astype(np.int64), val, 2, rejoin=True)
+    without, sets0 = held_out(names, scores, y.astype(np.int64), val, 2, rejoin=False)
+    assert sets0["checkpoint"] >= 2 and set(sets) == {"checkpoint + graph"}  # dropped on some halvings, back on all
+    assert with_[1] > without[1] + 0.05
+    y2 = y.astype(np.int64)
+    y2[~val] = 1 - y2[~val]
+    assert np.array_equal(held_out(names, scores, y2, val, 2, rejoin=True)[0], with_)
+    assert main([str(tmp_path), "--halvings", "2", "--rejoin"]) == 0
+    assert "| without rejoin | with rejoin |" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="give one of them"):
+        main([str(tmp_path), "--rejoin", "--lift-weights"])
