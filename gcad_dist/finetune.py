@@ -56,6 +56,12 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    as an input block ``none``), so that the written model scores as the run did. Where the links say little the
    views carry the label-free score, and a few labels' fits are averaged with a zero-shot candidate that ranks the
    anomalies instead of one at chance (BENCHMARKS.md, sessions 72-73).
+   Since session 74 (``--rejoin``) a candidate the keep rule dropped may rejoin the kept ones
+   (:func:`gcad_dist.selection.rejoin`, with >= 10 validation anomalies): the keep rule judges each candidate alone
+   against the best, but where the anomalies are of several kinds a candidate weaker alone ranks other anomalies than
+   the kept ones do, and their mean with it ranks the validation anomalies better. One at a time, the dropped
+   candidate that raises the kept ones' validation AUPRC most joins with an equal share, iff a paired bootstrap over
+   the validation nodes finds the mean with it better with P >= 0.8 (``model_selection["rejoined"]`` records them).
 6. Label inputs (``--label-inputs``; by default as ``gcad_dist.train``: on when the kept training labels hold at
    least :data:`~gcad_dist.train.LABEL_INPUTS_MIN_ANOMALIES` anomalies): every fitted model reads two more input
    columns, its neighbours labelled anomalous among the *kept* training labels (:mod:`gcad_dist.data.label_inputs`,
