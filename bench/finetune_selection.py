@@ -136,14 +136,13 @@ def held_out(names: list[str], scores: np.ndarray, y: np.ndarray, val: np.ndarra
     and weights as :func:`gcad_dist.train.keep_candidates` gives them with ``weighting="lift"`` and that ``rejoin``
     (``gcad_dist.finetune``'s rule since session 69, with or without session 74's ``--rejoin``)."""
     from gcad_dist.metrics import auprc, auroc
-    from gcad_dist.model.candidate_ensemble import standardisation, standardised_mean
+    from gcad_dist.model.candidate_ensemble import standardised_mean, standardised_scores
     from gcad_dist.train import keep_candidates
 
     judged = scores if selection is None else selection
     fits = [(SimpleNamespace(scores=s, selection_scores=t, best_epoch=0, val={}, test={}), None, None)
             for s, t in zip(scores, judged)]
-    z = (np.stack([(s - mu) / sd for s, (mu, sd) in zip(scores, map(standardisation, scores))])
-         if lift or rejoin is not None else None)
+    z = standardised_scores(list(scores))[0] if lift or rejoin is not None else None
     metrics, kept_sets = [], Counter()
     for i, (choose, measure) in enumerate(halves(y, val, halvings, seed)):
         mask = np.zeros(y.shape[0], dtype=bool)

@@ -663,7 +663,7 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     is dropped). ``record["rejoined"]`` lists them, and ``record["weights"]`` holds the weights.
     """
     from gcad_dist.metrics import auprc
-    from gcad_dist.model.candidate_ensemble import standardisation
+    from gcad_dist.model.candidate_ensemble import standardised_scores
     from gcad_dist.selection import MIN_POSITIVES, REJOIN_CONFIDENCE, SWITCH_RULE, compare_auprc
     from gcad_dist.selection import rejoin as rejoin_dropped
 
@@ -715,17 +715,14 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     if rejoin and positives >= MIN_POSITIVES and (yv == 0).any() and len(kept) < len(fits):
         w_all = np.zeros(len(fits))
         w_all[kept] = list(record["weights"].values()) if "weights" in record else 1.0 / len(kept)
-        z = np.stack([(np.asarray(s, dtype=np.float64)[vm] - mu) / sd
-                      for s, (mu, sd) in zip(judged, map(standardisation, judged))])
-        w_all, steps = rejoin_dropped(yv, z, w_all, seed=seed)
-        record["rejoin_rule"] = (f"a dropped candidate rejoins with an equal share where the kept ones' mean with it "
-                                 f"has the higher validation AUPRC by paired bootstrap, P >= {REJOIN_CONFIDENCE}")
+        w_all, steps = rejoin_dropped(yv, standardised_scores(judged)[0][:, vm], w_all, seed=seed)
+        record["rule"] += (f"; then a dropped candidate rejoins with an equal share where the kept ones' mean with it "
+                           f"has the higher validation AUPRC by paired bootstrap, P >= {REJOIN_CONFIDENCE}")
         record["rejoined"] = [{**st, "candidate": names[st["candidate"]]} for st in steps]
         if steps:
             kept = [int(i) for i in np.flatnonzero(w_all > 0)]
             record.update(kept=[names[i] for i in kept], weights={names[i]: float(w_all[i]) for i in kept})
             record["chosen"] = " + ".join(record["kept"])
-            record["rule"] += "; then " + record["rejoin_rule"]
     log.info("candidates kept on validation: %s (%s)", record["chosen"], "; ".join(
         f"{n}: val AUPRC {record['val_auprc'][n]:.4f}"
         + (f", P({names[best]} better) {record['bootstrap'][n]['p_best_better']:.3f}" if n in record["bootstrap"] else "")

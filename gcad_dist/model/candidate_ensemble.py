@@ -47,14 +47,19 @@ def standardisation(scores: Any) -> tuple[float, float]:
     return float(s.mean()), std if std > 1e-12 else 1.0
 
 
+def standardised_scores(scores: list[Any]) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """Each member's scores standardised by its :func:`standardisation` (float64 [C, N]), and those (mean, std)."""
+    stats = [standardisation(s) for s in scores]
+    return np.stack([(np.asarray(s, dtype=np.float64) - mu) / sd for s, (mu, sd) in zip(scores, stats)]), stats
+
+
 def standardised_mean(scores: list[Any], weights: list[float] | None = None
                       ) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """The members' scores combined as :meth:`CandidateEnsemble.score` combines them (float32 [N]), and each
     member's :func:`standardisation` (mean, std), the statistics a :class:`CandidateEnsemble` is built with.
     ``weights`` (>= 0, not all 0): a weighted mean of the standardised scores (:func:`flat_ensemble`'s ``weights``);
     None: the plain mean."""
-    stats = [standardisation(s) for s in scores]
-    z = np.stack([(np.asarray(s, dtype=np.float64) - mu) / sd for s, (mu, sd) in zip(scores, stats)])
+    z, stats = standardised_scores(scores)
     w = _normalised(weights, len(scores))
     return (w @ z).astype(np.float32), stats
 
