@@ -373,7 +373,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from gcad_dist.supervised import fit_supervised, predict
     from gcad_dist.data.label_inputs import LABEL_COLUMNS, with_label_inputs
     from gcad_dist.train import (check_labels, combine_candidates, fit_models, keep_candidates, resolve_label_inputs,
-                                 supervised_config, warn_split_classes, with_input_dropout, write_json)
+                                 selection_weights, supervised_config, warn_split_classes, with_input_dropout,
+                                 write_json)
     from partitioning.graph import describe_labels
     from partitioning.io import load_graph
 
@@ -561,7 +562,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             kept_name = selection["chosen"]
         else:
             kept, selection = [0], {}
-        weights = list(selection["weights"].values()) if "weights" in selection else None
+        weights = selection_weights(selection)
         # the kept models' input blocks, one per feature normalisation they read, the checkpoint's first: the scratch
         # fit's where it read its own, the isolation forest's raw features ("none")
         width = int(graph.x.shape[1])

@@ -99,6 +99,9 @@ class TrainConfig:
     # averaged) blended by rank where validation does not lean towards GCCAD alone (gcad_dist.forest_view); "off":
     # GCCAD alone
     forest: str = "auto"
+    # --contrast auto: a contrast the keep rule dropped rejoins where the kept ones' mean with it ranks the validation
+    # anomalies better (gcad_dist.selection.rejoin, as gcad_dist.finetune --rejoin; session 75)
+    rejoin: bool = False
     jump: str | None = None  # None: "cat" for the full GCCAD model, "last" (the paper's) for its ablations
     norm: str = "layer"  # node-update normalisation, every model: "layer" (LayerNorm) | "graph" (GraphScaleNorm)
     hidden: int = 64
@@ -550,12 +553,19 @@ def train_one(cfg: TrainConfig, data=None, state_dir: Path | None = None) -> Tra
     """Load (unless ``data`` is given), split, build and fit one model (or the candidates of ``--contrast
     auto``, keeping those validation cannot tell apart and scoring with their mean); ``state_dir``: see
     :func:`fit_candidates`."""
-    c = fit_candidates(cfg, data, state_dir)
+    return finish_fit(cfg, fit_candidates(cfg, data, state_dir))
+
+
+def finish_fit(cfg: TrainConfig, c: Any) -> TrainOutcome:
+    """The run's model from its fitted candidates ``c`` (:func:`fit_candidates`): with several, those validation cannot
+    tell apart (:func:`keep_candidates`, ``cfg.rejoin``) scored together; then the forest view (``cfg.forest``).
+    Reads no label outside the training and validation splits, and leaves ``c`` unchanged, so that
+    ``bench/train_rejoin.py`` can finish one fit under two settings."""
     fits, data, split, counts, budget = c.fits, c.data, c.split, c.counts, c.budget
     selection = None
     if len(fits) > 1:  # --contrast auto: the candidates validation cannot tell apart, scored together
-        kept, selection = keep_candidates(fits, data.y, split.val, seed=cfg.seed)
-        res, model, model_cfg = combine_candidates(fits, kept, data, split)
+        kept, selection = keep_candidates(fits, data.y, split.val, seed=cfg.seed, rejoin=cfg.rejoin)
+        res, model, model_cfg = combine_candidates(fits, kept, data, split, weights=selection_weights(selection))
     else:
         res, model, model_cfg = fits[0]
     forest = None
@@ -580,6 +590,13 @@ def train_one(cfg: TrainConfig, data=None, state_dir: Path | None = None) -> Tra
     if forest:
         metrics["forest_view"] = forest
     return TrainOutcome(res, metrics, model, model_cfg, data, split)
+
+
+def selection_weights(record: dict[str, Any]) -> list[float] | None:
+    """The kept candidates' weights from :func:`keep_candidates`' record (in the kept candidates' order, as it
+    writes them), or None where they weigh alike (:func:`combine_candidates`' plain mean)."""
+    w = record.get("weights")
+    return None if not w else [float(v) for v in w.values()]
 
 
 def _validation_view(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any,
@@ -836,6 +853,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "trees' alone where the same bootstrap places them above that blend with probability >= 0.95 "
                    "(labels set by a rule over a few attributes; seconds on 10k nodes; metrics.json 'forest_view' "
                    "says what was measured and chosen; BENCHMARKS.md, sessions 61, 62 and 66); off = GCCAD alone")
+    p.add_argument("--rejoin", action=argparse.BooleanOptionalAction, default=d.rejoin,
+                   help="--contrast auto: after the keep rule, a contrast it dropped rejoins the kept ones, with an "
+                   "equal share, where a paired bootstrap over the validation nodes finds their mean with it better "
+                   "in AUPRC with P >= 0.8 (with >= 10 validation anomalies; one at a time, the best first; "
+                   "metrics.json 'contrast_selection' lists them under 'rejoined'); as gcad_dist.finetune --rejoin "
+                   "(BENCHMARKS.md, sessions 74 and 75)")
     p.add_argument("--contrast", default=d.contrast, choices=(*CONTRASTS, "auto"),
                    help="GCCAD: what each node is contrasted with: graph = the graph's context (the paper's); "
                    "neighbors / ego = the mean of its neighbours' embeddings (ego: against the node's own feature "

@@ -142,3 +142,58 @@ def test_finetune_checkpoint_with_a_rejoined_candidate_reproduces(tmp_path, caps
     m2 = json.loads((out2 / "metrics.json").read_text())["model_selection"]
     assert "rejoined" not in m2
     assert set(m2["kept"]) < set(sel["kept"])
+
+
+def test_train_checkpoint_with_a_rejoined_contrast_reproduces(tmp_path, capsys, monkeypatch) -> None:
+    """gcad_dist.train --rejoin (session 75): a supervised run whose kept contrasts include a rejoined one is written
+    as it scored (gcad_dist.score of model.pt gives metrics.json's test AUROC / AUPRC, the rejoined contrast's equal
+    share included); --no-rejoin keeps the keep rule's choice."""
+    import dataclasses
+
+    import gcad_dist.selection as selection
+    from gcad_dist.cli import run_cli
+    from gcad_dist.data.label_inputs import with_label_inputs
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.score import load_checkpoint_model
+    from gcad_dist.supervised import predict
+    from gcad_dist.train import load_labelled
+    from gcad_dist.train import main as train_main
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    g = generate(SyntheticConfig(nodes=800, avg_degree=6, features=8, anomaly_fraction=0.12, mixing=0.5,
+                                 anomaly_mix=(0.5, 0.5, 0.0, 0.5), contextual_candidates=10, seed=4))
+    path = tmp_path / "g.npz"
+    save_npz(g, path)
+    real = selection.compare_auprc
+    # every bootstrap sure: the keep rule keeps the best contrast alone, and any that raises its validation AUPRC
+    # rejoins, so that this small run has one
+    monkeypatch.setattr(selection, "compare_auprc",
+                        lambda *a, **k: dataclasses.replace(real(*a, **k), p_alternative_better=1.0))
+    args = ["--graph", str(path), "--epochs", "6", "--eval-every", "2", "--hidden", "16", "--seed", "0",
+            "--threads", "1", "--no-progress", "--no-plots", "--forest", "off"]
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        run_cli(train_main, [*args, "--out", str(out), "--rejoin"])
+    assert int(e.value.code or 0) == 0, capsys.readouterr().err
+    m = json.loads((out / "metrics.json").read_text())
+    sel = m["contrast_selection"]
+    assert sel["rejoined"] and len(sel["kept"]) > 1, sel  # the run this test is for
+    assert set(sel["weights"]) == set(sel["kept"]) and sum(sel["weights"].values()) == pytest.approx(1.0)
+    assert m["config"]["rejoin"] is True
+    data = load_labelled(str(path))
+    split = make_split(data, seed=0)
+    loaded = load_checkpoint_model(out)
+    s = predict(loaded.model, with_label_inputs(data, split.train) if loaded.label_inputs else data)
+    for part, mask in (("val", split.val), ("test", split.test)):
+        got = evaluate(data.y, s, mask=mask)
+        assert got["auroc"] == pytest.approx(m[part]["auroc"], abs=1e-6), part
+        assert got["auprc"] == pytest.approx(m[part]["auprc"], abs=1e-6), part
+    # --no-rejoin: the keep rule's choice, the kept contrasts' plain mean
+    out2 = tmp_path / "run2"
+    with pytest.raises(SystemExit):
+        run_cli(train_main, [*args, "--out", str(out2), "--no-rejoin"])
+    sel2 = json.loads((out2 / "metrics.json").read_text())["contrast_selection"]
+    assert "rejoined" not in sel2 and "weights" not in sel2
+    assert set(sel2["kept"]) < set(sel["kept"])
