@@ -857,8 +857,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--contrast auto: after the keep rule, a contrast it dropped rejoins the kept ones, with an "
                    "equal share, where a paired bootstrap over the validation nodes finds their mean with it better "
                    "in AUPRC with P >= 0.8 (with >= 10 validation anomalies; one at a time, the best first; "
-                   "metrics.json 'contrast_selection' lists them under 'rejoined'); as gcad_dist.finetune --rejoin "
-                   "(BENCHMARKS.md, sessions 74 and 75)")
+                   "metrics.json 'contrast_selection' lists them under 'rejoined'); as gcad_dist.finetune --rejoin. Off by "
+                   "default: on eight generated graphs and three real ones no contrast rejoined, since the three "
+                   "contrasts rank the same anomalies (BENCHMARKS.md, session 75)")
     p.add_argument("--contrast", default=d.contrast, choices=(*CONTRASTS, "auto"),
                    help="GCCAD: what each node is contrasted with: graph = the graph's context (the paper's); "
                    "neighbors / ego = the mean of its neighbours' embeddings (ego: against the node's own feature "
