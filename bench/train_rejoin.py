@@ -93,16 +93,12 @@ def run_one(cfg: TrainRejoinConfig, dataset: str, seed: int) -> dict[str, Any]:
     val = torch.as_tensor(c.split.val).cpu().numpy()
     rec: dict[str, Any] = {"dataset": dataset, "seed": seed, "contrasts": len(c.fits)}
     if cfg.scores_dir:  # each contrast's scores, for replays of other contrast-level rules without a refit
+        from gcad_dist.finetune import write_candidate_scores
         from gcad_dist.train import candidate_name
 
-        names = [candidate_name(m_cfg, c.fits[0][2].norm) for _, _, m_cfg in c.fits]
-        sel = [f.selection_scores if getattr(f, "selection_scores", None) is not None else f.scores
-               for f, _, _ in c.fits]
-        Path(cfg.scores_dir).mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(Path(cfg.scores_dir) / f"{dataset}-s{seed}.npz", names=np.array(names), y=y,
-                            scores=np.stack([f.scores for f, _, _ in c.fits]), selection_scores=np.stack(sel),
-                            **{part: torch.as_tensor(getattr(c.split, part)).cpu().numpy()
-                               for part in ("train", "val", "test")})
+        write_candidate_scores(Path(cfg.scores_dir) / f"{dataset}-s{seed}.npz",
+                               [candidate_name(m_cfg, c.fits[0][2].norm) for _, _, m_cfg in c.fits],
+                               [f.scores for f, _, _ in c.fits], y, c.split, [f.selection_scores for f, _, _ in c.fits])
     for arm, rejoin in zip(ARMS, (False, True)):
         o = finish_fit(replace(tcfg, rejoin=rejoin), c)
         sel = o.metrics.get("contrast_selection") or {}
@@ -157,7 +153,8 @@ def build_parser() -> ArgumentParser:
                    "(default: %(default)s)")
     p.add_argument("--scores-dir", default=d.scores_dir,
                    help="also write each contrast's scores of every node (plain and cross-fitted), the labels and the "
-                   "split there, one <dataset>-s<seed>.npz per run, for offline replays of contrast-level rules")
+                   "split there, one <dataset>-s<seed>.npz per run in gcad_dist.finetune --candidate-scores' format, for "
+                   "offline replays of contrast-level rules")
     p.add_argument("--epochs", type=int, default=d.epochs,
                    help="the fits' epoch cap (default: gcad_dist.train's; smaller only for quick checks)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads of each fit (default: %(default)s)")

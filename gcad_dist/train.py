@@ -731,7 +731,7 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
         record["chosen"] = " + ".join(record["kept"])
     if rejoin and positives >= MIN_POSITIVES and (yv == 0).any() and len(kept) < len(fits):
         w_all = np.zeros(len(fits))
-        w_all[kept] = list(record["weights"].values()) if "weights" in record else 1.0 / len(kept)
+        w_all[kept] = selection_weights(record) or 1.0 / len(kept)
         w_all, steps = rejoin_dropped(yv, standardised_scores(judged)[0][:, vm], w_all, seed=seed)
         record["rule"] += (f"; then a dropped candidate rejoins with an equal share where the kept ones' mean with it "
                            f"has the higher validation AUPRC by paired bootstrap, P >= {REJOIN_CONFIDENCE}")
