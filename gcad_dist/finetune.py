@@ -108,9 +108,9 @@ from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
 from gcad_dist.forest_view import FOREST_MODES, describe_choice
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
-from gcad_dist.train import (LINK_EVALS, SCORE_SPACES, WEIGHTINGS, TrainConfig, add_candidate_options,
-                             add_resume_options, add_schedule_options, add_split_options, check_fit_options,
-                             prepare_run_state)
+from gcad_dist.train import (FEW_VALIDATION_MODES, LINK_EVALS, SCORE_SPACES, WEIGHTINGS, TrainConfig,
+                             add_candidate_options, add_resume_options, add_schedule_options, add_split_options,
+                             check_fit_options, prepare_run_state)
 from gcad_dist.score import NORMALIZE_CHOICES as SCORE_NORMALIZE_CHOICES
 from partitioning.errors import GraphInputError
 
@@ -198,6 +198,10 @@ class FinetuneConfig:
     # a candidate the keep rule dropped rejoins where the kept ones' mean with it ranks the validation anomalies better
     # (gcad_dist.selection.rejoin; False: as before session 74)
     rejoin: bool = True
+    # with 1-9 validation anomalies (too few for the bootstrap): "above-chance" drops a candidate at or below 0.5 in
+    # validation AUROC from the average (gcad_dist.train.FEW_VALIDATION_MODES; "average": every candidate, as before
+    # session 76)
+    few_anomalies: str = "average"
     forest: str = TrainConfig.forest  # the forest view (gcad_dist.forest_view), as gcad_dist.train's
     isolation_forest: str = "auto"  # ISOLATION_FOREST_MODES: the label-free isolation forest as a --model auto candidate
     # the zero-shot candidate scored with the label-free views its checkpoint records (gcad_dist.score's score of it),
@@ -218,6 +222,9 @@ def _validate(cfg: FinetuneConfig) -> None:
     if cfg.candidate_weights not in WEIGHTINGS:
         raise UsageError(f"--candidate-weights: unknown value {cfg.candidate_weights!r} (choose from "
                          f"{', '.join(WEIGHTINGS)})")
+    if cfg.few_anomalies not in FEW_VALIDATION_MODES:
+        raise UsageError(f"--few-anomalies: unknown value {cfg.few_anomalies!r} (choose from "
+                         f"{', '.join(FEW_VALIDATION_MODES)})")
     if cfg.scratch_normalize not in SCRATCH_NORMALIZE:
         raise UsageError(f"--scratch-normalize: unknown value {cfg.scratch_normalize!r} (choose from "
                          f"{', '.join(SCRATCH_NORMALIZE)})")
@@ -557,7 +564,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         if len(fits) > 1:  # every model validation does not place clearly below the best, scored together
             kept, selection = keep_candidates(fits, y, split.val, seed=cfg.seed, names=names,
                                               cross_fitted=cfg.keep_rule == "cross-fitted",
-                                              weighting=cfg.candidate_weights, rejoin=cfg.rejoin)
+                                              weighting=cfg.candidate_weights, rejoin=cfg.rejoin,
+                                              few=cfg.few_anomalies)
             metrics["model_selection"] = selection
             kept_name = selection["chosen"]
         else:
@@ -743,6 +751,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "better in AUPRC with confidence >= 0.8, one at a time. The keep rule judges each candidate "
                         "alone; where the anomalies are of several kinds, a candidate weaker alone can rank others "
                         "than the kept ones do (BENCHMARKS.md, session 74). --no-rejoin: as before session 74")
+    p.add_argument("--few-anomalies", default=d.few_anomalies, choices=FEW_VALIDATION_MODES,
+                   help="--model auto with 1-9 validation anomalies, too few for the bootstrap to drop a candidate: "
+                        "'average' averages every candidate alike; 'above-chance' drops those whose validation AUROC "
+                        "is at or below 0.5 (every candidate where none is above) and averages the others "
+                        "(BENCHMARKS.md, session 76); metrics.json 'model_selection' records each one's AUROC")
     add_candidate_options(p, d)
     add_resume_options(p, d)
     add_runtime_options(p, d)

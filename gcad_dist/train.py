@@ -54,6 +54,9 @@ LINK_EVALS = ("expected", "threshold")
 #: :func:`keep_candidates`' ``weighting`` (gcad_dist.finetune's ``--candidate-weights``): equal = the plain mean of the
 #: kept candidates; lift = their mean weighted by each one's validation AUPRC lift over the base rate
 WEIGHTINGS = ("equal", "lift")
+#: ``keep_candidates(few=...)``: with fewer validation anomalies than the keep rule needs (1 to 9), ``average`` keeps
+#: every candidate; ``above-chance`` drops a candidate whose validation AUROC is at or below 0.5 (session 76)
+FEW_VALIDATION_MODES = ("average", "above-chance")
 CONTRASTS = ("graph", "neighbors", "ego")  # gcad_dist.model.gccad.CONTRASTS, without importing the model here
 JUMPS = ("last", "cat", "cat-local")  # gcad_dist.model.gccad.JUMPS
 NORMS = ("layer", "graph")  # gcad_dist.model.node_update.NORMS
@@ -650,7 +653,8 @@ def choose_contrast(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
 
 def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: Any, seed: int = 0,
                     names: list[str] | None = None, cross_fitted: bool = False,
-                    weighting: str = "equal", rejoin: bool = False) -> tuple[list[int], dict[str, Any]]:
+                    weighting: str = "equal", rejoin: bool = False,
+                    few: str = "average") -> tuple[list[int], dict[str, Any]]:
     """Keep every candidate whose validation AUPRC is not clearly below the best one's: drop candidate ``i`` only
     if a paired bootstrap over the validation nodes finds the best one better with confidence >=
     :data:`gcad_dist.selection.SWITCH_CONFIDENCE` over >= :data:`gcad_dist.selection.MIN_POSITIVES` validation
@@ -678,14 +682,24 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     share; judged as above, each candidate's scores standardised over every node as :func:`combine_candidates`
     standardises them); only with >= :data:`gcad_dist.selection.MIN_POSITIVES` validation anomalies (with fewer none
     is dropped). ``record["rejoined"]`` lists them, and ``record["weights"]`` holds the weights.
+
+    ``few="above-chance"`` (``gcad_dist.finetune --few-anomalies``, session 76) applies where validation holds 1 to
+    ``MIN_POSITIVES - 1`` anomalies, too few for the bootstrap to drop anything: a candidate whose validation AUROC
+    (judged as above) is at or below 0.5 ranks the few validation anomalies no better than chance and is dropped;
+    the others weigh alike (none above 0.5: every candidate is kept). ``record["val_auroc"]`` holds each candidate's
+    AUROC and ``record["below_chance"]`` the dropped ones.
     """
     from gcad_dist.metrics import auprc
     from gcad_dist.model.candidate_ensemble import standardised_scores
     from gcad_dist.selection import MIN_POSITIVES, REJOIN_CONFIDENCE, SWITCH_RULE, compare_auprc
     from gcad_dist.selection import rejoin as rejoin_dropped
 
+    from gcad_dist.metrics import auroc
+
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting: unknown value {weighting!r} (choose from {', '.join(WEIGHTINGS)})")
+    if few not in FEW_VALIDATION_MODES:
+        raise ValueError(f"few: unknown value {few!r} (choose from {', '.join(FEW_VALIDATION_MODES)})")
     vm, yv, names = _validation_view(fits, y, val_mask, names)
     judged = [res.scores if not cross_fitted or getattr(res, "selection_scores", None) is None
               else res.selection_scores for res, _, _ in fits]
@@ -715,9 +729,12 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     positives = int((yv == 1).sum())
     if positives < MIN_POSITIVES and len(fits) > 1:
         record["too_few_validation_anomalies"] = positives
-        log.warning("validation holds %d labelled anomalies, fewer than the %d the rule needs to drop a candidate: all "
-                    "%d candidates (%s) are kept and averaged; more validation labels let it choose", positives,
-                    MIN_POSITIVES, len(fits), " / ".join(names))
+        if few == "above-chance" and positives > 0 and (yv == 0).any():
+            kept = _above_chance(kept, [auroc(yv, s[vm]) for s in judged], names, record)
+        log.warning("validation holds %d labelled anomalies, fewer than the %d the rule needs to drop a candidate by "
+                    "bootstrap: %d of %d candidates (%s) are kept and averaged%s; more validation labels let it choose",
+                    positives, MIN_POSITIVES, len(kept), len(fits), " / ".join(record["kept"]),
+                    " (those above chance in validation AUROC)" if "below_chance" in record else "")
     if weighting == "lift":
         base = float(positives / max(len(yv), 1))
         w = (lift_weights([val_ap[i] for i in kept], base) if positives >= MIN_POSITIVES
@@ -746,6 +763,20 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
         + (f", weight {record['weights'].get(n, 0.0):.3f}" if "weights" in record else "")
         for n in names))
     return kept, record
+
+
+def _above_chance(kept: list[int], val_auroc: list[float], names: list[str], record: dict[str, Any]) -> list[int]:
+    """:func:`keep_candidates`' ``few="above-chance"``: the ``kept`` candidates whose validation AUROC is above 0.5
+    (all of them where none is), recorded in ``record`` (``val_auroc``, ``below_chance``, ``kept``, ``chosen``)."""
+    above = [i for i in kept if np.isfinite(val_auroc[i]) and val_auroc[i] > 0.5]
+    record["val_auroc"] = dict(zip(names, map(float, val_auroc)))
+    record["below_chance"] = [names[i] for i in kept if i not in above] if above else []
+    record["rule"] += ("; with 1-9 validation anomalies, a candidate at or below 0.5 in validation AUROC is dropped "
+                       "(all kept where none is above)")
+    kept = above or kept
+    record["kept"] = [names[i] for i in kept]
+    record["chosen"] = " + ".join(record["kept"])
+    return kept
 
 
 def lift_weights(val_auprc: list[float], base_rate: float) -> np.ndarray:
