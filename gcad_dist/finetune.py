@@ -62,6 +62,9 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    the kept ones do, and their mean with it ranks the validation anomalies better. One at a time, the dropped
    candidate that raises the kept ones' validation AUPRC most joins with an equal share, iff a paired bootstrap over
    the validation nodes finds the mean with it better with P >= 0.8 (``model_selection["rejoined"]`` records them).
+   With 1-9 validation anomalies the bootstrap cannot drop anything; since session 76 (``--few-anomalies
+   above-chance``) a candidate at or below 0.5 in validation AUROC leaves the average there (``below_chance``): one
+   training anomaly often teaches a fit nothing, and a pre-trained one carries nothing where the links say nothing.
 6. Label inputs (``--label-inputs``; by default as ``gcad_dist.train``: on when the kept training labels hold at
    least :data:`~gcad_dist.train.LABEL_INPUTS_MIN_ANOMALIES` anomalies): every fitted model reads two more input
    columns, its neighbours labelled anomalous among the *kept* training labels (:mod:`gcad_dist.data.label_inputs`,
@@ -201,7 +204,7 @@ class FinetuneConfig:
     # with 1-9 validation anomalies (too few for the bootstrap): "above-chance" drops a candidate at or below 0.5 in
     # validation AUROC from the average (gcad_dist.train.FEW_VALIDATION_MODES; "average": every candidate, as before
     # session 76)
-    few_anomalies: str = "average"
+    few_anomalies: str = "above-chance"
     forest: str = TrainConfig.forest  # the forest view (gcad_dist.forest_view), as gcad_dist.train's
     isolation_forest: str = "auto"  # ISOLATION_FOREST_MODES: the label-free isolation forest as a --model auto candidate
     # the zero-shot candidate scored with the label-free views its checkpoint records (gcad_dist.score's score of it),

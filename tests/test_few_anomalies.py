@@ -76,6 +76,18 @@ def test_none_above_chance_keeps_every_candidate_and_enough_anomalies_change_not
     assert FEW_VALIDATION_MODES == ("average", "above-chance")
 
 
+def test_above_chance_is_finetunes_default_and_trains_keep_rule_is_unchanged() -> None:
+    """Adopted for gcad_dist.finetune's model-level choice (session 76); gcad_dist.train's contrasts, one model family
+    whose members differ in how well they rank rather than in what (session 75), keep their rule."""
+    import inspect
+
+    from gcad_dist.finetune import FinetuneConfig, build_parser
+
+    assert FinetuneConfig(checkpoint="c", graph="g").few_anomalies == "above-chance"
+    assert build_parser().parse_args(["--checkpoint", "c", "--graph", "g", "--out", "o"]).few_anomalies == "above-chance"
+    assert inspect.signature(keep_candidates).parameters["few"].default == "average"
+
+
 def test_finetune_drops_a_candidate_below_chance_and_its_checkpoint_reproduces(tmp_path, capsys,
                                                                                 monkeypatch) -> None:
     """A books-like run (fewer than 10 validation anomalies) where one candidate is below chance on validation (forced
