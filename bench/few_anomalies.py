@@ -31,7 +31,7 @@ from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging
 log = logging.getLogger("bench.few_anomalies")
 
 RUN_DIR = re.compile(r"ft(?P<fraction>[0-9.e-]+)-s(?P<seed>\d+)$")
-#: the two arms, as ``gcad_dist.train.keep_candidates``' ``few``
+#: the arms compared by default (old, new), as ``gcad_dist.train.keep_candidates``' ``few``
 ARMS = ("average", "above-chance")
 
 
@@ -40,17 +40,18 @@ class FewAnomaliesConfig:
     """``bench.few_anomalies``' settings."""
 
     runs: list[str] = field(default_factory=list)  # bench.pretrain_transfer --out folders
+    arms: tuple[str, str] = ARMS  # (old, new): two of gcad_dist.train.FEW_VALIDATION_MODES
     part: str = "test"  # the nodes measured: test or val
     verbose: bool = False
 
 
 def replay(run: Path, part: str = "test") -> dict[str, Any]:
-    """One fine-tuning run's model-level choice replayed with each of :data:`ARMS`: the kept candidates and the
-    AUROC / AUPRC of their blend on ``part``'s nodes, the validation anomalies, and whether the run's own setting
+    """One fine-tuning run's model-level choice replayed with each ``FEW_VALIDATION_MODES`` mode: the kept candidates
+    and the AUROC / AUPRC of their blend on ``part``'s nodes, the validation anomalies, and whether the run's own setting
     reproduces its ``metrics.json`` test AUROC."""
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.model.candidate_ensemble import standardised_mean
-    from gcad_dist.train import keep_candidates, selection_weights
+    from gcad_dist.train import FEW_VALIDATION_MODES, keep_candidates, selection_weights
 
     z = np.load(run / "candidate_scores.npz", allow_pickle=True)
     config = json.loads((run / "metrics.json").read_text())
@@ -65,7 +66,7 @@ def replay(run: Path, part: str = "test") -> dict[str, Any]:
     seed = int(RUN_DIR.search(run.name).group("seed"))
     out: dict[str, Any] = {"run": run.name, "val_anomalies": int((y[val] == 1).sum())}
     own = cfg.get("few_anomalies", "average")
-    for arm in ARMS:
+    for arm in FEW_VALIDATION_MODES:
         kept, record = keep_candidates(fits, y, val, seed=seed, names=names,
                                        cross_fitted=cfg.get("keep_rule", "cross-fitted") == "cross-fitted",
                                        weighting=cfg.get("candidate_weights", "lift"),
@@ -95,24 +96,25 @@ def study(cfg: FewAnomaliesConfig) -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
-def table(rows: dict[str, list[dict[str, Any]]], part: str = "test") -> str:
+def table(rows: dict[str, list[dict[str, Any]]], part: str = "test", arms: tuple[str, str] = ARMS) -> str:
     """Markdown: one row per dataset and label fraction, both arms' mean AUROC / AUPRC, the change, the runs ahead /
     level / behind in AUROC and the kept sets of the new arm; then the mean change over the rows and the worst row."""
-    lines = [f"| graph, labels | runs | validation anomalies | reproduced | every candidate ({part} AUROC / AUPRC) | "
-             "above chance | change | ahead / level / behind | kept above chance |",
+    old, new = arms
+    lines = [f"| graph, labels | runs | validation anomalies | reproduced | {old} ({part} AUROC / AUPRC) | "
+             f"{new} | change | ahead / level / behind | kept by {new} |",
              "|---|---|---|---|---|---|---|---|---|"]
     changes = []
     for key, recs in rows.items():
-        a = np.mean([r["average"]["metrics"] for r in recs], axis=0)
-        b = np.mean([r["above-chance"]["metrics"] for r in recs], axis=0)
-        d = [r["above-chance"]["metrics"][0] - r["average"]["metrics"][0] for r in recs]
+        a = np.mean([r[old]["metrics"] for r in recs], axis=0)
+        b = np.mean([r[new]["metrics"] for r in recs], axis=0)
+        d = [r[new]["metrics"][0] - r[old]["metrics"][0] for r in recs]
         ahead, behind = sum(x > 1e-9 for x in d), sum(x < -1e-9 for x in d)
         changes.append(b - a)
         lines.append(f"| {key} | {len(recs)} | {','.join(str(r['val_anomalies']) for r in recs)} | "
                      f"{sum(r.get('reproduced', False) for r in recs)}/{len(recs)} | {a[0]:.3f} / {a[1]:.3f} | "
                      f"{b[0]:.3f} / {b[1]:.3f} | {b[0] - a[0]:+.4f} / {b[1] - a[1]:+.4f} | "
                      f"{ahead} / {len(recs) - ahead - behind} / {behind} | "
-                     f"{'; '.join(r['above-chance']['kept'] for r in recs)} |")
+                     f"{'; '.join(r[new]['kept'] for r in recs)} |")
     c = np.array(changes)
     lines.append(f"\nmean change over {len(c)} rows: {c[:, 0].mean():+.4f} AUROC / {c[:, 1].mean():+.4f} AUPRC; "
                  f"worst row {c[:, 0].min():+.4f} AUROC")
@@ -123,6 +125,8 @@ def build_parser() -> ArgumentParser:
     d = FewAnomaliesConfig()
     p = ArgumentParser(prog="python -m bench.few_anomalies", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="bench.pretrain_transfer --out folders (fine-tuning with --candidate-scores)")
+    p.add_argument("--arms", nargs=2, default=list(d.arms), metavar=("OLD", "NEW"),
+                   help="the two --few-anomalies modes compared (default: %(default)s)")
     p.add_argument("--part", default=d.part, choices=("test", "val"),
                    help="the nodes measured: test, or val (where the rule chose: optimistic, for a guard only)")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -131,11 +135,16 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    cfg = FewAnomaliesConfig(runs=args.runs, part=args.part, verbose=args.verbose)
+    from gcad_dist.train import FEW_VALIDATION_MODES
+
+    bad = [a for a in args.arms if a not in FEW_VALIDATION_MODES]
+    if bad:
+        raise UsageError(f"--arms: unknown mode {bad[0]!r} (choose from {', '.join(FEW_VALIDATION_MODES)})")
+    cfg = FewAnomaliesConfig(runs=args.runs, arms=tuple(args.arms), part=args.part, verbose=args.verbose)
     setup_logging(cfg.verbose)
     if not cfg.verbose:  # keep_candidates warns once per replayed choice
         logging.getLogger("gcad_dist.train").setLevel(logging.ERROR)
-    print(table(study(cfg), cfg.part))
+    print(table(study(cfg), cfg.part, cfg.arms))
     return 0
 
 

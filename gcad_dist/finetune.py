@@ -63,8 +63,9 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    candidate that raises the kept ones' validation AUPRC most joins with an equal share, iff a paired bootstrap over
    the validation nodes finds the mean with it better with P >= 0.8 (``model_selection["rejoined"]`` records them).
    With 1-9 validation anomalies the bootstrap cannot drop anything; since session 76 (``--few-anomalies
-   above-chance``) a candidate at or below 0.5 in validation AUROC leaves the average there (``below_chance``): one
+   weighted``) a candidate at or below 0.5 in validation AUROC leaves the average there (``below_chance``): one
    training anomaly often teaches a fit nothing, and a pre-trained one carries nothing where the links say nothing.
+   The others weigh halfway between alike and their validation AUROC's lift over 0.5.
 6. Label inputs (``--label-inputs``; by default as ``gcad_dist.train``: on when the kept training labels hold at
    least :data:`~gcad_dist.train.LABEL_INPUTS_MIN_ANOMALIES` anomalies): every fitted model reads two more input
    columns, its neighbours labelled anomalous among the *kept* training labels (:mod:`gcad_dist.data.label_inputs`,
@@ -202,9 +203,9 @@ class FinetuneConfig:
     # (gcad_dist.selection.rejoin; False: as before session 74)
     rejoin: bool = True
     # with 1-9 validation anomalies (too few for the bootstrap): "above-chance" drops a candidate at or below 0.5 in
-    # validation AUROC from the average (gcad_dist.train.FEW_VALIDATION_MODES; "average": every candidate, as before
-    # session 76)
-    few_anomalies: str = "above-chance"
+    # validation AUROC from the average, "weighted" also weighs the others by that AUROC's lift over 0.5
+    # (gcad_dist.train.FEW_VALIDATION_MODES; "average": every candidate alike, as before session 76)
+    few_anomalies: str = "weighted"
     forest: str = TrainConfig.forest  # the forest view (gcad_dist.forest_view), as gcad_dist.train's
     isolation_forest: str = "auto"  # ISOLATION_FOREST_MODES: the label-free isolation forest as a --model auto candidate
     # the zero-shot candidate scored with the label-free views its checkpoint records (gcad_dist.score's score of it),
@@ -758,7 +759,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--model auto with 1-9 validation anomalies, too few for the bootstrap to drop a candidate: "
                         "'average' averages every candidate alike; 'above-chance' drops those whose validation AUROC "
                         "is at or below 0.5 (every candidate where none is above) and averages the others "
-                        "(BENCHMARKS.md, session 76); metrics.json 'model_selection' records each one's AUROC")
+                        "(BENCHMARKS.md, session 76); 'weighted' then weighs them halfway between alike and their "
+                        "validation AUROC's lift over 0.5; metrics.json 'model_selection' records each one's AUROC")
     add_candidate_options(p, d)
     add_resume_options(p, d)
     add_runtime_options(p, d)

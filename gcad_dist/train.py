@@ -56,7 +56,9 @@ LINK_EVALS = ("expected", "threshold")
 WEIGHTINGS = ("equal", "lift")
 #: ``keep_candidates(few=...)``: with fewer validation anomalies than the keep rule needs (1 to 9), ``average`` keeps
 #: every candidate; ``above-chance`` drops a candidate whose validation AUROC is at or below 0.5 (session 76)
-FEW_VALIDATION_MODES = ("average", "above-chance")
+#: every candidate (as before); ``weighted``: those above chance, weighed halfway between alike and their validation
+#: AUROC's lift over 0.5 (session 76)
+FEW_VALIDATION_MODES = ("average", "above-chance", "weighted")
 CONTRASTS = ("graph", "neighbors", "ego")  # gcad_dist.model.gccad.CONTRASTS, without importing the model here
 JUMPS = ("last", "cat", "cat-local")  # gcad_dist.model.gccad.JUMPS
 NORMS = ("layer", "graph")  # gcad_dist.model.node_update.NORMS
@@ -687,7 +689,8 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     ``MIN_POSITIVES - 1`` anomalies, too few for the bootstrap to drop anything: a candidate whose validation AUROC
     (judged as above) is at or below 0.5 ranks the few validation anomalies no better than chance and is dropped;
     the others weigh alike (none above 0.5: every candidate is kept). ``record["val_auroc"]`` holds each candidate's
-    AUROC and ``record["below_chance"]`` the dropped ones.
+    AUROC and ``record["below_chance"]`` the dropped ones. ``few="weighted"`` then weighs the kept ones
+    ``0.5 / k + 0.5 * lift_i / sum(lift)``, ``lift_i = max(0, AUROC_i - 0.5)`` (alike where no lift is above 0).
     """
     from gcad_dist.metrics import auprc
     from gcad_dist.model.candidate_ensemble import standardised_scores
@@ -729,12 +732,13 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     positives = int((yv == 1).sum())
     if positives < MIN_POSITIVES and len(fits) > 1:
         record["too_few_validation_anomalies"] = positives
-        if few == "above-chance" and positives > 0 and (yv == 0).any():
+        if few in ("above-chance", "weighted") and positives > 0 and (yv == 0).any():
             kept = _above_chance(kept, [auroc(yv, s[vm]) for s in judged], names, record)
         log.warning("validation holds %d labelled anomalies, fewer than the %d the rule needs to drop a candidate by "
                     "bootstrap: %d of %d candidates (%s) are kept and averaged%s; more validation labels let it choose",
                     positives, MIN_POSITIVES, len(kept), len(fits), " / ".join(record["kept"]),
-                    " (those above chance in validation AUROC)" if "below_chance" in record else "")
+                    (" (those above chance in validation AUROC" + (", weighted by it)" if few == "weighted" else ")"))
+                    if "below_chance" in record else "")
     if weighting == "lift":
         base = float(positives / max(len(yv), 1))
         w = (lift_weights([val_ap[i] for i in kept], base) if positives >= MIN_POSITIVES
@@ -746,6 +750,11 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
                            "max(0, AUPRC - base rate) (alike with fewer than "
                            f"{MIN_POSITIVES} validation anomalies or none above it)")
         record["chosen"] = " + ".join(record["kept"])
+    if few == "weighted" and "below_chance" in record and len(kept) > 1:
+        lift = np.array([max(0.0, record["val_auroc"][names[i]] - 0.5) for i in kept])
+        w = 0.5 / len(kept) + (0.5 * lift / lift.sum() if lift.sum() > 0 else 0.5 / len(kept))
+        record["weights"] = dict(zip([names[i] for i in kept], (w / w.sum()).tolist()))
+        record["rule"] += "; the kept ones weighted halfway between alike and their validation AUROC's lift over 0.5"
     if rejoin and positives >= MIN_POSITIVES and (yv == 0).any() and len(kept) < len(fits):
         w_all = np.zeros(len(fits))
         w_all[kept] = selection_weights(record) or 1.0 / len(kept)

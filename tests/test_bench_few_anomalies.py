@@ -52,7 +52,11 @@ def test_replay_drops_the_candidate_below_chance_and_reproduces_the_old_blend(tm
     text = table(rows)
     assert "| g 0.1 | 2 | 6,6 | 2/2 |" in text and "| 2 / 0 / 0 |" in text and "mean change over 1 rows" in text
     assert main([str(tmp_path), "--part", "val"]) == 0
-    assert "every candidate (val AUROC / AUPRC)" in capsys.readouterr().out
+    assert "| average (val AUROC / AUPRC) | above-chance |" in capsys.readouterr().out
+    assert main([str(tmp_path), "--arms", "above-chance", "weighted"]) == 0
+    assert "| above-chance (test AUROC / AUPRC) | weighted |" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="--arms"):
+        main([str(tmp_path), "--arms", "average", "drop"])
     with pytest.raises(UsageError, match="no fine-tuning run"):
         study(FewAnomaliesConfig(runs=[str(tmp_path / "g")]))
     with pytest.raises(UsageError, match="no such folder"):

@@ -73,18 +73,35 @@ def test_none_above_chance_keeps_every_candidate_and_enough_anomalies_change_not
     assert kept == [0, 1] and "below_chance" not in rec
     with pytest.raises(ValueError, match="few"):
         keep_candidates(_fits(good, anti), y, val, few="drop")
-    assert FEW_VALIDATION_MODES == ("average", "above-chance")
+    assert FEW_VALIDATION_MODES == ("average", "above-chance", "weighted")
 
 
-def test_above_chance_is_finetunes_default_and_trains_keep_rule_is_unchanged() -> None:
+def test_weighted_weighs_the_kept_candidates_halfway_between_alike_and_their_auroc_lift() -> None:
+    y, val, good, good2, anti = _scores()
+    names = ["good", "anti", "good2"]
+    kept, rec = keep_candidates(_fits(good, anti, good2), y, val, names=names, weighting="lift", few="weighted")
+    assert kept == [0, 2] and rec["below_chance"] == ["anti"]
+    lift = np.array([rec["val_auroc"]["good"] - 0.5, rec["val_auroc"]["good2"] - 0.5])
+    want = 0.25 + 0.5 * lift / lift.sum()
+    assert [rec["weights"]["good"], rec["weights"]["good2"]] == pytest.approx(want.tolist())
+    assert rec["weights"]["good"] > rec["weights"]["good2"] and "halfway" in rec["rule"]
+    # one kept candidate, or 10 validation anomalies or more: as above-chance
+    assert "weights" not in keep_candidates(_fits(good, anti), y, val, names=["good", "anti"], few="weighted")[1]
+    y, val, good, good2, anti = _scores(anomalies=MIN_POSITIVES)
+    a = keep_candidates(_fits(good, anti, good2), y, val, names=names, weighting="lift", few="above-chance")
+    b = keep_candidates(_fits(good, anti, good2), y, val, names=names, weighting="lift", few="weighted")
+    assert a[0] == b[0] and a[1]["weights"] == b[1]["weights"]
+
+
+def test_weighted_is_finetunes_default_and_trains_keep_rule_is_unchanged() -> None:
     """Adopted for gcad_dist.finetune's model-level choice (session 76); gcad_dist.train's contrasts, one model family
     whose members differ in how well they rank rather than in what (session 75), keep their rule."""
     import inspect
 
     from gcad_dist.finetune import FinetuneConfig, build_parser
 
-    assert FinetuneConfig(checkpoint="c", graph="g").few_anomalies == "above-chance"
-    assert build_parser().parse_args(["--checkpoint", "c", "--graph", "g", "--out", "o"]).few_anomalies == "above-chance"
+    assert FinetuneConfig(checkpoint="c", graph="g").few_anomalies == "weighted"
+    assert build_parser().parse_args(["--checkpoint", "c", "--graph", "g", "--out", "o"]).few_anomalies == "weighted"
     assert inspect.signature(keep_candidates).parameters["few"].default == "average"
 
 
@@ -92,7 +109,8 @@ def test_finetune_drops_a_candidate_below_chance_and_its_checkpoint_reproduces(t
                                                                                 monkeypatch) -> None:
     """A books-like run (fewer than 10 validation anomalies) where one candidate is below chance on validation (forced
     here, so that this small run has one): it leaves the average, metrics.json records it, and gcad_dist.score of the
-    written checkpoint gives the run's test AUROC / AUPRC; --few-anomalies average keeps every candidate."""
+    written checkpoint gives the run's test AUROC / AUPRC, also weighted (--few-anomalies weighted); --few-anomalies
+    average keeps every candidate."""
     import torch
 
     import gcad_dist.train as train_mod
@@ -124,7 +142,7 @@ def test_finetune_drops_a_candidate_below_chance_and_its_checkpoint_reproduces(t
               "--seed", "0", "--label-fraction", "0.5", "--no-progress", "--no-plots", "--threads", "1",
               "--forest", "off", "--isolation-forest", "off", "--no-label-inputs"]
     runs = {}
-    for mode in ("above-chance", "average"):
+    for mode in ("above-chance", "average", "weighted"):
         out = tmp_path / mode
         with pytest.raises(SystemExit) as e:
             run_cli(finetune_main, [*common, "--out", str(out), "--few-anomalies", mode])
@@ -138,3 +156,6 @@ def test_finetune_drops_a_candidate_below_chance_and_its_checkpoint_reproduces(t
     new, old = runs["above-chance"]["model_selection"], runs["average"]["model_selection"]
     assert new["below_chance"] == [old["kept"][0]] and new["kept"] == old["kept"][1:]
     assert "below_chance" not in old and runs["above-chance"]["config"]["few_anomalies"] == "above-chance"
+    weighted = runs["weighted"]["model_selection"]  # the same kept set, weighed by validation AUROC: written as scored
+    assert weighted["kept"] == new["kept"] and sum(weighted["weights"].values()) == pytest.approx(1.0)
+    assert "halfway" in weighted["rule"]
