@@ -105,21 +105,17 @@ def test_weighted_is_finetunes_default_and_trains_keep_rule_is_unchanged() -> No
     assert inspect.signature(keep_candidates).parameters["few"].default == "average"
 
 
-def test_finetune_drops_a_candidate_below_chance_and_its_checkpoint_reproduces(tmp_path, capsys,
-                                                                                monkeypatch) -> None:
+def test_finetune_drops_a_candidate_below_chance_and_its_checkpoint_reproduces(tmp_path, capsys, monkeypatch,
+                                                                                make_local_checkpoint) -> None:
     """A books-like run (fewer than 10 validation anomalies) where one candidate is below chance on validation (forced
     here, so that this small run has one): it leaves the average, metrics.json records it, and gcad_dist.score of the
     written checkpoint gives the run's test AUROC / AUPRC, also weighted (--few-anomalies weighted); --few-anomalies
     average keeps every candidate."""
-    import torch
-
     import gcad_dist.train as train_mod
-    from gcad_dist.checkpoint import save_model
     from gcad_dist.cli import run_cli
     from gcad_dist.data.splits import make_split
     from gcad_dist.finetune import main as finetune_main
     from gcad_dist.metrics import evaluate
-    from gcad_dist.model import GCCAD, GCCADConfig
     from gcad_dist.score import score_graph
     from partitioning.io import save_npz
     from partitioning.synthetic import SyntheticConfig, generate
@@ -128,9 +124,7 @@ def test_finetune_drops_a_candidate_below_chance_and_its_checkpoint_reproduces(t
                                  anomaly_mix=(0.5, 0.5, 0.0, 0.5), contextual_candidates=10, seed=12))
     path = tmp_path / "g.npz"
     save_npz(g, path)
-    torch.manual_seed(1)
-    cfg = GCCADConfig(in_dim=8, hidden=16, contrast="local", loss="logistic", tau=0.2, ensemble=3)
-    save_model(tmp_path / "pre", GCCAD(cfg), cfg, extra={"stage": "pretrain", "normalize": "standard"})
+    pre = make_local_checkpoint("standard")  # the label-free recipe's model, as gcad_dist.pretrain writes it
     real = train_mod._above_chance
 
     def forced(kept, val_auroc, names, record):  # the first candidate measured below chance
@@ -138,7 +132,7 @@ def test_finetune_drops_a_candidate_below_chance_and_its_checkpoint_reproduces(t
                     names, record)
 
     monkeypatch.setattr(train_mod, "_above_chance", forced)
-    common = ["--checkpoint", str(tmp_path / "pre"), "--graph", str(path), "--epochs", "4", "--eval-every", "2",
+    common = ["--checkpoint", str(pre), "--graph", str(path), "--epochs", "4", "--eval-every", "2",
               "--seed", "0", "--label-fraction", "0.5", "--no-progress", "--no-plots", "--threads", "1",
               "--forest", "off", "--isolation-forest", "off", "--no-label-inputs"]
     runs = {}
