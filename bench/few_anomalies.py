@@ -31,6 +31,8 @@ from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging
 log = logging.getLogger("bench.few_anomalies")
 
 RUN_DIR = re.compile(r"ft(?P<fraction>[0-9.e-]+)-s(?P<seed>\d+)$")
+#: ``bench.train_rejoin --scores-dir``'s files
+CONTRAST_FILE = re.compile(r"^(?P<dataset>.+)-s(?P<seed>\d+)\.npz$")
 #: the arms compared by default (old, new), as ``gcad_dist.train.keep_candidates``' ``few``
 ARMS = ("average", "above-chance")
 
@@ -41,21 +43,19 @@ class FewAnomaliesConfig:
 
     runs: list[str] = field(default_factory=list)  # bench.pretrain_transfer --out folders
     arms: tuple[str, str] = ARMS  # (old, new): two of gcad_dist.train.FEW_VALIDATION_MODES
+    contrasts: bool = False  # runs are bench.train_rejoin --scores-dir folders: gcad_dist.train's contrast rule
     part: str = "test"  # the nodes measured: test or val
     verbose: bool = False
 
 
-def replay(run: Path, part: str = "test") -> dict[str, Any]:
-    """One fine-tuning run's model-level choice replayed with each ``FEW_VALIDATION_MODES`` mode: the kept candidates
-    and the AUROC / AUPRC of their blend on ``part``'s nodes, the validation anomalies, and whether the run's own setting
-    reproduces its ``metrics.json`` test AUROC."""
+def _arms(z: Any, seed: int, part: str, **keep: Any) -> dict[str, Any]:
+    """Every ``FEW_VALIDATION_MODES`` mode's kept candidates and the AUROC / AUPRC of their blend on ``part``'s nodes,
+    from a candidate-scores file ``z`` (``gcad_dist.finetune.write_candidate_scores``' format), chosen by
+    ``keep_candidates(**keep)`` on its validation nodes; also the blends' test AUROC (``"test_auroc"``)."""
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.model.candidate_ensemble import standardised_mean
     from gcad_dist.train import FEW_VALIDATION_MODES, keep_candidates, selection_weights
 
-    z = np.load(run / "candidate_scores.npz", allow_pickle=True)
-    config = json.loads((run / "metrics.json").read_text())
-    cfg = config.get("config", {})
     names, y = [str(n) for n in z["names"]], np.asarray(z["y"])
     scores = np.asarray(z["scores"], dtype=np.float64)
     judged = np.asarray(z["selection_scores"], dtype=np.float64) if "selection_scores" in z.files else scores
@@ -63,19 +63,43 @@ def replay(run: Path, part: str = "test") -> dict[str, Any]:
             for s, t in zip(scores, judged)]
     val, measured = z["val"].astype(bool), z[part].astype(bool) & (y >= 0)
     test = z["test"].astype(bool) & (y >= 0)
-    seed = int(RUN_DIR.search(run.name).group("seed"))
-    out: dict[str, Any] = {"run": run.name, "val_anomalies": int((y[val] == 1).sum())}
-    own = cfg.get("few_anomalies", "average")
+    out: dict[str, Any] = {"val_anomalies": int((y[val] == 1).sum())}
     for arm in FEW_VALIDATION_MODES:
-        kept, record = keep_candidates(fits, y, val, seed=seed, names=names,
-                                       cross_fitted=cfg.get("keep_rule", "cross-fitted") == "cross-fitted",
-                                       weighting=cfg.get("candidate_weights", "lift"),
-                                       rejoin=bool(cfg.get("rejoin", True)), few=arm)
+        kept, record = keep_candidates(fits, y, val, seed=seed, names=names, few=arm, **keep)
         blend, _ = standardised_mean([scores[i] for i in kept], selection_weights(record))
-        out[arm] = {"kept": record["chosen"], "metrics": (auroc(y[measured], blend[measured]),
-                                                          auprc(y[measured], blend[measured]))}
-        if arm == own:
-            out["reproduced"] = bool(abs(auroc(y[test], blend[test]) - config["test"]["auroc"]) < 1e-6)
+        out[arm] = {"kept": record["chosen"], "test_auroc": auroc(y[test], blend[test]),
+                    "metrics": (auroc(y[measured], blend[measured]), auprc(y[measured], blend[measured]))}
+    return out
+
+
+def replay(run: Path, part: str = "test") -> dict[str, Any]:
+    """One fine-tuning run's model-level choice replayed with each ``FEW_VALIDATION_MODES`` mode (:func:`_arms`, with
+    the run's ``--keep-rule``, ``--candidate-weights`` and ``--rejoin``), and whether the run's own mode reproduces its
+    ``metrics.json`` test AUROC."""
+    config = json.loads((run / "metrics.json").read_text())
+    cfg = config.get("config", {})
+    arms = _arms(np.load(run / "candidate_scores.npz", allow_pickle=True), int(RUN_DIR.search(run.name).group("seed")),
+                 part, cross_fitted=cfg.get("keep_rule", "cross-fitted") == "cross-fitted",
+                 weighting=cfg.get("candidate_weights", "lift"), rejoin=bool(cfg.get("rejoin", True)))
+    out = {"run": run.name, **arms}
+    own = out[cfg.get("few_anomalies", "average")]
+    out["reproduced"] = bool(abs(own["test_auroc"] - config["test"]["auroc"]) < 1e-6)
+    return out
+
+
+def replay_contrasts(scores: Path, part: str = "test") -> dict[str, Any]:
+    """``gcad_dist.train``'s contrast-level choice replayed with each mode (:func:`_arms`, its keep rule's settings:
+    plain scores, alike, no rejoin) from ``bench.train_rejoin --scores-dir``'s ``<dataset>-s<seed>.npz``. Where the
+    study's record ``<dataset>-s<seed>.json`` lies beside it (``--scores-dir`` = ``--out``), ``reproduced`` checks the
+    ``average`` mode against its ``old`` arm (the forest view, which joins only from 10 validation anomalies, must not
+    have)."""
+    seed = int(CONTRAST_FILE.search(scores.name).group("seed"))
+    out = {"run": scores.stem, **_arms(np.load(scores, allow_pickle=True), seed, part)}
+    record = scores.with_suffix(".json")
+    if record.is_file():
+        old = json.loads(record.read_text())["old"]
+        out["reproduced"] = bool(not old.get("forest_view")
+                                 and abs(out["average"]["test_auroc"] - old["test"]["auroc"]) < 1e-6)
     return out
 
 
@@ -85,6 +109,13 @@ def study(cfg: FewAnomaliesConfig) -> dict[str, list[dict[str, Any]]]:
     for root in map(Path, cfg.runs):
         if not root.is_dir():
             raise UsageError(f"{root}: no such folder")
+        if cfg.contrasts:
+            files = sorted(p for p in root.glob("*-s*.npz") if CONTRAST_FILE.search(p.name))
+            if not files:
+                raise UsageError(f"{root}: no <dataset>-s<seed>.npz (bench.train_rejoin --scores-dir)")
+            for f in files:
+                rows.setdefault(CONTRAST_FILE.search(f.name).group("dataset"), []).append(replay_contrasts(f, cfg.part))
+            continue
         found = sorted(p for p in root.glob("*/ft*-s*") if RUN_DIR.search(p.name)
                        and (p / "candidate_scores.npz").is_file() and (p / "metrics.json").is_file())
         if not found:
@@ -124,9 +155,14 @@ def table(rows: dict[str, list[dict[str, Any]]], part: str = "test", arms: tuple
 def build_parser() -> ArgumentParser:
     d = FewAnomaliesConfig()
     p = ArgumentParser(prog="python -m bench.few_anomalies", description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", help="bench.pretrain_transfer --out folders (fine-tuning with --candidate-scores)")
+    p.add_argument("runs", nargs="+",
+                   help="bench.pretrain_transfer --out folders (fine-tuning with --candidate-scores)")
     p.add_argument("--arms", nargs=2, default=list(d.arms), metavar=("OLD", "NEW"),
                    help="the two --few-anomalies modes compared (default: %(default)s)")
+    p.add_argument("--contrasts", action="store_true",
+                   help="RUNS are bench.train_rejoin --scores-dir folders (<dataset>-s<seed>.npz, with the study's "
+                   "<dataset>-s<seed>.json copied beside them to check the replay): replay gcad_dist.train's contrast "
+                   "keep rule instead of fine-tuning's")
     p.add_argument("--part", default=d.part, choices=("test", "val"),
                    help="the nodes measured: test, or val (where the rule chose: optimistic, for a guard only)")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -140,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [a for a in args.arms if a not in FEW_VALIDATION_MODES]
     if bad:
         raise UsageError(f"--arms: unknown mode {bad[0]!r} (choose from {', '.join(FEW_VALIDATION_MODES)})")
-    cfg = FewAnomaliesConfig(runs=args.runs, arms=tuple(args.arms), part=args.part, verbose=args.verbose)
+    cfg = FewAnomaliesConfig(runs=args.runs, arms=tuple(args.arms), contrasts=args.contrasts, part=args.part,
+                             verbose=args.verbose)
     setup_logging(cfg.verbose)
     if not cfg.verbose:  # keep_candidates warns once per replayed choice
         logging.getLogger("gcad_dist.train").setLevel(logging.ERROR)

@@ -67,3 +67,27 @@ def test_ten_validation_anomalies_replay_the_same_both_ways(tmp_path: Path) -> N
     _run(tmp_path, 0, val_anomalies=12)
     r = replay(tmp_path / "g" / "ft0.1-s0")
     assert r["average"] == r["above-chance"]
+
+
+def test_contrasts_replay_train_rule_from_train_rejoin_scores(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--contrasts: bench.train_rejoin --scores-dir files replayed with gcad_dist.train's contrast rule; the average
+    arm reproduces the study's old arm where its record lies beside the scores."""
+    from gcad_dist.metrics import auroc
+    from gcad_dist.model.candidate_ensemble import standardised_mean
+
+    _run(tmp_path / "ft", 0)  # reuse the fixture's scores as three contrasts
+    z = np.load(tmp_path / "ft" / "g" / "ft0.1-s0" / "candidate_scores.npz")
+    scores_dir = tmp_path / "scores"
+    scores_dir.mkdir()
+    np.savez(scores_dir / "g-s0.npz", **{k: z[k] for k in z.files})
+    test = z["test"].astype(bool)
+    blend, _ = standardised_mean(list(np.asarray(z["scores"], dtype=np.float64)))
+    (scores_dir / "g-s0.json").write_text(json.dumps({"old": {"forest_view": False, "test": {
+        "auroc": auroc(z["y"][test], blend[test])}}}))
+    rows = study(FewAnomaliesConfig(runs=[str(scores_dir)], contrasts=True))
+    r = rows["g"][0]
+    assert r["reproduced"] and r["above-chance"]["kept"] == "checkpoint + zero-shot"
+    assert main([str(scores_dir), "--contrasts", "--arms", "average", "weighted"]) == 0
+    assert "| g | 1 | 6 | 1/1 |" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="scores-dir"):
+        study(FewAnomaliesConfig(runs=[str(tmp_path / "ft")], contrasts=True))

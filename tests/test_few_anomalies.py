@@ -85,6 +85,9 @@ def test_weighted_weighs_the_kept_candidates_halfway_between_alike_and_their_aur
     want = 0.25 + 0.5 * lift / lift.sum()
     assert [rec["weights"]["good"], rec["weights"]["good2"]] == pytest.approx(want.tolist())
     assert rec["weights"]["good"] > rec["weights"]["good2"] and "halfway" in rec["rule"]
+    # none above chance: every candidate kept, alike
+    kept, rec = keep_candidates(_fits(anti, -good), y, val, names=["anti", "neg"], weighting="lift", few="weighted")
+    assert kept == [0, 1] and rec["weights"] == pytest.approx({"anti": 0.5, "neg": 0.5})
     # one kept candidate, or 10 validation anomalies or more: as above-chance
     assert "weights" not in keep_candidates(_fits(good, anti), y, val, names=["good", "anti"], few="weighted")[1]
     y, val, good, good2, anti = _scores(anomalies=MIN_POSITIVES)
@@ -93,15 +96,20 @@ def test_weighted_weighs_the_kept_candidates_halfway_between_alike_and_their_aur
     assert a[0] == b[0] and a[1]["weights"] == b[1]["weights"]
 
 
-def test_weighted_is_finetunes_default_and_trains_keep_rule_is_unchanged() -> None:
-    """Adopted for gcad_dist.finetune's model-level choice (session 76); gcad_dist.train's contrasts, one model family
-    whose members differ in how well they rank rather than in what (session 75), keep their rule."""
+def test_weighted_is_the_default_of_finetune_and_train() -> None:
+    """Adopted for gcad_dist.finetune's model-level choice and gcad_dist.train's contrasts (session 76); the function
+    itself keeps the old behaviour unless asked (fine-tuning's inner graph models call it so)."""
     import inspect
 
-    from gcad_dist.finetune import FinetuneConfig, build_parser
+    from gcad_dist.finetune import FinetuneConfig
+    from gcad_dist.finetune import build_parser as finetune_parser
+    from gcad_dist.train import TrainConfig
+    from gcad_dist.train import build_parser as train_parser
 
     assert FinetuneConfig(checkpoint="c", graph="g").few_anomalies == "weighted"
-    assert build_parser().parse_args(["--checkpoint", "c", "--graph", "g", "--out", "o"]).few_anomalies == "weighted"
+    assert finetune_parser().parse_args(["--checkpoint", "c", "--graph", "g", "--out", "o"]).few_anomalies == "weighted"
+    assert TrainConfig(graph="g", out="o").few_anomalies == "weighted"
+    assert train_parser().parse_args(["--graph", "g", "--out", "o"]).few_anomalies == "weighted"
     assert inspect.signature(keep_candidates).parameters["few"].default == "average"
 
 
@@ -153,3 +161,47 @@ def test_finetune_drops_a_candidate_below_chance_and_its_checkpoint_reproduces(t
     weighted = runs["weighted"]["model_selection"]  # the same kept set, weighed by validation AUROC: written as scored
     assert weighted["kept"] == new["kept"] and sum(weighted["weights"].values()) == pytest.approx(1.0)
     assert "halfway" in weighted["rule"]
+
+
+def test_train_weighted_contrasts_with_few_validation_anomalies_are_written_as_scored(tmp_path, capsys) -> None:
+    """gcad_dist.train --few-anomalies weighted (session 76): with fewer than 10 validation anomalies its contrasts
+    weigh by their validation AUROC, and gcad_dist.score's model of the run reproduces its validation and test
+    AUROC / AUPRC; --few-anomalies average keeps them alike."""
+    from gcad_dist.cli import run_cli
+    from gcad_dist.data.label_inputs import with_label_inputs
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.score import load_checkpoint_model
+    from gcad_dist.supervised import predict
+    from gcad_dist.train import load_labelled
+    from gcad_dist.train import main as train_main
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    g = generate(SyntheticConfig(nodes=500, avg_degree=6, features=8, anomaly_fraction=0.05, mixing=0.5,
+                                 anomaly_mix=(0.5, 0.5, 0.0, 0.5), contextual_candidates=10, seed=4))
+    path = tmp_path / "g.npz"
+    save_npz(g, path)
+    args = ["--graph", str(path), "--epochs", "6", "--eval-every", "2", "--hidden", "16", "--seed", "0",
+            "--threads", "1", "--no-progress", "--no-plots", "--forest", "off"]
+    sels = {}
+    for mode in ("weighted", "average"):
+        out = tmp_path / mode
+        with pytest.raises(SystemExit) as e:
+            run_cli(train_main, [*args, "--out", str(out), "--few-anomalies", mode])
+        assert int(e.value.code or 0) == 0, capsys.readouterr().err
+        m = json.loads((out / "metrics.json").read_text())
+        sels[mode] = sel = m["contrast_selection"]
+        assert 0 < sel["too_few_validation_anomalies"] < MIN_POSITIVES  # the regime this is for
+        data = load_labelled(str(path))
+        split = make_split(data, seed=0)
+        loaded = load_checkpoint_model(out)
+        s = predict(loaded.model, with_label_inputs(data, split.train) if loaded.label_inputs else data)
+        for part, mask in (("val", split.val), ("test", split.test)):
+            got = evaluate(data.y, s, mask=mask)
+            assert got["auroc"] == pytest.approx(m[part]["auroc"], abs=1e-6), (mode, part)
+            assert got["auprc"] == pytest.approx(m[part]["auprc"], abs=1e-6), (mode, part)
+    w = sels["weighted"]
+    if len(w["kept"]) > 1:
+        assert set(w["weights"]) == set(w["kept"]) and sum(w["weights"].values()) == pytest.approx(1.0)
+    assert "val_auroc" in w and "val_auroc" not in sels["average"] and "weights" not in sels["average"]
