@@ -89,6 +89,30 @@ def make_checkpoint(tmp_path: Path):
 
 
 @pytest.fixture
+def train_run_reproduces():
+    """``train_run_reproduces(out, graph_path, metrics, label)``: assert that ``gcad_dist.score``'s model of the
+    ``gcad_dist.train`` run in ``out`` (split seed 0) gives its ``metrics``' validation and test AUROC / AUPRC."""
+    from gcad_dist.data.label_inputs import with_label_inputs
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.score import load_checkpoint_model
+    from gcad_dist.supervised import predict
+    from gcad_dist.train import load_labelled
+
+    def check(out: Path, graph_path: Path, metrics: dict, label: str = "") -> None:
+        data = load_labelled(str(graph_path))
+        split = make_split(data, seed=0)
+        loaded = load_checkpoint_model(out)
+        s = predict(loaded.model, with_label_inputs(data, split.train) if loaded.label_inputs else data)
+        for part, mask in (("val", split.val), ("test", split.test)):
+            got = evaluate(data.y, s, mask=mask)
+            assert got["auroc"] == pytest.approx(metrics[part]["auroc"], abs=1e-6), (label, part)
+            assert got["auprc"] == pytest.approx(metrics[part]["auprc"], abs=1e-6), (label, part)
+
+    return check
+
+
+@pytest.fixture
 def run_score(capsys: pytest.CaptureFixture):
     """``run_score(argv)``: ``gcad_dist.score``'s command line; returns (exit code, stderr)."""
     from gcad_dist.cli import run_cli

@@ -96,9 +96,10 @@ def test_weighted_weighs_the_kept_candidates_halfway_between_alike_and_their_aur
     assert a[0] == b[0] and a[1]["weights"] == b[1]["weights"]
 
 
-def test_weighted_is_the_default_of_finetune_and_train() -> None:
-    """Adopted for gcad_dist.finetune's model-level choice and gcad_dist.train's contrasts (session 76); the function
-    itself keeps the old behaviour unless asked (fine-tuning's inner graph models call it so)."""
+def test_weighted_is_finetunes_default_and_train_keeps_average() -> None:
+    """Adopted for gcad_dist.finetune's model-level choice (session 76). gcad_dist.train's contrasts keep ``average``
+    (its ``weighted`` met its own rule, but fine-tuning's graph and scratch candidates follow gcad_dist.train's setting,
+    and there it failed the guard), and so does the function unless asked."""
     import inspect
 
     from gcad_dist.finetune import FinetuneConfig
@@ -108,8 +109,8 @@ def test_weighted_is_the_default_of_finetune_and_train() -> None:
 
     assert FinetuneConfig(checkpoint="c", graph="g").few_anomalies == "weighted"
     assert finetune_parser().parse_args(["--checkpoint", "c", "--graph", "g", "--out", "o"]).few_anomalies == "weighted"
-    assert TrainConfig(graph="g", out="o").few_anomalies == "weighted"
-    assert train_parser().parse_args(["--graph", "g", "--out", "o"]).few_anomalies == "weighted"
+    assert TrainConfig(graph="g", out="o").few_anomalies == "average"
+    assert train_parser().parse_args(["--graph", "g", "--out", "o"]).few_anomalies == "average"
     assert inspect.signature(keep_candidates).parameters["few"].default == "average"
 
 
@@ -163,17 +164,12 @@ def test_finetune_drops_a_candidate_below_chance_and_its_checkpoint_reproduces(t
     assert "halfway" in weighted["rule"]
 
 
-def test_train_weighted_contrasts_with_few_validation_anomalies_are_written_as_scored(tmp_path, capsys) -> None:
+def test_train_weighted_contrasts_with_few_validation_anomalies_are_written_as_scored(tmp_path, capsys,
+                                                                                       train_run_reproduces) -> None:
     """gcad_dist.train --few-anomalies weighted (session 76): with fewer than 10 validation anomalies its contrasts
     weigh by their validation AUROC, and gcad_dist.score's model of the run reproduces its validation and test
     AUROC / AUPRC; --few-anomalies average keeps them alike."""
     from gcad_dist.cli import run_cli
-    from gcad_dist.data.label_inputs import with_label_inputs
-    from gcad_dist.data.splits import make_split
-    from gcad_dist.metrics import evaluate
-    from gcad_dist.score import load_checkpoint_model
-    from gcad_dist.supervised import predict
-    from gcad_dist.train import load_labelled
     from gcad_dist.train import main as train_main
     from partitioning.io import save_npz
     from partitioning.synthetic import SyntheticConfig, generate
@@ -193,14 +189,7 @@ def test_train_weighted_contrasts_with_few_validation_anomalies_are_written_as_s
         m = json.loads((out / "metrics.json").read_text())
         sels[mode] = sel = m["contrast_selection"]
         assert 0 < sel["too_few_validation_anomalies"] < MIN_POSITIVES  # the regime this is for
-        data = load_labelled(str(path))
-        split = make_split(data, seed=0)
-        loaded = load_checkpoint_model(out)
-        s = predict(loaded.model, with_label_inputs(data, split.train) if loaded.label_inputs else data)
-        for part, mask in (("val", split.val), ("test", split.test)):
-            got = evaluate(data.y, s, mask=mask)
-            assert got["auroc"] == pytest.approx(m[part]["auroc"], abs=1e-6), (mode, part)
-            assert got["auprc"] == pytest.approx(m[part]["auprc"], abs=1e-6), (mode, part)
+        train_run_reproduces(out, path, m, mode)
     w = sels["weighted"]
     if len(w["kept"]) > 1:
         assert set(w["weights"]) == set(w["kept"]) and sum(w["weights"].values()) == pytest.approx(1.0)

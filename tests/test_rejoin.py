@@ -144,7 +144,8 @@ def test_finetune_checkpoint_with_a_rejoined_candidate_reproduces(tmp_path, caps
     assert set(m2["kept"]) < set(sel["kept"])
 
 
-def test_train_checkpoint_with_a_rejoined_contrast_reproduces(tmp_path, capsys, monkeypatch) -> None:
+def test_train_checkpoint_with_a_rejoined_contrast_reproduces(tmp_path, capsys, monkeypatch,
+                                                              train_run_reproduces) -> None:
     """gcad_dist.train --rejoin (session 75): a supervised run whose kept contrasts include a rejoined one is written
     as it scored (gcad_dist.score of model.pt gives metrics.json's test AUROC / AUPRC, the rejoined contrast's equal
     share included); --no-rejoin keeps the keep rule's choice."""
@@ -152,12 +153,6 @@ def test_train_checkpoint_with_a_rejoined_contrast_reproduces(tmp_path, capsys, 
 
     import gcad_dist.selection as selection
     from gcad_dist.cli import run_cli
-    from gcad_dist.data.label_inputs import with_label_inputs
-    from gcad_dist.data.splits import make_split
-    from gcad_dist.metrics import evaluate
-    from gcad_dist.score import load_checkpoint_model
-    from gcad_dist.supervised import predict
-    from gcad_dist.train import load_labelled
     from gcad_dist.train import main as train_main
     from partitioning.io import save_npz
     from partitioning.synthetic import SyntheticConfig, generate
@@ -182,14 +177,7 @@ def test_train_checkpoint_with_a_rejoined_contrast_reproduces(tmp_path, capsys, 
     assert sel["rejoined"] and len(sel["kept"]) > 1, sel  # the run this test is for
     assert set(sel["weights"]) == set(sel["kept"]) and sum(sel["weights"].values()) == pytest.approx(1.0)
     assert m["config"]["rejoin"] is True
-    data = load_labelled(str(path))
-    split = make_split(data, seed=0)
-    loaded = load_checkpoint_model(out)
-    s = predict(loaded.model, with_label_inputs(data, split.train) if loaded.label_inputs else data)
-    for part, mask in (("val", split.val), ("test", split.test)):
-        got = evaluate(data.y, s, mask=mask)
-        assert got["auroc"] == pytest.approx(m[part]["auroc"], abs=1e-6), part
-        assert got["auprc"] == pytest.approx(m[part]["auprc"], abs=1e-6), part
+    train_run_reproduces(out, path, m, "rejoin")
     # --no-rejoin: the keep rule's choice, the kept contrasts' plain mean
     out2 = tmp_path / "run2"
     with pytest.raises(SystemExit):
