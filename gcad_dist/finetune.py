@@ -113,8 +113,8 @@ from gcad_dist.forest_view import FOREST_MODES, describe_choice
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.train import (FEW_VALIDATION_MODES, LINK_EVALS, SCORE_SPACES, WEIGHTINGS, TrainConfig,
-                             add_candidate_options, add_few_anomalies_option, add_resume_options, add_schedule_options, add_split_options,
-                             check_fit_options, prepare_run_state)
+                             add_candidate_options, add_few_anomalies_option, add_resume_options,
+                             add_schedule_options, add_split_options, check_fit_options, prepare_run_state)
 from gcad_dist.score import NORMALIZE_CHOICES as SCORE_NORMALIZE_CHOICES
 from partitioning.errors import GraphInputError
 

@@ -55,9 +55,9 @@ LINK_EVALS = ("expected", "threshold")
 #: kept candidates; lift = their mean weighted by each one's validation AUPRC lift over the base rate
 WEIGHTINGS = ("equal", "lift")
 #: ``keep_candidates(few=...)``: with fewer validation anomalies than the keep rule needs (1 to 9), ``average`` keeps
-#: every candidate; ``above-chance`` drops a candidate whose validation AUROC is at or below 0.5 (session 76)
-#: every candidate (as before); ``weighted``: those above chance, weighed halfway between alike and their validation
-#: AUROC's lift over 0.5 (session 76)
+#: every candidate (as before); ``above-chance`` drops a candidate whose validation AUROC is at or below 0.5;
+#: ``weighted``: those above chance, weighed halfway between alike and their validation AUROC's lift over 0.5
+#: (session 76)
 FEW_VALIDATION_MODES = ("average", "above-chance", "weighted")
 CONTRASTS = ("graph", "neighbors", "ego")  # gcad_dist.model.gccad.CONTRASTS, without importing the model here
 JUMPS = ("last", "cat", "cat-local")  # gcad_dist.model.gccad.JUMPS
@@ -699,12 +699,10 @@ def keep_candidates(fits: list[tuple[FitResult, Any, Any]], y: Any, val_mask: An
     AUROC and ``record["below_chance"]`` the dropped ones. ``few="weighted"`` then weighs the kept ones
     ``0.5 / k + 0.5 * lift_i / sum(lift)``, ``lift_i = max(0, AUROC_i - 0.5)`` (alike where no lift is above 0).
     """
-    from gcad_dist.metrics import auprc
+    from gcad_dist.metrics import auprc, auroc
     from gcad_dist.model.candidate_ensemble import standardised_scores
     from gcad_dist.selection import MIN_POSITIVES, REJOIN_CONFIDENCE, SWITCH_RULE, compare_auprc
     from gcad_dist.selection import rejoin as rejoin_dropped
-
-    from gcad_dist.metrics import auroc
 
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting: unknown value {weighting!r} (choose from {', '.join(WEIGHTINGS)})")
