@@ -116,15 +116,25 @@ def study(cfg: FewAnomaliesConfig) -> dict[str, list[dict[str, Any]]]:
             for f in files:
                 rows.setdefault(CONTRAST_FILE.search(f.name).group("dataset"), []).append(replay_contrasts(f, cfg.part))
             continue
-        found = sorted(p for p in root.glob("*/ft*-s*") if RUN_DIR.search(p.name)
-                       and (p / "candidate_scores.npz").is_file() and (p / "metrics.json").is_file())
-        if not found:
-            raise UsageError(f"{root}: no fine-tuning run with candidate_scores.npz (bench.pretrain_transfer "
-                             "--candidate-scores)")
-        for run in found:
-            rows.setdefault(f"{run.parent.name} {RUN_DIR.search(run.name).group('fraction')}", []).append(
-                replay(run, cfg.part))
+        for run in fine_tuning_runs(root):
+            rows.setdefault(run_key(run), []).append(replay(run, cfg.part))
     return rows
+
+
+def fine_tuning_runs(root: Path) -> list[Path]:
+    """The fine-tuning runs of a ``bench.pretrain_transfer --candidate-scores`` folder (``root/<dataset>/ft<fraction>-
+    s<seed>`` with ``candidate_scores.npz`` and ``metrics.json``); a usage error where there is none."""
+    found = sorted(p for p in root.glob("*/ft*-s*") if RUN_DIR.search(p.name)
+                   and (p / "candidate_scores.npz").is_file() and (p / "metrics.json").is_file())
+    if not found:
+        raise UsageError(f"{root}: no fine-tuning run with candidate_scores.npz (bench.pretrain_transfer "
+                         "--candidate-scores)")
+    return found
+
+
+def run_key(run: Path) -> str:
+    """A fine-tuning run's table row: "<dataset> <label fraction>"."""
+    return f"{run.parent.name} {RUN_DIR.search(run.name).group('fraction')}"
 
 
 def table(rows: dict[str, list[dict[str, Any]]], part: str = "test", arms: tuple[str, str] = ARMS) -> str:

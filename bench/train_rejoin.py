@@ -76,19 +76,27 @@ def halves_metrics(fits: list[Any], y: np.ndarray, val: np.ndarray, rejoin: bool
     return float(m[0]), float(m[1])
 
 
+def fit_default(data_dir: str, dataset: str, seed: int, threads: int, epochs: int | None) -> tuple[Any, Any]:
+    """``gcad_dist.train``'s default candidates fitted once on ``data_dir/<dataset>.npz`` at ``seed``: (its config,
+    :func:`gcad_dist.train.fit_candidates`' result), for a study that finishes them under several settings."""
+    from gcad_dist.train import TrainConfig, fit_candidates
+
+    path = Path(data_dir) / f"{dataset}.npz"
+    if not path.is_file():
+        raise UsageError(f"--datasets: {path} not found")
+    tcfg = TrainConfig(graph=str(path), out="", seed=seed, threads=threads, progress=False, plots=False)
+    if epochs is not None:
+        tcfg = replace(tcfg, epochs=epochs)
+    return tcfg, fit_candidates(tcfg, None, None)
+
+
 def run_one(cfg: TrainRejoinConfig, dataset: str, seed: int) -> dict[str, Any]:
     """One fit of ``dataset`` at ``seed``, finished with and without ``--rejoin`` (module doc)."""
     import torch
 
-    from gcad_dist.train import TrainConfig, finish_fit, fit_candidates
+    from gcad_dist.train import finish_fit
 
-    path = Path(cfg.data_dir) / f"{dataset}.npz"
-    if not path.is_file():
-        raise UsageError(f"--datasets: {path} not found")
-    tcfg = TrainConfig(graph=str(path), out="", seed=seed, threads=cfg.threads, progress=False, plots=False)
-    if cfg.epochs is not None:
-        tcfg = replace(tcfg, epochs=cfg.epochs)
-    c = fit_candidates(tcfg, None, None)
+    tcfg, c = fit_default(cfg.data_dir, dataset, seed, cfg.threads, cfg.epochs)
     y = torch.as_tensor(c.data.y).cpu().numpy()
     val = torch.as_tensor(c.split.val).cpu().numpy()
     rec: dict[str, Any] = {"dataset": dataset, "seed": seed, "contrasts": len(c.fits)}

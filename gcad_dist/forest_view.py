@@ -39,14 +39,16 @@ FOREST_MODES = ("auto", "off")
 JOIN_BELOW = 0.8
 
 
-def _rule() -> str:
+def _rule(min_anomalies: int | None = None) -> str:
     from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE
 
+    least = MIN_POSITIVES if min_anomalies is None else min_anomalies
     return (f"RF-Graph and gradient-boosted trees on the training nodes, their ranks averaged; joins iff >= "
-            f"{MIN_POSITIVES} validation anomalies and the paired bootstrap over them finds P(GCCAD's cross-fitted "
+            f"{least} validation anomalies and the paired bootstrap over them finds P(GCCAD's cross-fitted "
             f"validation AUPRC higher) < {JOIN_BELOW} and P(its AUROC higher) < {JOIN_BELOW}; joined: the mean of both "
             f"scores' ranks, or the forest alone where P(its validation AUPRC higher than the blend's) >= "
-            f"{SWITCH_CONFIDENCE}")
+            f"{SWITCH_CONFIDENCE}" + (f" (and >= {MIN_POSITIVES} validation anomalies)" if least < MIN_POSITIVES
+                                      else ""))
 
 
 FOREST_RULE = _rule()
@@ -60,20 +62,26 @@ def describe_choice(record: dict[str, Any]) -> str:
 
 
 def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, seed: int,
-                    threads: int = 1, in_features: int | None = None) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
+                    threads: int = 1, in_features: int | None = None,
+                    min_anomalies: int | None = None) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
     """Fit the forest on ``split.train`` (the nodes GCCAD trained on), judge it against GCCAD's fit ``res`` on
     ``split.val``, and return (fit,
     model, record): where it is kept, the fit's scores and metrics are the rank blend's and the model a
     :class:`~gcad_dist.model.rank_blend.RankBlend` of ``model`` and the forest; else ``res`` and ``model`` unchanged.
     The record (JSON-ready) says what was measured and chosen. ``in_features``: the leading columns of ``data.x``
     the forest reads (default: all but the label-input columns; the first input block of a model whose members read
-    several, :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`)."""
+    several, :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`). ``min_anomalies``: the fewest validation
+    anomalies the join test is run on (default :data:`gcad_dist.selection.MIN_POSITIVES`; ``gcad_dist.train
+    --forest-min-anomalies``, session 77); below ``MIN_POSITIVES`` a joined forest always blends, never scores alone."""
     from gcad_dist.metrics import auprc, evaluate
     from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
     from gcad_dist.model.tree_blend import fit_tree_blend
     from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE, compare_auprc, p_better_auroc
 
-    record: dict[str, Any] = {"rule": FOREST_RULE}
+    min_anomalies = MIN_POSITIVES if min_anomalies is None else int(min_anomalies)
+    if min_anomalies < 1:
+        raise ValueError(f"min_anomalies must be at least 1, got {min_anomalies}")
+    record: dict[str, Any] = {"rule": FOREST_RULE if min_anomalies == MIN_POSITIVES else _rule(min_anomalies)}
     y = torch.as_tensor(data.y).cpu().numpy()
     if getattr(data, "graph_id", None) is not None or res.selection_scores is None:
         record.update(kept=False, reason="many small graphs: a node forest does not apply" if getattr(
@@ -98,11 +106,11 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     joined, p_pr, p_roc = False, float("nan"), float("nan")
     record.update(positives=positives, forest_val_auroc=evaluate(y, forest_scores, None, vm)["auroc"],
                   train_nodes=int(train.sum()), train_anomalies=int((y[train] == 1).sum()))
-    if positives >= MIN_POSITIVES:  # with fewer, validation cannot tell whether the forest helps: GCCAD alone
+    if positives >= min_anomalies and (yv == 0).any():  # with fewer, GCCAD alone
         cmp = compare_auprc(yv, forest_scores[vm], gccad_val, seed=seed)  # alternative = GCCAD
         roc_forest, roc_gccad, p_roc = p_better_auroc(yv, forest_scores[vm], gccad_val, seed=seed)
         p_pr = cmp.p_alternative_better
-        joined = p_pr < JOIN_BELOW and p_roc < JOIN_BELOW
+        joined = cmp.n_boot > 0 and p_pr < JOIN_BELOW and p_roc < JOIN_BELOW  # no usable resample: GCCAD alone
         record.update(val_auprc={"gccad (cross-fitted)": cmp.alternative_auprc, "forest": cmp.default_auprc},
                       val_auroc={"gccad (cross-fitted)": roc_gccad, "forest": roc_forest})
     else:
@@ -110,8 +118,8 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     record.update(p_gccad_better_auprc=p_pr, p_gccad_better_auroc=p_roc, kept=joined, choice="blend" if joined
                   else "gccad", seconds=round(time.perf_counter() - t0, 3))
     log.info("forest view: %s -> %s (%.1f s)", f"P(GCCAD better) AUPRC {p_pr:.3f}, AUROC {p_roc:.3f} over {positives} "
-             f"validation anomalies" if positives >= MIN_POSITIVES else
-             f"{positives} validation anomalies, fewer than {MIN_POSITIVES}",
+             f"validation anomalies" if "val_auroc" in record else
+             f"{positives} validation anomalies, fewer than {min_anomalies}",
              "joined: scores = mean of both ranks" if joined else "GCCAD alone", record["seconds"])
     if not joined:
         return res, model, record
@@ -127,7 +135,8 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     record["val_auprc"]["blend (cross-fitted)"] = auprc(yv, selection[vm])
     # the forest alone where validation finds it clearly above the blend (the keep rule's switch level)
     lead = compare_auprc(yv, selection[vm], forest_scores[vm], seed=seed)  # alternative = the forest alone
-    alone = lead.p_alternative_better >= SWITCH_CONFIDENCE
+    # below MIN_POSITIVES validation anomalies (--forest-min-anomalies) a joined forest blends, never scores alone
+    alone = lead.p_alternative_better >= SWITCH_CONFIDENCE and positives >= MIN_POSITIVES
     record.update(p_forest_better_than_blend_auprc=lead.p_alternative_better, choice="forest" if alone else "blend",
                   weights=[0.0, 1.0] if alone else [0.5, 0.5])
     log.info("forest view: P(the forest alone better than the blend) AUPRC %.3f -> %s", lead.p_alternative_better,

@@ -104,6 +104,9 @@ class TrainConfig:
     # averaged) blended by rank where validation does not lean towards GCCAD alone (gcad_dist.forest_view); "off":
     # GCCAD alone
     forest: str = "auto"
+    # the fewest validation anomalies the forest view's join test runs on (below: GCCAD alone); below 10 a joined
+    # forest blends, never scores alone (session 77)
+    forest_min_anomalies: int = 10
     # --contrast auto: a contrast the keep rule dropped rejoins where the kept ones' mean with it ranks the validation
     # anomalies better (gcad_dist.selection.rejoin, as gcad_dist.finetune --rejoin; session 75)
     rejoin: bool = False
@@ -398,6 +401,8 @@ def _validate(cfg: TrainConfig) -> None:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")
     if cfg.contrast not in (*CONTRASTS, "auto"):
         raise UsageError(f"--contrast: unknown value {cfg.contrast!r} (choose from {', '.join(CONTRASTS)}, auto)")
+    if cfg.forest_min_anomalies < 1:
+        raise UsageError(f"--forest-min-anomalies must be at least 1, got {cfg.forest_min_anomalies}")
     if cfg.few_anomalies not in FEW_VALIDATION_MODES:
         raise UsageError(f"--few-anomalies: unknown value {cfg.few_anomalies!r} (choose from "
                          f"{', '.join(FEW_VALIDATION_MODES)})")
@@ -587,7 +592,8 @@ def finish_fit(cfg: TrainConfig, c: Any) -> TrainOutcome:
         # the forest trains on the labels GCCAD trained on (--label-fraction's subsample), no other
         fit_split = c.fit_split if c.fit_split is not None else split
         res, model, forest = add_forest_view(res, model, data, fit_split, seed=cfg.seed,
-                                              threads=cfg.threads if cfg.threads > 0 else torch.get_num_threads())
+                                              threads=cfg.threads if cfg.threads > 0 else torch.get_num_threads(),
+                                              min_anomalies=cfg.forest_min_anomalies)
     metrics = {
         "config": asdict(replace(cfg, label_inputs=reads_label_inputs(data))),
         "model_config": asdict(model_cfg),
@@ -872,6 +878,14 @@ def write_json(obj: Any, path: Path) -> None:
     tmp.replace(path)
 
 
+def add_forest_min_anomalies_option(p: argparse.ArgumentParser, default: int) -> None:
+    """``--forest-min-anomalies``, shared by ``gcad_dist.train`` and ``gcad_dist.finetune``."""
+    p.add_argument("--forest-min-anomalies", type=int, default=default, metavar="N",
+                   help="--forest auto: the fewest labelled validation anomalies the forest view's join test runs on; "
+                   "with fewer, GCCAD scores alone. Below 10 the same bootstrap test decides, and a joined forest "
+                   f"blends, never scores alone (session 77, BENCHMARKS.md) (default: {default})")
+
+
 def add_few_anomalies_option(p: argparse.ArgumentParser, default: str, when: str, what: str, measured: str) -> None:
     """``--few-anomalies`` (:data:`FEW_VALIDATION_MODES`, :func:`keep_candidates`' ``few``) for ``gcad_dist.train``'s
     contrasts and ``gcad_dist.finetune``'s models: ``when`` the choice is made, ``what`` is chosen, what was
@@ -909,6 +923,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "trees' alone where the same bootstrap places them above that blend with probability >= 0.95 "
                    "(labels set by a rule over a few attributes; seconds on 10k nodes; metrics.json 'forest_view' "
                    "says what was measured and chosen; BENCHMARKS.md, sessions 61, 62 and 66); off = GCCAD alone")
+    add_forest_min_anomalies_option(p, d.forest_min_anomalies)
     p.add_argument("--rejoin", action=argparse.BooleanOptionalAction, default=d.rejoin,
                    help="--contrast auto: after the keep rule, a contrast it dropped rejoins the kept ones, with an "
                    "equal share, where a paired bootstrap over the validation nodes finds their mean with it better "

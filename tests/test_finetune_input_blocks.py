@@ -213,9 +213,9 @@ def test_the_scratch_fit_kept_alone_reads_its_block_and_the_forest_the_checkpoin
             return [names.index("scratch")], record
         return kept, record
 
-    def spy(res, model, data, split, seed, threads=1, in_features=None):
+    def spy(res, model, data, split, seed, threads=1, in_features=None, **kw):
         seen.append((data.x.shape[1], in_features))
-        return real_view(res, model, data, split, seed, threads=threads, in_features=in_features)
+        return real_view(res, model, data, split, seed, threads=threads, in_features=in_features, **kw)
 
     monkeypatch.setattr(train_mod, "keep_candidates", scratch_only)
     monkeypatch.setattr(fv_mod, "add_forest_view", spy)

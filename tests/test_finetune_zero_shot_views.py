@@ -55,6 +55,8 @@ def _run(argv: list[str], capsys) -> tuple[int, str]:
 
 COMMON = ["--epochs", "4", "--eval-every", "2", "--seed", "0", "--label-fraction", "0.5", "--no-progress",
           "--no-plots", "--threads", "1", "--forest", "off", "--isolation-forest", "off", "--no-label-inputs"]
+#: the zero-shot candidate's views alone (the fine-tuned checkpoint candidate bare, as before session 77)
+ZS_ONLY = [*COMMON, "--no-checkpoint-views"]
 
 
 def _local(seed: int, views: bool) -> GCCAD:
@@ -141,7 +143,7 @@ def test_finetune_zero_shot_candidate_is_the_viewed_score_and_the_checkpoint_rep
     for name, flag in (("views", "--zero-shot-views"), ("bare", "--no-zero-shot-views")):
         out = tmp_path / name
         code, err = _run(["--checkpoint", str(viewed_checkpoint), "--graph", str(path), "--out", str(out),
-                          "--candidate-scores", flag, *COMMON], capsys)
+                          "--candidate-scores", flag, *ZS_ONLY], capsys)
         assert code == 0, err
         runs[name] = m = json.loads((out / "metrics.json").read_text())
         _reproduces(g, path, out, m)

@@ -225,6 +225,57 @@ def test_too_few_validation_anomalies_leave_gccad_alone():
     assert not rec["kept"] and res is weak and rec["too_few_validation_anomalies"] == rec["positives"] < 10
 
 
+def test_forest_min_anomalies_runs_the_join_test_on_fewer_and_never_lets_the_forest_score_alone():
+    """``min_anomalies`` (``--forest-min-anomalies``, session 77): with 1-9 validation anomalies the same bootstrap
+    test decides; a joined forest blends (it may not score alone below 10), a GCCAD clearly better keeps its score,
+    and the test labels are never read."""
+    from gcad_dist.forest_view import add_forest_view
+    from gcad_dist.model.rank_blend import RankBlend
+
+    data = _graph(n=300, shift=4.0)  # 30 anomalies, 8 of them in validation; the forest alone would rank them first
+    split = _split(data.num_nodes)
+    y = data.y.numpy().astype(float)
+    rng = np.random.default_rng(3)
+    vague = 0.3 * y + rng.standard_normal(data.num_nodes)  # from 10 it would let the forest score alone
+    fit = _fit(vague, vague, data, split)
+    _, m0, rec0 = add_forest_view(fit, torch.nn.Identity(), data, split, seed=0)  # the default: 10
+    assert not rec0["kept"] and rec0["too_few_validation_anomalies"] == rec0["positives"] < 10
+    res, m, rec = add_forest_view(fit, torch.nn.Identity(), data, split, seed=0, min_anomalies=1)
+    assert rec["kept"] and rec["choice"] == "blend" and rec["weights"] == [0.5, 0.5]
+    assert isinstance(m, RankBlend) and m.weights.tolist() == [0.5, 0.5] and "too_few_validation_anomalies" not in rec
+    assert rec["p_gccad_better_auprc"] < 0.8 and rec["p_gccad_better_auroc"] < 0.8 and ">= 1 validation" in rec["rule"]
+    assert res.val["auprc"] > fit.val["auprc"]
+    dim = _graph(n=300, shift=1.0)  # the forest finds some anomalies; GCCAD ranks every one first: the forest stays out
+    perfect = dim.y.numpy() + 0.01 * rng.standard_normal(dim.num_nodes)
+    strong = _fit(perfect, perfect, dim, split)
+    res2, m2, rec2 = add_forest_view(strong, torch.nn.Identity(), dim, split, seed=0, min_anomalies=1)
+    assert not rec2["kept"] and res2 is strong and rec2["p_gccad_better_auroc"] >= 0.8
+    scrambled = data.clone()  # scrambled test labels: the same choice and validation figures
+    t = split.test.numpy()
+    scrambled.y = data.y.clone()
+    scrambled.y[split.test] = torch.as_tensor(np.random.default_rng(2).permutation(data.y.numpy()[t]))
+    _, _, rec3 = add_forest_view(fit, torch.nn.Identity(), scrambled, split, seed=0, min_anomalies=1)
+    for k in ("kept", "choice", "val_auprc", "val_auroc", "p_gccad_better_auprc", "p_gccad_better_auroc"):
+        assert rec3[k] == rec[k]
+    with pytest.raises(ValueError, match="at least 1"):
+        add_forest_view(fit, torch.nn.Identity(), data, split, seed=0, min_anomalies=0)
+
+
+def test_forest_min_anomalies_flag_is_checked_and_shared(tmp_path, capsys):
+    from gcad_dist.finetune import FinetuneConfig
+    from gcad_dist.finetune import build_parser as finetune_parser
+    from gcad_dist.train import TrainConfig
+    from gcad_dist.train import build_parser as train_parser
+    from tests.test_train import _cli
+
+    assert FinetuneConfig.forest_min_anomalies == TrainConfig.forest_min_anomalies  # fine-tuning follows train
+    for parser in (train_parser(), finetune_parser()):
+        assert "--forest-min-anomalies" in parser.format_help()
+    code, err = _cli(["gcad_dist.train", "--graph", str(tmp_path / "none.npz"), "--out", str(tmp_path / "o"),
+                      "--forest-min-anomalies", "0"], capsys)
+    assert code == 2 and "--forest-min-anomalies must be at least 1" in err and "Traceback" not in err
+
+
 def test_train_cli_forest_view_checkpoint_scores_as_training_did(tmp_path, capsys, run_score):
     """``gcad_dist.train`` (default ``--forest auto``) on a graph whose anomalies show in their own columns: the
     forest is kept, ``metrics.json`` says so, and the checkpoint scores the graph as training scored it."""
@@ -304,3 +355,42 @@ def test_the_forest_trains_on_the_labels_gccad_trained_on(tmp_path, monkeypatch)
     fv, budget = out.metrics["forest_view"], out.metrics["label_budget"]
     assert fv["train_nodes"] == seen["train"] == budget["train_labelled"] < budget["train_total"]
     assert fv["train_anomalies"] == budget["train_labelled_anomalies"]
+
+
+def test_train_with_forest_min_anomalies_one_writes_the_blend_it_scored(tmp_path, capsys):
+    """``gcad_dist.train --forest-min-anomalies 1`` on a graph with fewer than 10 validation anomalies that trees see:
+    the forest joins as a blend, and the written checkpoint scores as training did; the default leaves GCCAD alone."""
+    from gcad_dist.model.rank_blend import RankBlend
+    from gcad_dist.score import load_checkpoint_model
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+    from tests.test_train import _cli
+
+    g = tmp_path / "cam.npz"
+    save_npz(generate(SyntheticConfig(nodes=600, avg_degree=6, features=8, anomaly_fraction=0.04,
+                                      anomaly_mix=(0, 0, 0, 1), mixing=1.0, seed=4)), g)
+    args = ["gcad_dist.train", "--graph", str(g), "--epochs", "4", "--eval-every", "2", "--hidden", "8",
+            "--threads", "1", "--no-progress", "--no-plots", "--seed", "0"]
+    code, err = _cli([*args, "--out", str(tmp_path / "new"), "--forest-min-anomalies", "1"], capsys)
+    assert code == 0, err
+    m = json.loads((tmp_path / "new" / "metrics.json").read_text())
+    fv = m["forest_view"]
+    assert 1 <= fv["positives"] < 10 and fv["kept"] and fv["choice"] == "blend" and m["config"]["forest_min_anomalies"] == 1
+    loaded = load_checkpoint_model(tmp_path / "new")
+    assert isinstance(loaded.model, RankBlend) and loaded.model.weights.tolist() == [0.5, 0.5]
+    from gcad_dist.data.label_inputs import with_label_inputs
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.supervised import predict
+    from gcad_dist.train import load_labelled
+
+    data = load_labelled(str(g))
+    split = make_split(data, seed=0)
+    s = predict(loaded.model, with_label_inputs(data, split.train) if loaded.label_inputs else data)
+    for part, mask in (("val", split.val), ("test", split.test)):
+        # float32 rounding apart: a near-tie of two ranks may swap (one pair of 10 x 230 moves AUROC by 0.0004)
+        assert evaluate(data.y, s, mask=mask)["auroc"] == pytest.approx(m[part]["auroc"], abs=2e-3), part
+    code, err = _cli([*args, "--out", str(tmp_path / "old"), "--forest-min-anomalies", "10"], capsys)
+    assert code == 0, err
+    old = json.loads((tmp_path / "old" / "metrics.json").read_text())
+    assert not old["forest_view"]["kept"] and old["test"] == fv["gccad_alone"]["test"]  # same fit, GCCAD alone
