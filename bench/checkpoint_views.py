@@ -29,7 +29,7 @@ import numpy as np
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging
 
-from bench.few_anomalies import RUN_DIR, fine_tuning_runs, run_key
+from bench.few_anomalies import RUN_DIR, fine_tuning_runs, replayed_blend, run_key
 from gcad_dist.train import FEW_VALIDATION_MODES
 
 log = logging.getLogger("bench.checkpoint_views")
@@ -43,19 +43,6 @@ class CheckpointViewsConfig:
     part: str = "test"  # the nodes measured: test or val
     few_anomalies: str | None = None  # the keep rule's few-anomaly mode; None: each run's own (its metrics.json)
     verbose: bool = False
-
-
-def _blend(names: list[str], scores: list[np.ndarray], judged: list[np.ndarray], y: np.ndarray, val: np.ndarray, seed: int,
-           keep: dict[str, Any]) -> tuple[np.ndarray, str]:
-    """The kept candidates' weighted mean of standardised scores (``combine_candidates``' score), and the kept names."""
-    from gcad_dist.model.candidate_ensemble import standardised_mean
-    from gcad_dist.train import keep_candidates, selection_weights
-
-    fits = [(SimpleNamespace(scores=s, selection_scores=t, best_epoch=0, val={}, test={}), None, None)
-            for s, t in zip(scores, judged)]
-    kept, record = keep_candidates(fits, y, val, seed=seed, names=names, **keep)
-    blend, _ = standardised_mean([scores[i] for i in kept], selection_weights(record))
-    return blend, record["chosen"]
 
 
 def replay(run: Path, part: str = "test", few_anomalies: str | None = None) -> dict[str, Any]:
@@ -73,6 +60,8 @@ def replay(run: Path, part: str = "test", few_anomalies: str | None = None) -> d
 
     metrics = json.loads((run / "metrics.json").read_text())
     cfg = metrics["config"]
+    if cfg.get("checkpoint_views"):
+        raise UsageError(f"{run}: fine-tuned with --checkpoint-views; the replay needs the bare candidate")
     z = np.load(run / "candidate_scores.npz", allow_pickle=True)
     names, y = [str(n) for n in z["names"]], np.asarray(z["y"])
     scores = [np.asarray(s) for s in z["scores"]]
@@ -83,7 +72,7 @@ def replay(run: Path, part: str = "test", few_anomalies: str | None = None) -> d
             "weighting": cfg.get("candidate_weights", "lift"), "rejoin": bool(cfg.get("rejoin", True)),
             "few": few_anomalies or cfg.get("few_anomalies", "average")}
     out: dict[str, Any] = {"run": run.name, "val_anomalies": int((y[val] == 1).sum())}
-    old, out["old_kept"] = _blend(names, scores, judged, y, val, seed, keep)
+    old, out["old_kept"] = replayed_blend(names, scores, judged, y, val, seed, **keep)
     out["old"] = (auroc(y[measured], old[measured]), auprc(y[measured], old[measured]))
     test = z["test"].astype(bool) & (y >= 0)
     out["reproduced"] = bool(abs(auroc(y[test], old[test]) - metrics["test"]["auroc"]) < 1e-6)
@@ -105,7 +94,7 @@ def replay(run: Path, part: str = "test", few_anomalies: str | None = None) -> d
                     selection_scores=judged[i])
     viewed, record = viewed_fit(res, raw_x, data, views, y, None, split)
     scores[i], judged[i] = viewed.scores, viewed.selection_scores
-    new, out["new_kept"] = _blend(names, scores, judged, y, val, seed, keep)
+    new, out["new_kept"] = replayed_blend(names, scores, judged, y, val, seed, **keep)
     out["new"] = (auroc(y[measured], new[measured]), auprc(y[measured], new[measured]))
     out["views"] = {k: bool(v and v.get("used")) for k, v in record.items() if k != "bare"}
     return out
@@ -118,8 +107,6 @@ def study(cfg: CheckpointViewsConfig) -> dict[str, list[dict[str, Any]]]:
         if not root.is_dir():
             raise UsageError(f"{root}: no such folder")
         for run in fine_tuning_runs(root):
-            if json.loads((run / "metrics.json").read_text())["config"].get("checkpoint_views"):
-                raise UsageError(f"{run}: fine-tuned with --checkpoint-views; the replay needs the bare candidate")
             rows.setdefault(run_key(run), []).append(replay(run, cfg.part, cfg.few_anomalies))
     return rows
 

@@ -48,26 +48,38 @@ class FewAnomaliesConfig:
     verbose: bool = False
 
 
+def replayed_blend(names: list[str], scores: Any, judged: Any, y: np.ndarray, val: np.ndarray, seed: int,
+                   **keep: Any) -> tuple[np.ndarray, str]:
+    """The product's model-level choice replayed on stored candidate scores: :func:`gcad_dist.train.keep_candidates`
+    (``**keep``) on the validation nodes ``val``, judged by ``judged`` (cross-fitted scores), and the kept candidates'
+    weighted mean of standardised ``scores`` (:func:`gcad_dist.train.combine_candidates`' score); and the kept names."""
+    from gcad_dist.model.candidate_ensemble import standardised_mean
+    from gcad_dist.train import keep_candidates, selection_weights
+
+    fits = [(SimpleNamespace(scores=s, selection_scores=t, best_epoch=0, val={}, test={}), None, None)
+            for s, t in zip(scores, judged)]
+    kept, record = keep_candidates(fits, y, val, seed=seed, names=names, **keep)
+    blend, _ = standardised_mean([scores[i] for i in kept], selection_weights(record))
+    return blend, record["chosen"]
+
+
 def _arms(z: Any, seed: int, part: str, **keep: Any) -> dict[str, Any]:
     """Every ``FEW_VALIDATION_MODES`` mode's kept candidates and the AUROC / AUPRC of their blend on ``part``'s nodes,
     from a candidate-scores file ``z`` (``gcad_dist.finetune.write_candidate_scores``' format), chosen by
-    ``keep_candidates(**keep)`` on its validation nodes; also the blends' test AUROC (``"test_auroc"``)."""
+    ``keep_candidates(**keep)`` on its validation nodes (:func:`replayed_blend`); also the blends' test AUROC
+    (``"test_auroc"``)."""
     from gcad_dist.metrics import auprc, auroc
-    from gcad_dist.model.candidate_ensemble import standardised_mean
-    from gcad_dist.train import FEW_VALIDATION_MODES, keep_candidates, selection_weights
+    from gcad_dist.train import FEW_VALIDATION_MODES
 
     names, y = [str(n) for n in z["names"]], np.asarray(z["y"])
     scores = np.asarray(z["scores"], dtype=np.float64)
     judged = np.asarray(z["selection_scores"], dtype=np.float64) if "selection_scores" in z.files else scores
-    fits = [(SimpleNamespace(scores=s, selection_scores=t, best_epoch=0, val={}, test={}), None, None)
-            for s, t in zip(scores, judged)]
     val, measured = z["val"].astype(bool), z[part].astype(bool) & (y >= 0)
     test = z["test"].astype(bool) & (y >= 0)
     out: dict[str, Any] = {"val_anomalies": int((y[val] == 1).sum())}
     for arm in FEW_VALIDATION_MODES:
-        kept, record = keep_candidates(fits, y, val, seed=seed, names=names, few=arm, **keep)
-        blend, _ = standardised_mean([scores[i] for i in kept], selection_weights(record))
-        out[arm] = {"kept": record["chosen"], "test_auroc": auroc(y[test], blend[test]),
+        blend, kept = replayed_blend(names, scores, judged, y, val, seed, few=arm, **keep)
+        out[arm] = {"kept": kept, "test_auroc": auroc(y[test], blend[test]),
                     "metrics": (auroc(y[measured], blend[measured]), auprc(y[measured], blend[measured]))}
     return out
 

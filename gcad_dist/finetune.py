@@ -486,12 +486,11 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     # the zero-shot candidate is the checkpoint as gcad_dist.score scores it, views included (--zero-shot-views); the
     # written ensemble carries them (its member reads the raw features as an input block: CandidateEnsemble's views)
     recorded = recorded_views(zs_model)
-    zs_views = (recorded if cfg.zero_shot_views and any(recorded.values())
-                and not isinstance(zs_model, CandidateEnsemble) else None)
+    viewable = any(recorded.values()) and not isinstance(zs_model, CandidateEnsemble)
+    zs_views = recorded if cfg.zero_shot_views and viewable else None
     # the fine-tuned checkpoint candidate with the same views (--checkpoint-views): fine-tuning changes the contrast's
     # weights, not what the label-free views read
-    ck_views = (recorded if cfg.checkpoint_views and any(recorded.values())
-                and not isinstance(zs_model, CandidateEnsemble) else None)
+    ck_views = recorded if cfg.checkpoint_views and viewable else None
     zero_shot = {
         "val": evaluate(y_np, zs_scores, graph_np, split.val.numpy()),
         "test": evaluate(y_np, zs_scores, graph_np, split.test.numpy()),

@@ -81,7 +81,7 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     min_anomalies = MIN_POSITIVES if min_anomalies is None else int(min_anomalies)
     if min_anomalies < 1:
         raise ValueError(f"min_anomalies must be at least 1, got {min_anomalies}")
-    record: dict[str, Any] = {"rule": FOREST_RULE if min_anomalies == MIN_POSITIVES else _rule(min_anomalies)}
+    record: dict[str, Any] = {"rule": _rule(min_anomalies)}
     y = torch.as_tensor(data.y).cpu().numpy()
     if getattr(data, "graph_id", None) is not None or res.selection_scores is None:
         record.update(kept=False, reason="many small graphs: a node forest does not apply" if getattr(
