@@ -18,7 +18,6 @@ shows as not reproduced).
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ import numpy as np
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging
 
-from bench.few_anomalies import RUN_DIR, fine_tuning_runs, replayed_blend, run_key
+from bench.few_anomalies import StoredRun, fine_tuning_runs, paired_table, run_key
 from gcad_dist.train import FEW_VALIDATION_MODES
 
 log = logging.getLogger("bench.checkpoint_views")
@@ -45,58 +44,55 @@ class CheckpointViewsConfig:
     verbose: bool = False
 
 
-def replay(run: Path, part: str = "test", few_anomalies: str | None = None) -> dict[str, Any]:
-    """One fine-tuning run replayed with its checkpoint candidate bare (old) and viewed (new); module doc.
-    ``few_anomalies``: the keep rule's mode below 10 validation anomalies instead of the run's own (for runs made
-    before a later default; ``reproduced`` then compares with a run that chose otherwise)."""
+def viewed_candidates(metrics: dict[str, Any], names: list[str], scores: list[np.ndarray], judged: list[np.ndarray],
+                      y: np.ndarray, val: np.ndarray, test: np.ndarray) -> dict[str, bool] | None:
+    """The stored checkpoint candidate of a run made without ``--checkpoint-views`` (``metrics``: its metrics.json)
+    passed through the product's :func:`gcad_dist.finetune.viewed_fit` in place (``scores`` and ``judged``, its
+    cross-fitted selection scores): the views the run's checkpoint records, on the run's graph as fine-tuning prepared
+    it. Returns which views joined, or None where there is no checkpoint candidate or its checkpoint records no view
+    (nothing changed)."""
     import torch
 
     from gcad_dist.finetune import viewed_fit
     from gcad_dist.label_free_views import recorded_views
-    from gcad_dist.metrics import auprc, auroc, evaluate
+    from gcad_dist.metrics import evaluate
     from gcad_dist.score import load_checkpoint_model, prepare_data
     from gcad_dist.supervised import FitResult
     from partitioning.io import load_graph
 
-    metrics = json.loads((run / "metrics.json").read_text())
     cfg = metrics["config"]
-    if cfg.get("checkpoint_views"):
-        raise UsageError(f"{run}: fine-tuned with --checkpoint-views; the replay needs the bare candidate")
-    z = np.load(run / "candidate_scores.npz", allow_pickle=True)
-    names, y = [str(n) for n in z["names"]], np.asarray(z["y"])
-    scores = [np.asarray(s) for s in z["scores"]]
-    judged = [np.asarray(s) for s in (z["selection_scores"] if "selection_scores" in z.files else z["scores"])]
-    val, measured = z["val"].astype(bool), z[part].astype(bool) & (y >= 0)
-    seed = int(RUN_DIR.search(run.name).group("seed"))
-    keep = {"cross_fitted": cfg.get("keep_rule", "cross-fitted") == "cross-fitted",
-            "weighting": cfg.get("candidate_weights", "lift"), "rejoin": bool(cfg.get("rejoin", True)),
-            "few": few_anomalies or cfg.get("few_anomalies", "average")}
-    out: dict[str, Any] = {"run": run.name, "val_anomalies": int((y[val] == 1).sum())}
-    old, out["old_kept"] = replayed_blend(names, scores, judged, y, val, seed, **keep)
-    out["old"] = (auroc(y[measured], old[measured]), auprc(y[measured], old[measured]))
-    test = z["test"].astype(bool) & (y >= 0)
-    out["reproduced"] = bool(abs(auroc(y[test], old[test]) - metrics["test"]["auroc"]) < 1e-6)
     if "checkpoint" not in names:
-        out.update(new=out["old"], new_kept=out["old_kept"], views=None)
-        return out
+        return None
     loaded = load_checkpoint_model(cfg["checkpoint"])
     views = recorded_views(loaded.model)
     if not any(views.values()):
-        out.update(new=out["old"], new_kept=out["old_kept"], views=views)
-        return out
+        return None
     graph = load_graph(cfg["graph"])
     data = prepare_data(graph, loaded, metrics["normalize"], source=cfg["graph"])
     raw_x = np.asarray(graph.x, dtype=np.float32)
     i = names.index("checkpoint")
-    split = SimpleNamespace(val=torch.from_numpy(val), test=torch.from_numpy(z["test"].astype(bool)))
+    split = SimpleNamespace(val=torch.from_numpy(val), test=torch.from_numpy(test))
     res = FitResult(best_epoch=0, val=evaluate(y, scores[i], None, val), test=evaluate(y, scores[i], None, test),
                     history={}, state_dict={}, scores=scores[i], epochs_run=0, seconds=0.0, device="cpu",
                     selection_scores=judged[i])
     viewed, record = viewed_fit(res, raw_x, data, views, y, None, split)
     scores[i], judged[i] = viewed.scores, viewed.selection_scores
-    new, out["new_kept"] = replayed_blend(names, scores, judged, y, val, seed, **keep)
-    out["new"] = (auroc(y[measured], new[measured]), auprc(y[measured], new[measured]))
-    out["views"] = {k: bool(v and v.get("used")) for k, v in record.items() if k != "bare"}
+    return {k: bool(v and v.get("used")) for k, v in record.items() if k != "bare"}
+
+
+def replay(run: Path, part: str = "test", few_anomalies: str | None = None) -> dict[str, Any]:
+    """One fine-tuning run replayed with its checkpoint candidate bare (old) and viewed (new); module doc.
+    ``few_anomalies``: the keep rule's mode below 10 validation anomalies instead of the run's own (for runs made
+    before a later default; ``reproduced`` then compares with a run that chose otherwise)."""
+    r = StoredRun.load(run, part, few_anomalies)
+    if r.metrics["config"].get("checkpoint_views"):
+        raise UsageError(f"{run}: fine-tuned with --checkpoint-views; the replay needs the bare candidate")
+    out = r.old_arm(run.name)
+    out["views"] = viewed_candidates(r.metrics, r.names, r.scores, r.judged, r.y, r.val, r.test)
+    if out["views"] is None:
+        out.update(new=out["old"], new_kept=out["old_kept"])
+        return out
+    out["new"], out["new_kept"], _ = r.blend()
     return out
 
 
@@ -114,25 +110,12 @@ def study(cfg: CheckpointViewsConfig) -> dict[str, list[dict[str, Any]]]:
 def table(rows: dict[str, list[dict[str, Any]]], part: str = "test") -> str:
     """Markdown: one row per dataset and label fraction, both arms' mean AUROC / AUPRC, the change, the runs ahead /
     level / behind in AUROC, where the views joined; then the mean change over the rows and the worst row."""
-    lines = [f"| graph, labels | runs | validation anomalies | reproduced | bare ({part} AUROC / AUPRC) | viewed | "
-             "change | ahead / level / behind | views joined (feature, signature) |", "|---|---|---|---|---|---|---|---|---|"]
-    changes = []
-    for key, recs in rows.items():
-        a, b = np.mean([r["old"] for r in recs], axis=0), np.mean([r["new"] for r in recs], axis=0)
-        d = [r["new"][0] - r["old"][0] for r in recs]
-        ahead, behind = sum(x > 1e-9 for x in d), sum(x < -1e-9 for x in d)
-        changes.append(b - a)
-        joined = [r["views"] for r in recs if r.get("views")]
-        lines.append(f"| {key} | {len(recs)} | {','.join(str(r['val_anomalies']) for r in recs)} | "
-                     f"{sum(r['reproduced'] for r in recs)}/{len(recs)} | {a[0]:.3f} / {a[1]:.3f} | "
-                     f"{b[0]:.3f} / {b[1]:.3f} | {b[0] - a[0]:+.4f} / {b[1] - a[1]:+.4f} | "
-                     f"{ahead} / {len(recs) - ahead - behind} / {behind} | "
-                     f"{sum(v.get('feature_view', False) for v in joined)}, "
-                     f"{sum(v.get('signature_view', False) for v in joined)} of {len(recs)} |")
-    c = np.array(changes)
-    lines.append(f"\nmean change over {len(c)} rows: {c[:, 0].mean():+.4f} AUROC / {c[:, 1].mean():+.4f} AUPRC; "
-                 f"worst row {c[:, 0].min():+.4f} AUROC")
-    return "\n".join(lines)
+    def joined(recs: list[dict[str, Any]]) -> str:
+        views = [r["views"] for r in recs if r.get("views")]
+        return (f"{sum(v.get('feature_view', False) for v in views)}, "
+                f"{sum(v.get('signature_view', False) for v in views)} of {len(recs)}")
+
+    return paired_table(rows, part, ("bare", "viewed"), ("views joined (feature, signature)", joined))
 
 
 def build_parser() -> ArgumentParser:

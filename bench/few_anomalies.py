@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -133,6 +133,61 @@ def study(cfg: FewAnomaliesConfig) -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
+@dataclass
+class StoredRun:
+    """A ``bench.pretrain_transfer --candidate-scores`` fine-tuning run as the replays read it (:meth:`load`): its
+    ``metrics.json``, candidates, scores and cross-fitted selection scores (``judged``; lists, to be swapped in place),
+    labels, masks (``val``; ``test`` and ``measured``, the labelled nodes of the part measured) and the keep rule's
+    settings as the run chose (``keep``, with the few-anomaly mode overridable)."""
+
+    metrics: dict[str, Any]
+    names: list[str]
+    scores: list[np.ndarray]
+    judged: list[np.ndarray]
+    y: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+    measured: np.ndarray
+    seed: int
+    keep: dict[str, Any]
+
+    @classmethod
+    def load(cls, run: Path, part: str = "test", few_anomalies: str | None = None) -> "StoredRun":
+        cfg = (metrics := json.loads((run / "metrics.json").read_text()))["config"]
+        z = np.load(run / "candidate_scores.npz", allow_pickle=True)
+        y = np.asarray(z["y"])
+        return cls(metrics=metrics, names=[str(n) for n in z["names"]], scores=[np.asarray(s) for s in z["scores"]],
+                   judged=[np.asarray(s) for s in (z["selection_scores"] if "selection_scores" in z.files
+                                                   else z["scores"])],
+                   y=y, val=z["val"].astype(bool), test=z["test"].astype(bool) & (y >= 0),
+                   measured=z[part].astype(bool) & (y >= 0), seed=int(RUN_DIR.search(run.name).group("seed")),
+                   keep={"cross_fitted": cfg.get("keep_rule", "cross-fitted") == "cross-fitted",
+                         "weighting": cfg.get("candidate_weights", "lift"), "rejoin": bool(cfg.get("rejoin", True)),
+                         "few": few_anomalies or cfg.get("few_anomalies", "average")})
+
+    def blend(self, names: list[str] | None = None, scores: list[np.ndarray] | None = None,
+              judged: list[np.ndarray] | None = None) -> tuple[tuple[float, float], str, np.ndarray]:
+        """The product's choice replayed (:func:`replayed_blend`) on the run's candidates (or those given): the blend's
+        (AUROC, AUPRC) on the measured nodes, the kept names and the blend."""
+        from gcad_dist.metrics import auprc, auroc
+
+        blend, kept = replayed_blend(names or self.names, self.scores if scores is None else scores,
+                                     self.judged if judged is None else judged, self.y, self.val, self.seed,
+                                     **self.keep)
+        m = self.measured
+        return (auroc(self.y[m], blend[m]), auprc(self.y[m], blend[m])), kept, blend
+
+    def old_arm(self, name: str) -> dict[str, Any]:
+        """The record of the run's own candidates replayed: ``run``, ``val_anomalies``, ``old``, ``old_kept`` and
+        ``reproduced`` (the replay's test AUROC equals the run's ``metrics.json`` to 1e-6)."""
+        from gcad_dist.metrics import auroc
+
+        out: dict[str, Any] = {"run": name, "val_anomalies": int((self.y[self.val] == 1).sum())}
+        out["old"], out["old_kept"], blend = self.blend()
+        out["reproduced"] = bool(abs(auroc(self.y[self.test], blend[self.test]) - self.metrics["test"]["auroc"]) < 1e-6)
+        return out
+
+
 def fine_tuning_runs(root: Path) -> list[Path]:
     """The fine-tuning runs of a ``bench.pretrain_transfer --candidate-scores`` folder (``root/<dataset>/ft<fraction>-
     s<seed>`` with ``candidate_scores.npz`` and ``metrics.json``); a usage error where there is none."""
@@ -147,6 +202,30 @@ def fine_tuning_runs(root: Path) -> list[Path]:
 def run_key(run: Path) -> str:
     """A fine-tuning run's table row: "<dataset> <label fraction>"."""
     return f"{run.parent.name} {RUN_DIR.search(run.name).group('fraction')}"
+
+
+def paired_table(rows: dict[str, list[dict[str, Any]]], part: str, arms: tuple[str, str],
+                 last: tuple[str, Callable[[list[dict[str, Any]]], str]]) -> str:
+    """Markdown for a replay of two arms on the same fits (each record: ``old`` and ``new`` (AUROC, AUPRC),
+    ``val_anomalies``, ``reproduced``): one row per dataset and label fraction, both arms' means, the change, the runs
+    ahead / level / behind in AUROC and a last column (``last``: its header and its cell from a row's records); then
+    the mean change over the rows and the worst row."""
+    lines = [f"| graph, labels | runs | validation anomalies | reproduced | {arms[0]} ({part} AUROC / AUPRC) | "
+             f"{arms[1]} | change | ahead / level / behind | {last[0]} |", "|---|---|---|---|---|---|---|---|---|"]
+    changes = []
+    for key, recs in rows.items():
+        a, b = np.mean([r["old"] for r in recs], axis=0), np.mean([r["new"] for r in recs], axis=0)
+        d = [r["new"][0] - r["old"][0] for r in recs]
+        ahead, behind = sum(x > 1e-9 for x in d), sum(x < -1e-9 for x in d)
+        changes.append(b - a)
+        lines.append(f"| {key} | {len(recs)} | {','.join(str(r['val_anomalies']) for r in recs)} | "
+                     f"{sum(r['reproduced'] for r in recs)}/{len(recs)} | {a[0]:.3f} / {a[1]:.3f} | "
+                     f"{b[0]:.3f} / {b[1]:.3f} | {b[0] - a[0]:+.4f} / {b[1] - a[1]:+.4f} | "
+                     f"{ahead} / {len(recs) - ahead - behind} / {behind} | {last[1](recs)} |")
+    c = np.array(changes)
+    lines.append(f"\nmean change over {len(c)} rows: {c[:, 0].mean():+.4f} AUROC / {c[:, 1].mean():+.4f} AUPRC; "
+                 f"worst row {c[:, 0].min():+.4f} AUROC")
+    return "\n".join(lines)
 
 
 def table(rows: dict[str, list[dict[str, Any]]], part: str = "test", arms: tuple[str, str] = ARMS) -> str:

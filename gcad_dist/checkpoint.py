@@ -38,6 +38,11 @@ CANDIDATES_KEY = "candidate_members"
 # a candidate member's "kind" when it is gcad_dist.finetune's label-free isolation forest (gcad_dist.model.
 # isolation_forest; its trees' state under "forest", no config); absent: a GCCAD model
 ISOLATION_FOREST_KIND = "isolation-forest"
+# a candidate member's "kind" when it is gcad_dist.finetune's exemplar scorer (gcad_dist.model.exemplar; its buffers
+# under "exemplar", no config)
+EXEMPLAR_KIND = "exemplar"
+# the key under which a member of each kind without a GCCAD config keeps its state
+MEMBER_STATE_KEYS = {ISOLATION_FOREST_KIND: "forest", EXEMPLAR_KIND: "exemplar"}
 # model.pt's extra (optional): the feature normalisations the members read, one input block each, the checkpoint's
 # own ("normalize") first (gcad_dist.finetune's model trained from scratch on gcad_dist.train's z-scores)
 INPUT_BLOCKS_KEY = "input_blocks"
@@ -151,13 +156,14 @@ def save_model(directory: str | Path, model: torch.nn.Module, config: Any, extra
 
 
 def _member_record(member: torch.nn.Module) -> dict[str, Any]:
-    """A candidate ensemble member as ``model.pt`` keeps it: a GCCAD model's config and states (the best first), or an
-    isolation forest's trees (``kind``: :data:`ISOLATION_FOREST_KIND`, its state under ``forest``)."""
-    from gcad_dist.model.isolation_forest import IsolationForestScorer
+    """A candidate ensemble member as ``model.pt`` keeps it: a GCCAD model's config and states (the best first), or a
+    scorer without one (its ``member_kind``: an isolation forest's trees, :data:`ISOLATION_FOREST_KIND`, or an
+    exemplar scorer's exemplars, :data:`EXEMPLAR_KIND`), its state under :data:`MEMBER_STATE_KEYS`' key."""
     from gcad_dist.model.snapshots import base_model, member_states
 
-    if isinstance(member, IsolationForestScorer):
-        return {"kind": ISOLATION_FOREST_KIND, "forest": _module_state(member)}
+    kind = getattr(member, "member_kind", None)
+    if kind is not None:
+        return {"kind": kind, MEMBER_STATE_KEYS[kind]: _module_state(member)}
     return {"config": asdict(base_model(member).config), "states": [cpu_state(st) for st in member_states(member)]}
 
 

@@ -60,6 +60,13 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    (:func:`viewed_fit`: its scores and cross-fitted selection scores), and its written member carries them too:
    fine-tuning changes the contrast's weights, not what the views read, and with a training anomaly or two the bare
    fine-tuned contrast ranked the anomalies far below the zero-shot score where the links say little.
+   Since session 78 (``--exemplar auto``) the kept training anomalies are one more candidate as exemplars
+   (:data:`EXEMPLAR`, :mod:`gcad_dist.model.exemplar`): each node's cosine similarity to the nearest of them on the raw
+   features z-scored over all nodes, judged by its own scores as the zero-shot model is, offered where it ranks the
+   validation anomalies above chance at one-sided 5% (:func:`exemplar_offer`). Where anomalies share a trait
+   (camouflaged fraud) one known case finds the others, which a fit on one training anomaly does not learn. Kept, it is
+   written as its exemplars and the z-score's statistics (:class:`~gcad_dist.model.exemplar.ExemplarScorer`), reading the
+   raw features as an input block of its own.
    Since session 74 (``--rejoin``) a candidate the keep rule dropped may rejoin the kept ones
    (:func:`gcad_dist.selection.rejoin`, with >= 10 validation anomalies): the keep rule judges each candidate alone
    against the best, but where the anomalies are of several kinds a candidate weaker alone ranks other anomalies than
@@ -150,6 +157,14 @@ ZERO_SHOT = "zero-shot"
 ISOLATION_FOREST = "isolation-forest"
 #: ``--isolation-forest``: offer that candidate (auto) or not (off)
 ISOLATION_FOREST_MODES = ("auto", "off")
+#: ``--model auto``'s candidate beside them (``--exemplar auto``): each node's likeness to the nearest labelled training
+#: anomaly (:mod:`gcad_dist.model.exemplar`), judged by its own scores, offered where validation finds it above chance
+#: (:func:`gcad_dist.model.exemplar.above_chance`; BENCHMARKS.md, session 78)
+EXEMPLAR = "exemplar"
+#: ``--exemplar``: offer that candidate (auto) or not (off)
+EXEMPLAR_MODES = ("auto", "off")
+#: the candidates that read the raw features as an input block of their own ("none") and pass no message
+RAW_FEATURE_CANDIDATES = (ISOLATION_FOREST, EXEMPLAR)
 #: ``--scratch-normalize``: the scratch candidate's features, ``gcad_dist.train``'s normalisations or the checkpoint's
 SCRATCH_NORMALIZE = ("checkpoint", "standard", "power", "none")
 #: ``--keep-rule``: how the model-level keep rule judges a trained candidate on validation (its scores, or its
@@ -214,6 +229,9 @@ class FinetuneConfig:
     forest: str = TrainConfig.forest  # the forest view (gcad_dist.forest_view), as gcad_dist.train's
     forest_min_anomalies: int = TrainConfig.forest_min_anomalies  # its join test's fewest validation anomalies, as train's
     isolation_forest: str = "auto"  # ISOLATION_FOREST_MODES: the label-free isolation forest as a --model auto candidate
+    # EXEMPLAR_MODES: the kept training anomalies as exemplars, a --model auto candidate where validation finds it above
+    # chance (session 78)
+    exemplar: str = "auto"
     # the zero-shot candidate scored with the label-free views its checkpoint records (gcad_dist.score's score of it),
     # carried by the written ensemble; False: its bare contrast (before session 73)
     zero_shot_views: bool = True
@@ -248,6 +266,8 @@ def _validate(cfg: FinetuneConfig) -> None:
     if cfg.isolation_forest not in ISOLATION_FOREST_MODES:
         raise UsageError(f"--isolation-forest: unknown value {cfg.isolation_forest!r} (choose from "
                          f"{', '.join(ISOLATION_FOREST_MODES)})")
+    if cfg.exemplar not in EXEMPLAR_MODES:
+        raise UsageError(f"--exemplar: unknown value {cfg.exemplar!r} (choose from {', '.join(EXEMPLAR_MODES)})")
     if cfg.model not in FINETUNE_MODELS:
         raise UsageError(f"--model: unknown value {cfg.model!r} (choose from {', '.join(FINETUNE_MODELS)})")
     if cfg.link_eval not in LINK_EVALS:
@@ -403,6 +423,48 @@ def isolation_forest_fit(x_raw: Any, y: np.ndarray, graph: np.ndarray | None, sp
                     test=evaluate(y, scores, graph, torch.as_tensor(split.test).numpy()), history={}, state_dict={},
                     scores=scores, epochs_run=0, seconds=0.0, device="cpu", extra={})
     return res, model, config
+
+
+def exemplar_offer(cfg: FinetuneConfig, candidates: list[str], x_raw: Any, y: np.ndarray, graph: np.ndarray | None,
+                   split: Any, train: Any, config: Any) -> tuple[dict[str, Any], tuple[FitResult, torch.nn.Module, Any] | None]:
+    """Whether :data:`EXEMPLAR` joins the ``candidates`` (JSON-ready record: ``offered`` and why), and its fit where it
+    does: with ``--exemplar auto`` beside the zero-shot candidate (``--model auto`` on a label-free recipe's
+    checkpoint), the scorer of the kept training anomalies (``train``: the kept training nodes; no other label read to
+    fit it) on the raw features ``x_raw``, offered where its validation AUROC is above chance at one-sided 5%
+    (:func:`gcad_dist.model.exemplar.above_chance`): where the anomalies share no trait with the known ones it would
+    only dilute the others. ``config`` (the zero-shot model's) stands for it where a checkpoint needs a model config."""
+    from gcad_dist.metrics import evaluate
+    from gcad_dist.model.exemplar import above_chance, fit_exemplars
+    from gcad_dist.supervised import FitResult
+
+    train = torch.as_tensor(train).cpu().numpy().astype(bool)
+    anomalies = train & (np.asarray(y) == 1)
+    record: dict[str, Any] = {"mode": cfg.exemplar, "exemplars": int(anomalies.sum()), "offered": False}
+    if cfg.exemplar == "off":
+        record["why"] = "--exemplar off"
+        return record, None
+    if ZERO_SHOT not in candidates:
+        record["why"] = "offered beside the zero-shot candidate only (--model auto on a label-free checkpoint)"
+        return record, None
+    if not anomalies.any():
+        record["why"] = "no labelled training anomaly"
+        return record, None
+    x = torch.as_tensor(np.asarray(x_raw), dtype=torch.float32)
+    model = fit_exemplars(x, anomalies)
+    with torch.no_grad():
+        scores = model(x).numpy()
+    val = torch.as_tensor(split.val).cpu().numpy().astype(bool)
+    above, auc, bar = above_chance(np.asarray(y)[val], scores[val])
+    record.update({"val_auroc": None if np.isnan(auc) else round(auc, 4), "chance_bar": round(bar, 4),
+                   "offered": above})
+    if not above:
+        record["why"] = (f"validation AUROC {auc:.3f}, not above chance at one-sided 5% ({bar:.3f})"
+                         if np.isfinite(bar) else "validation holds no anomaly or no normal node")
+        return record, None
+    res = FitResult(best_epoch=0, val=evaluate(y, scores, graph, val),
+                    test=evaluate(y, scores, graph, torch.as_tensor(split.test).cpu().numpy().astype(bool)),
+                    history={}, state_dict={}, scores=scores, epochs_run=0, seconds=0.0, device="cpu", extra={})
+    return record, (res, model, config)
 
 
 def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
@@ -605,6 +667,14 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             fits.append(isolation_forest_fit(graph.x, y_np, graph_np, split, fits[names.index(ZERO_SHOT)][2],
                                              threads=cfg.threads if cfg.threads > 0 else torch.get_num_threads()))
             names.append(ISOLATION_FOREST)
+        offer, fit = exemplar_offer(cfg, names, raw_x, y_np, graph_np, split, sub.train,
+                                    fits[names.index(ZERO_SHOT)][2] if ZERO_SHOT in names else None)
+        metrics["exemplar"] = offer
+        if fit is not None:
+            log.info("the %d labelled training anomalies as exemplars join the candidates (validation AUROC %.3f > "
+                     "%.3f, chance at one-sided 5%%)", offer["exemplars"], offer["val_auroc"], offer["chance_bar"])
+            fits.append(fit)
+            names.append(EXEMPLAR)
         kept_name = names[0]
         if cfg.candidate_scores:
             write_candidate_scores(out / CANDIDATE_SCORES, names, [f[0].scores for f in fits], y_np, split,
@@ -637,7 +707,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             member_views = {ZERO_SHOT: zs_views, "checkpoint": ck_views}.get(names[i])
             views.append({"block": block_of("none", torch.from_numpy(raw_x)), **member_views}
                          if member_views else None)
-            if names[i] == ISOLATION_FOREST:  # a block of its own always, even where the checkpoint's is "none"
+            if names[i] in RAW_FEATURE_CANDIDATES:  # a block of its own always, even where the checkpoint's is "none"
                 blocks.append(block_of("none", torch.from_numpy(raw_x)))
             elif names[i] == "scratch" and data_s is not data:
                 blocks.append(block_of(scratch_norm, data_s.x[:, :width]))
@@ -779,6 +849,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "and gcad_dist.score scores with it. Where labels follow a rule over a few heavy-tailed "
                         "attributes it ranks the anomalies far above GCCAD fitted on 1%% of the labels (BENCHMARKS.md, "
                         "sessions 64-65); off = the candidates before session 65")
+    p.add_argument("--exemplar", default=d.exemplar, choices=EXEMPLAR_MODES,
+                   help="--model auto on a label-free checkpoint: auto = the kept training anomalies as exemplars, "
+                        "each node scored by its cosine similarity to the nearest of them on the z-scored raw "
+                        "features, join the candidates where that score ranks the validation anomalies above chance "
+                        "(one-sided 5%%), judged by its own scores as the zero-shot model is; kept, the exemplars are "
+                        "written into the checkpoint and gcad_dist.score scores with them. Where anomalies share a "
+                        "trait (camouflaged fraud) one known case finds the others (BENCHMARKS.md, session 78); off = "
+                        "the candidates before session 78")
     p.add_argument("--checkpoint-views", action=argparse.BooleanOptionalAction, default=d.checkpoint_views,
                    help="--model auto / checkpoint on a label-free checkpoint: score the fine-tuned checkpoint "
                         "candidate as gcad_dist.score scores a label-free checkpoint, its contrast plus the label-free "

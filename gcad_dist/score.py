@@ -201,17 +201,21 @@ def _candidate_ensemble(members: list[dict], primary: torch.nn.Module, kind: str
 
     if kind != "gccad":
         raise GraphInputError(src, f"a candidate ensemble of model kind {kind!r}: only gccad has candidates")
-    from gcad_dist.checkpoint import ISOLATION_FOREST_KIND
+    from gcad_dist.checkpoint import EXEMPLAR_KIND, ISOLATION_FOREST_KIND, MEMBER_STATE_KEYS
+    from gcad_dist.model.exemplar import ExemplarScorer
     from gcad_dist.model.isolation_forest import IsolationForestScorer
 
+    # gcad_dist.finetune's scorers without a GCCAD config: (module, what the message calls it)
+    scorers = {ISOLATION_FOREST_KIND: (IsolationForestScorer, "isolation forest"),
+               EXEMPLAR_KIND: (ExemplarScorer, "exemplar scorer")}
     built = []
     for i, rec in enumerate(members):
-        if isinstance(rec, dict) and rec.get("kind") == ISOLATION_FOREST_KIND:  # gcad_dist.finetune's forest
+        if isinstance(rec, dict) and rec.get("kind") in scorers:
+            cls, what = scorers[rec["kind"]]
             try:
-                built.append(IsolationForestScorer.from_state(rec["forest"]))
+                built.append(cls.from_state(rec[MEMBER_STATE_KEYS[rec["kind"]]]))
             except (KeyError, TypeError, ValueError) as e:
-                raise GraphInputError(src, f"malformed isolation forest in checkpoint ({type(e).__name__}: {e})") \
-                    from None
+                raise GraphInputError(src, f"malformed {what} in checkpoint ({type(e).__name__}: {e})") from None
             if not {"mean", "std"} <= set(rec):
                 raise GraphInputError(src, "malformed candidate ensemble in checkpoint (a member without mean, std)")
             continue

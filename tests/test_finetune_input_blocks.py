@@ -137,7 +137,8 @@ def test_kept_with_power_members_the_checkpoint_reads_both_normalisations(graph,
     out = tmp_path / "ft"
     flag = "--label-inputs" if label_inputs else "--no-label-inputs"
     code, stdout, err = _run(finetune_main, ["--checkpoint", str(power_checkpoint), "--graph", str(path), "--out",
-                                            str(out), "--candidate-scores", flag, *COMMON], capsys)
+                                            str(out), "--candidate-scores", flag, "--exemplar", "off", *COMMON],
+                             capsys)  # the four candidates of a power checkpoint (no exemplar block: session 78)
     assert code == 0, err
     m = json.loads((out / "metrics.json").read_text())
     assert m["input_blocks"]["blocks"] == ["power", "standard"]

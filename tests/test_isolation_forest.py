@@ -164,7 +164,7 @@ def test_a_kept_forest_is_written_and_scored_again_as_fine_tuning_scored(outlier
 
     monkeypatch.setattr(train_mod, "keep_candidates", forced)
     out = tmp_path / "ft"
-    m = _finetune(path, make_local_checkpoint("power"), out, capsys, "--forest", "off")
+    m = _finetune(path, make_local_checkpoint("power"), out, capsys, "--forest", "off", "--exemplar", "off")
     assert m["isolation_forest"]["offered"] and m["isolation_forest"]["val_anomalies"] >= 10
     cs = np.load(out / "candidate_scores.npz")
     assert list(cs["names"]) == ["checkpoint", "graph", "scratch", "zero-shot", "isolation-forest"]

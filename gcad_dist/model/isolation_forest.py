@@ -49,6 +49,9 @@ class IsolationForestScorer(nn.Module):
     identity, so the module is scored like GCCAD's models (``model.score(model(x, edge_index))``).
     """
 
+    #: how ``model.pt`` names such a member of a candidate ensemble (:mod:`gcad_dist.checkpoint`)
+    member_kind = "isolation-forest"
+
     def __init__(self, feature: Tensor, threshold: Tensor, left: Tensor, right: Tensor, path: Tensor, roots: Tensor,
                  max_samples: int, in_features: int) -> None:
         super().__init__()

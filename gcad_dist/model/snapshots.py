@@ -67,11 +67,9 @@ def base_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def primary_member(members: Any) -> torch.nn.Module | None:
-    """The first of ``members`` that is not a candidate ensemble's isolation forest (``gcad_dist.finetune``'s, no
-    GCCAD model), or None when the forest is the only one."""
-    from gcad_dist.model.isolation_forest import IsolationForestScorer
-
-    return next((m for m in members if not isinstance(m, IsolationForestScorer)), None)
+    """The first of ``members`` that is a GCCAD model, not a scorer without one (``gcad_dist.finetune``'s isolation
+    forest or exemplar scorer: a ``member_kind``), or None when no member is."""
+    return next((m for m in members if getattr(m, "member_kind", None) is None), None)
 
 
 def leaf_models(model: torch.nn.Module) -> list[torch.nn.Module]:
