@@ -19,7 +19,7 @@ shows as not reproduced).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -28,20 +28,15 @@ import numpy as np
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging
 
-from bench.few_anomalies import StoredRun, fine_tuning_runs, paired_table, run_key
-from gcad_dist.train import FEW_VALIDATION_MODES
+from bench.few_anomalies import (ReplayConfig, StoredRun, add_replay_options, paired_table, quiet_replay_logs,
+                                 replay_runs)
 
 log = logging.getLogger("bench.checkpoint_views")
 
 
 @dataclass
-class CheckpointViewsConfig:
-    """``bench.checkpoint_views``' settings."""
-
-    runs: list[str] = field(default_factory=list)  # bench.pretrain_transfer --out folders (--candidate-scores)
-    part: str = "test"  # the nodes measured: test or val
-    few_anomalies: str | None = None  # the keep rule's few-anomaly mode; None: each run's own (its metrics.json)
-    verbose: bool = False
+class CheckpointViewsConfig(ReplayConfig):
+    """``bench.checkpoint_views``' settings (:class:`bench.few_anomalies.ReplayConfig`'s)."""
 
 
 def viewed_candidates(metrics: dict[str, Any], names: list[str], scores: list[np.ndarray], judged: list[np.ndarray],
@@ -98,13 +93,7 @@ def replay(run: Path, part: str = "test", few_anomalies: str | None = None) -> d
 
 def study(cfg: CheckpointViewsConfig) -> dict[str, list[dict[str, Any]]]:
     """Every fine-tuning run under ``cfg.runs`` replayed (:func:`replay`), by "<dataset> <label fraction>"."""
-    rows: dict[str, list[dict[str, Any]]] = {}
-    for root in map(Path, cfg.runs):
-        if not root.is_dir():
-            raise UsageError(f"{root}: no such folder")
-        for run in fine_tuning_runs(root):
-            rows.setdefault(run_key(run), []).append(replay(run, cfg.part, cfg.few_anomalies))
-    return rows
+    return replay_runs(cfg.runs, lambda run: replay(run, cfg.part, cfg.few_anomalies))
 
 
 def table(rows: dict[str, list[dict[str, Any]]], part: str = "test") -> str:
@@ -119,15 +108,8 @@ def table(rows: dict[str, list[dict[str, Any]]], part: str = "test") -> str:
 
 
 def build_parser() -> ArgumentParser:
-    d = CheckpointViewsConfig()
     p = ArgumentParser(prog="python -m bench.checkpoint_views", description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", help="bench.pretrain_transfer --out folders (fine-tuning with --candidate-scores)")
-    p.add_argument("--part", default=d.part, choices=("test", "val"),
-                   help="the nodes measured: test, or val (where the keep rule chose: optimistic, for a guard only)")
-    p.add_argument("--few-anomalies", default=None, choices=FEW_VALIDATION_MODES,
-                   help="the keep rule's mode with 1-9 validation anomalies (default: each run's own, from its "
-                   "metrics.json; set it to replay runs made before a later default)")
-    p.add_argument("-v", "--verbose", action="store_true")
+    add_replay_options(p)
     return p
 
 
@@ -135,9 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = CheckpointViewsConfig(runs=args.runs, part=args.part, few_anomalies=args.few_anomalies, verbose=args.verbose)
     setup_logging(cfg.verbose)
-    if not cfg.verbose:  # keep_candidates warns once per replayed choice, the views and the loader log each run
-        for name in ("gcad_dist.train", "gcad_dist.finetune", "partitioning.io"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_replay_logs(cfg.verbose)
     print(table(study(cfg), cfg.part))
     return 0
 

@@ -17,7 +17,7 @@ run whose forest view joined is not replayed by this and shows as not reproduced
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +25,19 @@ import numpy as np
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging
 
-from bench.few_anomalies import StoredRun, fine_tuning_runs, paired_table, run_key
-from gcad_dist.train import FEW_VALIDATION_MODES
+from bench.few_anomalies import (ReplayConfig, StoredRun, add_replay_options, paired_table, quiet_replay_logs,
+                                 replay_runs)
 
 log = logging.getLogger("bench.exemplar")
 
 
 @dataclass
-class ExemplarConfig:
+class ExemplarConfig(ReplayConfig):
     """``bench.exemplar``'s settings."""
 
-    runs: list[str] = field(default_factory=list)  # bench.pretrain_transfer --out folders (--candidate-scores)
-    part: str = "test"  # the nodes measured: test or val
-    few_anomalies: str | None = None  # the keep rule's few-anomaly mode; None: each run's own (its metrics.json)
     # a run made without --checkpoint-views gets its checkpoint candidate viewed first, in both arms (session 77's
     # default; bench.checkpoint_views.viewed_candidates)
     checkpoint_views: bool = False
-    verbose: bool = False
 
 
 def replay(run: Path, part: str = "test", few_anomalies: str | None = None,
@@ -83,13 +79,7 @@ def replay(run: Path, part: str = "test", few_anomalies: str | None = None,
 
 def study(cfg: ExemplarConfig) -> dict[str, list[dict[str, Any]]]:
     """Every fine-tuning run under ``cfg.runs`` replayed (:func:`replay`), by "<dataset> <label fraction>"."""
-    rows: dict[str, list[dict[str, Any]]] = {}
-    for root in map(Path, cfg.runs):
-        if not root.is_dir():
-            raise UsageError(f"{root}: no such folder")
-        for run in fine_tuning_runs(root):
-            rows.setdefault(run_key(run), []).append(replay(run, cfg.part, cfg.few_anomalies, cfg.checkpoint_views))
-    return rows
+    return replay_runs(cfg.runs, lambda run: replay(run, cfg.part, cfg.few_anomalies, cfg.checkpoint_views))
 
 
 def table(rows: dict[str, list[dict[str, Any]]], part: str = "test") -> str:
@@ -106,18 +96,11 @@ def table(rows: dict[str, list[dict[str, Any]]], part: str = "test") -> str:
 
 
 def build_parser() -> ArgumentParser:
-    d = ExemplarConfig()
     p = ArgumentParser(prog="python -m bench.exemplar", description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", help="bench.pretrain_transfer --out folders (fine-tuning with --candidate-scores)")
-    p.add_argument("--part", default=d.part, choices=("test", "val"),
-                   help="the nodes measured: test, or val (where the keep rule chose: optimistic, for a guard only)")
-    p.add_argument("--few-anomalies", default=None, choices=FEW_VALIDATION_MODES,
-                   help="the keep rule's mode with 1-9 validation anomalies (default: each run's own, from its "
-                   "metrics.json; set it to replay runs made before a later default)")
+    add_replay_options(p)
     p.add_argument("--checkpoint-views", action="store_true",
                    help="runs made without gcad_dist.finetune --checkpoint-views (before session 77): score their "
                    "checkpoint candidate with the checkpoint's label-free views first, in both arms")
-    p.add_argument("-v", "--verbose", action="store_true")
     return p
 
 
@@ -126,9 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ExemplarConfig(runs=args.runs, part=args.part, few_anomalies=args.few_anomalies,
                          checkpoint_views=args.checkpoint_views, verbose=args.verbose)
     setup_logging(cfg.verbose)
-    if not cfg.verbose:  # keep_candidates warns once per replayed choice, the loader logs each run
-        for name in ("gcad_dist.train", "gcad_dist.finetune", "partitioning.io"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_replay_logs(cfg.verbose)
     print(table(study(cfg), cfg.part))
     return 0
 

@@ -188,6 +188,49 @@ class StoredRun:
         return out
 
 
+@dataclass
+class ReplayConfig:
+    """The settings every replay of stored fine-tuning runs shares (``bench.checkpoint_views``, ``bench.exemplar``)."""
+
+    runs: list[str] = field(default_factory=list)  # bench.pretrain_transfer --out folders (--candidate-scores)
+    part: str = "test"  # the nodes measured: test or val
+    few_anomalies: str | None = None  # the keep rule's few-anomaly mode; None: each run's own (its metrics.json)
+    verbose: bool = False
+
+
+def add_replay_options(p: ArgumentParser) -> None:
+    """:class:`ReplayConfig`'s command-line options."""
+    from gcad_dist.train import FEW_VALIDATION_MODES
+
+    p.add_argument("runs", nargs="+", help="bench.pretrain_transfer --out folders (fine-tuning with --candidate-scores)")
+    p.add_argument("--part", default=ReplayConfig.part, choices=("test", "val"),
+                   help="the nodes measured: test, or val (where the keep rule chose: optimistic, for a guard only)")
+    p.add_argument("--few-anomalies", default=None, choices=FEW_VALIDATION_MODES,
+                   help="the keep rule's mode with 1-9 validation anomalies (default: each run's own, from its "
+                   "metrics.json; set it to replay runs made before a later default)")
+    p.add_argument("-v", "--verbose", action="store_true")
+
+
+def replay_runs(roots: list[str], replay: Callable[[Path], dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``replay`` of every fine-tuning run under the ``roots`` (:func:`fine_tuning_runs`), by "<dataset> <label
+    fraction>" (:func:`run_key`); a usage error for a folder that is not there."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for root in map(Path, roots):
+        if not root.is_dir():
+            raise UsageError(f"{root}: no such folder")
+        for run in fine_tuning_runs(root):
+            rows.setdefault(run_key(run), []).append(replay(run))
+    return rows
+
+
+def quiet_replay_logs(verbose: bool) -> None:
+    """Unless ``verbose``: the product's loggers that speak once per replayed run (keep_candidates' warnings, the
+    views, the graph loader) to errors only."""
+    if not verbose:
+        for name in ("gcad_dist.train", "gcad_dist.finetune", "partitioning.io"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def fine_tuning_runs(root: Path) -> list[Path]:
     """The fine-tuning runs of a ``bench.pretrain_transfer --candidate-scores`` folder (``root/<dataset>/ft<fraction>-
     s<seed>`` with ``candidate_scores.npz`` and ``metrics.json``); a usage error where there is none."""

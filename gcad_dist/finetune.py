@@ -63,7 +63,8 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    Since session 78 (``--exemplar auto``) the kept training anomalies are one more candidate as exemplars
    (:data:`EXEMPLAR`, :mod:`gcad_dist.model.exemplar`): each node's cosine similarity to the nearest of them on the raw
    features z-scored over all nodes, judged by its own scores as the zero-shot model is, offered where it ranks the
-   validation anomalies above chance at one-sided 5% (:func:`exemplar_offer`). Where anomalies share a trait
+   validation anomalies above chance at one-sided 5% and the kept training anomalies are fewer than 10
+   (:func:`exemplar_offer`). Where anomalies share a trait
    (camouflaged fraud) one known case finds the others, which a fit on one training anomaly does not learn. Kept, it is
    written as its exemplars and the z-score's statistics (:class:`~gcad_dist.model.exemplar.ExemplarScorer`), reading the
    raw features as an input block of its own.
@@ -163,6 +164,10 @@ ISOLATION_FOREST_MODES = ("auto", "off")
 EXEMPLAR = "exemplar"
 #: ``--exemplar``: offer that candidate (auto) or not (off)
 EXEMPLAR_MODES = ("auto", "off")
+#: the exemplar is offered only with fewer kept training anomalies than this: from there the fits learn from the labels
+#: (gcad_dist.train's label inputs start at the same count), and with 12 exemplars of every kind it cost AUPRC on ten
+#: fresh graphs (-0.013 with all their labels; session 78's guard)
+EXEMPLAR_MAX_ANOMALIES = 10
 #: the candidates that read the raw features as an input block of their own ("none") and pass no message
 RAW_FEATURE_CANDIDATES = (ISOLATION_FOREST, EXEMPLAR)
 #: ``--scratch-normalize``: the scratch candidate's features, ``gcad_dist.train``'s normalisations or the checkpoint's
@@ -429,7 +434,7 @@ def exemplar_offer(cfg: FinetuneConfig, candidates: list[str], x_raw: Any, y: np
                    split: Any, train: Any, config: Any) -> tuple[dict[str, Any], tuple[FitResult, torch.nn.Module, Any] | None]:
     """Whether :data:`EXEMPLAR` joins the ``candidates`` (JSON-ready record: ``offered`` and why), and its fit where it
     does: with ``--exemplar auto`` beside the zero-shot candidate (``--model auto`` on a label-free recipe's
-    checkpoint), the scorer of the kept training anomalies (``train``: the kept training nodes; no other label read to
+    checkpoint) and 1 to :data:`EXEMPLAR_MAX_ANOMALIES` - 1 kept training anomalies, the scorer of the kept training anomalies (``train``: the kept training nodes; no other label read to
     fit it) on the raw features ``x_raw``, offered where its validation AUROC is above chance at one-sided 5%
     (:func:`gcad_dist.model.exemplar.above_chance`): where the anomalies share no trait with the known ones it would
     only dilute the others. ``config`` (the zero-shot model's) stands for it where a checkpoint needs a model config."""
@@ -448,6 +453,10 @@ def exemplar_offer(cfg: FinetuneConfig, candidates: list[str], x_raw: Any, y: np
         return record, None
     if not anomalies.any():
         record["why"] = "no labelled training anomaly"
+        return record, None
+    if anomalies.sum() >= EXEMPLAR_MAX_ANOMALIES:
+        record["why"] = (f"{int(anomalies.sum())} kept training anomalies: offered below {EXEMPLAR_MAX_ANOMALIES} only, "
+                         "where the fits learn little from the labels")
         return record, None
     x = torch.as_tensor(np.asarray(x_raw), dtype=torch.float32)
     model = fit_exemplars(x, anomalies)
@@ -850,9 +859,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "attributes it ranks the anomalies far above GCCAD fitted on 1%% of the labels (BENCHMARKS.md, "
                         "sessions 64-65); off = the candidates before session 65")
     p.add_argument("--exemplar", default=d.exemplar, choices=EXEMPLAR_MODES,
-                   help="--model auto on a label-free checkpoint: auto = the kept training anomalies as exemplars, "
-                        "each node scored by its cosine similarity to the nearest of them on the z-scored raw "
-                        "features, join the candidates where that score ranks the validation anomalies above chance "
+                   help="--model auto on a label-free checkpoint: auto = the kept training anomalies (1-9 of them) "
+                        "as exemplars, each node scored by its cosine similarity to the nearest of them on the z-scored "
+                        "raw features, join the candidates where that score ranks the validation anomalies above chance "
                         "(one-sided 5%%), judged by its own scores as the zero-shot model is; kept, the exemplars are "
                         "written into the checkpoint and gcad_dist.score scores with them. Where anomalies share a "
                         "trait (camouflaged fraud) one known case finds the others (BENCHMARKS.md, session 78); off = "

@@ -17,6 +17,9 @@ from gcad_dist.model import GCCAD, GCCADConfig
 from gcad_dist.model.exemplar import ExemplarScorer, above_chance, chance_bar, fit_exemplars
 from tests.test_finetune_zero_shot_views import COMMON, VIEWS, _reproduces, _run
 
+#: 30% of the training labels: 7 kept training anomalies, fewer than the 10 from which the exemplar is not offered
+FEW = [*COMMON, "--label-fraction", "0.3"]
+
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory: pytest.TempPathFactory):
@@ -135,6 +138,10 @@ def test_exemplar_offer_reads_the_kept_training_and_validation_labels_only(graph
                           torch.as_tensor(kept), None) == ({"mode": "off", "exemplars": int((y[kept] == 1).sum()),
                                                              "offered": False, "why": "--exemplar off"}, None)
     assert exemplar_offer(cfg, ["checkpoint"], x, y, None, split, torch.as_tensor(kept), None)[1] is None
+    many = split.train.numpy()  # every training node kept: 10 or more anomalies, the fits learn from the labels
+    assert (y[many] == 1).sum() >= 10
+    rec_many, fit_many = exemplar_offer(cfg, names, x, y, None, split, torch.as_tensor(many), None)
+    assert fit_many is None and not rec_many["offered"] and "offered below 10 only" in rec_many["why"]
     none_kept = kept & (y == 0)
     assert exemplar_offer(cfg, names, x, y, None, split, torch.as_tensor(none_kept), None)[0]["why"] == \
         "no labelled training anomaly"
@@ -151,7 +158,7 @@ def test_finetune_with_the_exemplar_writes_what_it_scored(graph, viewed_checkpoi
     for name, flag in (("on", "auto"), ("off", "off")):
         out = tmp_path / name
         code, err = _run(["--checkpoint", str(viewed_checkpoint), "--graph", str(path), "--out", str(out),
-                          "--exemplar", flag, *COMMON], capsys)
+                          "--exemplar", flag, *FEW], capsys)
         assert code == 0, err
         runs[name] = m = json.loads((out / "metrics.json").read_text())
         _reproduces(g, path, out, m)
@@ -182,7 +189,7 @@ def test_finetune_with_the_exemplar_kept_alone_scores_as_it_ran(graph, viewed_ch
 
     monkeypatch.setattr(train_mod, "keep_candidates", alone)
     out = tmp_path / "alone"
-    code, err = _run(["--checkpoint", str(viewed_checkpoint), "--graph", str(path), "--out", str(out), *COMMON], capsys)
+    code, err = _run(["--checkpoint", str(viewed_checkpoint), "--graph", str(path), "--out", str(out), *FEW], capsys)
     assert code == 0, err
     m = json.loads((out / "metrics.json").read_text())
     assert m["finetuned_model"] == "exemplar"
@@ -198,7 +205,7 @@ def test_a_malformed_exemplar_member_is_a_clear_error(graph, viewed_checkpoint, 
 
     g, path = graph
     out = tmp_path / "run"
-    code, err = _run(["--checkpoint", str(viewed_checkpoint), "--graph", str(path), "--out", str(out), *COMMON], capsys)
+    code, err = _run(["--checkpoint", str(viewed_checkpoint), "--graph", str(path), "--out", str(out), *FEW], capsys)
     assert code == 0, err
     obj = load_model_file(out / "final")
     recs = obj["candidate_members"]
@@ -222,7 +229,7 @@ def test_bench_exemplar_replays_the_product(graph, viewed_checkpoint, tmp_path, 
     root = tmp_path / "pt"
     for name, flag in (("g/ft0.5-s0", "off"), ("on", "auto")):
         code, err = _run(["--checkpoint", str(viewed_checkpoint), "--graph", str(path), "--out", str(root / name),
-                          "--candidate-scores", "--exemplar", flag, *COMMON], capsys)
+                          "--candidate-scores", "--exemplar", flag, *FEW], capsys)
         assert code == 0, err
     with pytest.raises(SystemExit) as e:
         run_cli(bench_main, [str(root)])
