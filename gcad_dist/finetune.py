@@ -64,10 +64,9 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    (:data:`EXEMPLAR`, :mod:`gcad_dist.model.exemplar`): each node's cosine similarity to the nearest of them on the raw
    features z-scored over all nodes, judged by its own scores as the zero-shot model is, offered where it ranks the
    validation anomalies above chance at one-sided 5% and the kept training anomalies are fewer than 10
-   (:func:`exemplar_offer`). Where anomalies share a trait
-   (camouflaged fraud) one known case finds the others, which a fit on one training anomaly does not learn. Kept, it is
-   written as its exemplars and the z-score's statistics (:class:`~gcad_dist.model.exemplar.ExemplarScorer`), reading the
-   raw features as an input block of its own.
+   (:func:`exemplar_offer`). Where anomalies share a trait (camouflaged fraud) one known case finds the others, which a
+   fit on one training anomaly does not learn. Kept, it is written as its exemplars and the z-score's statistics
+   (:class:`~gcad_dist.model.exemplar.ExemplarScorer`), reading the raw features as an input block of its own.
    Since session 74 (``--rejoin``) a candidate the keep rule dropped may rejoin the kept ones
    (:func:`gcad_dist.selection.rejoin`, with >= 10 validation anomalies): the keep rule judges each candidate alone
    against the best, but where the anomalies are of several kinds a candidate weaker alone ranks other anomalies than
@@ -234,8 +233,8 @@ class FinetuneConfig:
     forest: str = TrainConfig.forest  # the forest view (gcad_dist.forest_view), as gcad_dist.train's
     forest_min_anomalies: int = TrainConfig.forest_min_anomalies  # its join test's fewest validation anomalies, as train's
     isolation_forest: str = "auto"  # ISOLATION_FOREST_MODES: the label-free isolation forest as a --model auto candidate
-    # EXEMPLAR_MODES: the kept training anomalies as exemplars, a --model auto candidate where validation finds it above
-    # chance (session 78)
+    # EXEMPLAR_MODES: the kept training anomalies (1-9 of them) as exemplars, a --model auto candidate where validation
+    # finds it above chance (session 78)
     exemplar: str = "auto"
     # the zero-shot candidate scored with the label-free views its checkpoint records (gcad_dist.score's score of it),
     # carried by the written ensemble; False: its bare contrast (before session 73)
@@ -431,13 +430,15 @@ def isolation_forest_fit(x_raw: Any, y: np.ndarray, graph: np.ndarray | None, sp
 
 
 def exemplar_offer(cfg: FinetuneConfig, candidates: list[str], x_raw: Any, y: np.ndarray, graph: np.ndarray | None,
-                   split: Any, train: Any, config: Any) -> tuple[dict[str, Any], tuple[FitResult, torch.nn.Module, Any] | None]:
+                   split: Any, train: Any, config: Any
+                   ) -> tuple[dict[str, Any], tuple[FitResult, torch.nn.Module, Any] | None]:
     """Whether :data:`EXEMPLAR` joins the ``candidates`` (JSON-ready record: ``offered`` and why), and its fit where it
     does: with ``--exemplar auto`` beside the zero-shot candidate (``--model auto`` on a label-free recipe's
-    checkpoint) and 1 to :data:`EXEMPLAR_MAX_ANOMALIES` - 1 kept training anomalies, the scorer of the kept training anomalies (``train``: the kept training nodes; no other label read to
-    fit it) on the raw features ``x_raw``, offered where its validation AUROC is above chance at one-sided 5%
-    (:func:`gcad_dist.model.exemplar.above_chance`): where the anomalies share no trait with the known ones it would
-    only dilute the others. ``config`` (the zero-shot model's) stands for it where a checkpoint needs a model config."""
+    checkpoint) and 1 to :data:`EXEMPLAR_MAX_ANOMALIES` - 1 kept training anomalies, the scorer of those anomalies
+    (``train``: the kept training nodes; no other label read to fit it) on the raw features ``x_raw``, offered where
+    its validation AUROC is above chance at one-sided 5% (:func:`gcad_dist.model.exemplar.above_chance`): where the
+    anomalies share no trait with the known ones it would only dilute the others. ``config`` (the zero-shot model's)
+    stands for it where a checkpoint needs a model config."""
     from gcad_dist.metrics import evaluate
     from gcad_dist.model.exemplar import above_chance, fit_exemplars
     from gcad_dist.supervised import FitResult

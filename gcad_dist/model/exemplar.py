@@ -5,7 +5,8 @@ fitted model learns little (``gcad_dist.finetune`` at 10% of a small graph's lab
 the anomalies share a signature in a few attributes (camouflaged fraud, a ring's common traits) the nearest known
 anomaly finds them: each node's largest cosine similarity to the labelled training anomalies, on the raw features
 z-scored over every node. No fit, and nothing chosen on validation. ``gcad_dist.finetune --exemplar auto`` offers it
-as one more candidate where validation finds it above chance (:func:`above_chance`), BENCHMARKS.md session 78.
+as one more candidate with 1-9 kept training anomalies, where validation finds it above chance (:func:`above_chance`;
+BENCHMARKS.md, session 78).
 
 The module holds the z-score's column means and standard deviations and the exemplars (z-scored, unit length) as
 buffers, so a written checkpoint scores any graph with the same columns as it scored the training graph. It reads the
