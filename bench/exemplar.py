@@ -62,8 +62,7 @@ def replay(run: Path, part: str = "test", few_anomalies: str | None = None,
 
         views["views"] = viewed_candidates(r.metrics, r.names, r.scores, r.judged, r.y, r.val, r.test)
     out = {**r.old_arm(run.name), **views}
-    z = np.load(run / "candidate_scores.npz")
-    split = Split(*(torch.from_numpy(z[k].astype(bool)) for k in ("train", "val", "test")))
+    split = Split(*(torch.from_numpy(r.masks[k]) for k in ("train", "val", "test")))
     sub, _ = subsample_split(split, torch.from_numpy(r.y), float(cfg["label_fraction"]), seed=int(cfg["seed"]))
     graph = load_graph(cfg["graph"])
     out["offer"], fit = exemplar_offer(FinetuneConfig(checkpoint=cfg["checkpoint"], graph=cfg["graph"],

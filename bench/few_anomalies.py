@@ -145,6 +145,7 @@ class StoredRun:
     scores: list[np.ndarray]
     judged: list[np.ndarray]
     y: np.ndarray
+    masks: dict[str, np.ndarray]  # the split's train / val / test masks as stored
     val: np.ndarray
     test: np.ndarray
     measured: np.ndarray
@@ -156,10 +157,11 @@ class StoredRun:
         cfg = (metrics := json.loads((run / "metrics.json").read_text()))["config"]
         z = np.load(run / "candidate_scores.npz", allow_pickle=True)
         y = np.asarray(z["y"])
+        masks = {k: z[k].astype(bool) for k in ("train", "val", "test")}
         return cls(metrics=metrics, names=[str(n) for n in z["names"]], scores=[np.asarray(s) for s in z["scores"]],
                    judged=[np.asarray(s) for s in (z["selection_scores"] if "selection_scores" in z.files
                                                    else z["scores"])],
-                   y=y, val=z["val"].astype(bool), test=z["test"].astype(bool) & (y >= 0),
+                   y=y, masks=masks, val=masks["val"], test=masks["test"] & (y >= 0),
                    measured=z[part].astype(bool) & (y >= 0), seed=int(RUN_DIR.search(run.name).group("seed")),
                    keep={"cross_fitted": cfg.get("keep_rule", "cross-fitted") == "cross-fitted",
                          "weighting": cfg.get("candidate_weights", "lift"), "rejoin": bool(cfg.get("rejoin", True)),
@@ -273,27 +275,13 @@ def paired_table(rows: dict[str, list[dict[str, Any]]], part: str, arms: tuple[s
 
 def table(rows: dict[str, list[dict[str, Any]]], part: str = "test", arms: tuple[str, str] = ARMS) -> str:
     """Markdown: one row per dataset and label fraction, both arms' mean AUROC / AUPRC, the change, the runs ahead /
-    level / behind in AUROC and the kept sets of the new arm; then the mean change over the rows and the worst row."""
+    level / behind in AUROC and the kept sets of the new arm; then the mean change over the rows and the worst row
+    (:func:`paired_table`)."""
     old, new = arms
-    lines = [f"| graph, labels | runs | validation anomalies | reproduced | {old} ({part} AUROC / AUPRC) | "
-             f"{new} | change | ahead / level / behind | kept by {new} |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    changes = []
-    for key, recs in rows.items():
-        a = np.mean([r[old]["metrics"] for r in recs], axis=0)
-        b = np.mean([r[new]["metrics"] for r in recs], axis=0)
-        d = [r[new]["metrics"][0] - r[old]["metrics"][0] for r in recs]
-        ahead, behind = sum(x > 1e-9 for x in d), sum(x < -1e-9 for x in d)
-        changes.append(b - a)
-        lines.append(f"| {key} | {len(recs)} | {','.join(str(r['val_anomalies']) for r in recs)} | "
-                     f"{sum(r.get('reproduced', False) for r in recs)}/{len(recs)} | {a[0]:.3f} / {a[1]:.3f} | "
-                     f"{b[0]:.3f} / {b[1]:.3f} | {b[0] - a[0]:+.4f} / {b[1] - a[1]:+.4f} | "
-                     f"{ahead} / {len(recs) - ahead - behind} / {behind} | "
-                     f"{'; '.join(r[new]['kept'] for r in recs)} |")
-    c = np.array(changes)
-    lines.append(f"\nmean change over {len(c)} rows: {c[:, 0].mean():+.4f} AUROC / {c[:, 1].mean():+.4f} AUPRC; "
-                 f"worst row {c[:, 0].min():+.4f} AUROC")
-    return "\n".join(lines)
+    paired = {key: [{"old": r[old]["metrics"], "new": r[new]["metrics"], "val_anomalies": r["val_anomalies"],
+                     "reproduced": r.get("reproduced", False), "kept": r[new]["kept"]} for r in recs]
+              for key, recs in rows.items()}
+    return paired_table(paired, part, arms, (f"kept by {new}", lambda recs: "; ".join(r["kept"] for r in recs)))
 
 
 def build_parser() -> ArgumentParser:
