@@ -96,12 +96,11 @@ def _test(run: Path) -> tuple[float, float]:
 def collect(roots: list[Path], data_dir: Path, fraction: float) -> dict[str, Any]:
     """Per dataset (:data:`ARMS` per seed, on each seed's test nodes) the records of :func:`table`; ``missing``: the
     seeds left out for want of an arm."""
+    from bench.paired_runs import runs
     from gcad_dist.data.splits import make_split
     from gcad_dist.detectors import fit_score
     from gcad_dist.metrics import auprc, auroc
     from partitioning.io import load_graph
-
-    from bench.paired_runs import runs
 
     rows, missing = [], []
     for root in roots:
@@ -146,7 +145,7 @@ def collect(roots: list[Path], data_dir: Path, fraction: float) -> dict[str, Any
 
 def table(result: dict[str, Any]) -> str:
     """:func:`collect` as Markdown: one row per graph, and the mean of fine-tuning's change over the graphs."""
-    lines = [f"test AUROC / AUPRC, {result['fraction']:g} of the training labels (mean over the seeds)", "",
+    lines = [f"test AUROC / AUPRC, {100 * result['fraction']:g}% of the training labels (mean over the seeds)", "",
              "| graph | seeds | training / validation anomalies | " + " | ".join(ARMS)
              + " | fine-tuned - scratch (ahead) |", "|---|---|---|" + "---|" * (len(ARMS) + 1)]
     for r in result["rows"]:
