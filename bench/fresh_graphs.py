@@ -88,56 +88,65 @@ def make(out: Path, prefix: str = "m", seed: int = 7901, nodes: int = 3000,
     return paths
 
 
-def _test(run: Path) -> tuple[float, float]:
-    m = json.loads((run / "metrics.json").read_text())["test"]
-    return float(m["auroc"]), float(m["auprc"])
+def _graph_row(ds: str, runs: list[tuple[int, Path]], path: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """One graph's record of :func:`collect` from its fine-tuning runs ``(seed, ft folder)`` (None if no seed has
+    every arm), and the runs left out for want of an arm."""
+    from bench.paired_runs import metric
+    from gcad_dist.data.splits import make_split
+    from gcad_dist.detectors import fit_score
+    from gcad_dist.metrics import auprc, auroc
+    from partitioning.io import load_graph
+
+    data = load_graph(path).to_data()
+    y = data.y.numpy()
+    lines = {name: fit_score(name, data, None, 0) for name in ARMS[3:]}  # label-free: every seed alike
+    per: dict[str, list[tuple[float, float]]] = {a: [] for a in ARMS}
+    seeds, anomalies, missing = [], [], []
+    for seed, ft in runs:  # the zero-shot and scratch runs share the fine-tuning run's seed
+        other = {"zero-shot": ft.parent / f"zs-s{seed}", "scratch": ft.parent / f"sc{ft.name[2:]}"}
+        if not all((p / "metrics.json").is_file() for p in other.values()):
+            missing.append(f"{ds}/{ft.name}")
+            continue
+        split = make_split(data, seed=seed)
+        test, val = split.test.numpy(), split.val.numpy()
+        metrics = json.loads((ft / "metrics.json").read_text())
+        stored = ft / "candidate_scores.npz"  # the run's own masks, where it kept them
+        same = (np.array_equal(np.load(stored)["test"].astype(bool), test) if stored.is_file()
+                else int(test.sum()) == metrics["split"]["test"])
+        if not same:
+            raise UsageError(f"{ft}: its test split is not make_split(seed={seed}) of {path}")
+        per["fine-tuned"].append((float(metrics["test"]["auroc"]), float(metrics["test"]["auprc"])))
+        for a, p in other.items():
+            per[a].append(metric(p, "test"))
+        for a in ARMS[3:]:
+            per[a].append((auroc(y[test], lines[a][test]), auprc(y[test], lines[a][test])))
+        seeds.append(seed)
+        anomalies.append((metrics["labels"]["train_labelled_anomalies"], int(y[val].sum())))
+    if not seeds:
+        return None, missing
+    return {"dataset": ds, "seeds": seeds, "anomalies": anomalies,
+            **{a: np.asarray(v).mean(axis=0).tolist() for a, v in per.items()},
+            "ahead": int(sum(f[0] > s[0] for f, s in zip(per["fine-tuned"], per["scratch"])))}, missing
 
 
 def collect(roots: list[Path], data_dir: Path, fraction: float) -> dict[str, Any]:
     """Per dataset (:data:`ARMS` per seed, on each seed's test nodes) the records of :func:`table`; ``missing``: the
     seeds left out for want of an arm."""
     from bench.paired_runs import runs
-    from gcad_dist.data.splits import make_split
-    from gcad_dist.detectors import fit_score
-    from gcad_dist.metrics import auprc, auroc
-    from partitioning.io import load_graph
 
     rows, missing = [], []
     for root in roots:
-        found = sorted((ds, seed, run) for (ds, frac, seed), run in runs(root).items() if float(frac) == fraction)
-        for ds in dict.fromkeys(d for d, _, _ in found):
+        by_graph: dict[str, list[tuple[int, Path]]] = {}
+        for (ds, frac, seed), run in sorted(runs(root).items()):
+            if float(frac) == fraction:
+                by_graph.setdefault(ds, []).append((seed, run))
+        for ds, found in by_graph.items():
             path = data_dir / f"{ds}.npz"
             if not path.is_file():
                 raise UsageError(f"--data-dir: {path} does not exist (the graph of {root / ds})")
-            data = load_graph(path).to_data()
-            y = data.y.numpy()
-            lines = {name: fit_score(name, data, None, 0) for name in ARMS[3:]}  # label-free: every seed alike
-            per: dict[str, list[tuple[float, float]]] = {a: [] for a in ARMS}
-            seeds, anomalies = [], []
-            for _, seed, ft in (f for f in found if f[0] == ds):  # zs and sc runs share the ft run's seed
-                arms = {"zero-shot": ft.parent / f"zs-s{seed}", "fine-tuned": ft,
-                        "scratch": ft.parent / f"sc{ft.name[2:]}"}
-                if not all((p / "metrics.json").is_file() for p in arms.values()):
-                    missing.append(f"{ds}/{ft.name}")
-                    continue
-                split = make_split(data, seed=seed)
-                test, val = split.test.numpy(), split.val.numpy()
-                metrics = json.loads((ft / "metrics.json").read_text())
-                stored = ft / "candidate_scores.npz"  # the run's own masks, where it kept them
-                same = (np.array_equal(np.load(stored)["test"].astype(bool), test) if stored.is_file()
-                        else int(test.sum()) == metrics["split"]["test"])
-                if not same:
-                    raise UsageError(f"{ft}: its test split is not make_split(seed={seed}) of {path}")
-                for a, p in arms.items():
-                    per[a].append(_test(p))
-                for a in ARMS[3:]:
-                    per[a].append((auroc(y[test], lines[a][test]), auprc(y[test], lines[a][test])))
-                seeds.append(seed)
-                anomalies.append((metrics["labels"]["train_labelled_anomalies"], int(y[val].sum())))
-            if seeds:
-                rows.append({"dataset": ds, "seeds": seeds, "anomalies": anomalies,
-                             **{a: np.asarray(v).mean(axis=0).tolist() for a, v in per.items()},
-                             "ahead": int(sum(f[0] > s[0] for f, s in zip(per["fine-tuned"], per["scratch"])))})
+            row, left_out = _graph_row(ds, found, path)
+            missing += left_out
+            rows += [row] if row else []
     if not rows:
         raise UsageError(f"no complete fine-tuning run at fraction {fraction:g} under {', '.join(map(str, roots))}")
     return {"fraction": fraction, "rows": rows, "missing": missing}
@@ -155,7 +164,7 @@ def table(result: dict[str, Any]) -> str:
                      + " | ".join(f"{r[a][0]:.3f} / {r[a][1]:.3f}" for a in ARMS)
                      + f" | {d[0]:+.3f} / {d[1]:+.3f} ({r['ahead']}/{len(r['seeds'])}) |")
     d = np.mean([np.subtract(r["fine-tuned"], r["scratch"]) for r in result["rows"]], axis=0)
-    lines.append(f"| **mean over the graphs** | | | | | | | | {d[0]:+.4f} / {d[1]:+.4f} |")
+    lines.append("| **mean over the graphs** " + "| " * (len(ARMS) + 2) + f"| {d[0]:+.4f} / {d[1]:+.4f} |")
     if result["missing"]:
         lines += ["", "left out (an arm missing): " + ", ".join(result["missing"])]
     return "\n".join(lines)

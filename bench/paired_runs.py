@@ -50,7 +50,8 @@ def runs(root: Path) -> dict[tuple[str, str, int], Path]:
     return found
 
 
-def _metric(run: Path, part: str) -> tuple[float, float]:
+def metric(run: Path, part: str) -> tuple[float, float]:
+    """A run's (AUROC, AUPRC) on ``part`` (``val`` or ``test``), from its metrics.json."""
     m = json.loads((run / "metrics.json").read_text())[part]
     return float(m["auroc"]), float(m["auprc"])
 
@@ -69,8 +70,8 @@ def compare(old: Path, new: Path, part: str = "test") -> dict[str, Any]:
         groups.setdefault((ds, frac), []).append(seed)
     rows = []
     for (ds, frac), seeds in sorted(groups.items()):
-        o = np.array([_metric(a[(ds, frac, s)], part) for s in seeds])
-        n = np.array([_metric(b[(ds, frac, s)], part) for s in seeds])
+        o = np.array([metric(a[(ds, frac, s)], part) for s in seeds])
+        n = np.array([metric(b[(ds, frac, s)], part) for s in seeds])
         d = n - o
         rows.append({"dataset": ds, "fraction": float(frac), "seeds": seeds,
                      "old_auroc": float(o[:, 0].mean()), "old_auprc": float(o[:, 1].mean()),
