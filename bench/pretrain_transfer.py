@@ -17,7 +17,8 @@ For each dataset (a name in ``--data-dir`` such as ``tolokers``, or a path to a 
      subsample of the training labels (:func:`gcad_dist.data.splits.subsample_labels`) for both:
      ``python -m gcad_dist.finetune --label-fraction f`` (fine-tuned from the checkpoint; its default ``--model
      auto`` keeps, on validation, the checkpoint's model, the graph models or an average of them, recorded per run) and
-     ``python -m gcad_dist.train --model gccad --label-fraction f --forest off`` (supervised GCCAD from scratch;
+     ``python -m gcad_dist.train --model gccad --label-fraction f --forest off --pretrain off`` (supervised GCCAD
+     from scratch, never pre-trained, whatever ``gcad_dist.train --pretrain``'s default;
      both without the forest view by default, ``--forest off`` on each side: the comparison is of the two GNNs, the
      pre-trained start against the random one; ``--forest auto`` runs both CLIs' defaults, the view included).
      Both run with the same supervised settings: ``gcad_dist.train``'s defaults (lr, epochs, patience,
@@ -319,7 +320,7 @@ def _method_runs(cfg: TransferConfig, ckpt: str, seed: int) -> list[tuple[str, f
             continue
         runs.append(("scratch", f, f"sc{f:g}-s{seed}",
                      ["gcad_dist.train", "--model", "gccad", "--label-fraction", str(f), "--normalize", cfg.sup_normalize,
-                      "--forest", cfg.forest, *_tune_args(cfg, cfg.sup_epochs)]))
+                      "--forest", cfg.forest, "--pretrain", "off", *_tune_args(cfg, cfg.sup_epochs)]))
     return runs
 
 

@@ -909,16 +909,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    cfg = FinetuneConfig(**vars(build_parser().parse_args(argv)))
-    setup_logging(cfg.verbose)
+def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
+    """:func:`finetune` as the command runs it: a changed ``--resume`` is a usage error, and a run that fails keeps
+    its fits' states for ``--resume`` (:func:`gcad_dist.fit_state.abandon`)."""
     try:
-        m = finetune(cfg)
+        return finetune(cfg)
     except ResumeMismatch as e:
         raise UsageError(f"--resume: {e}; start over with --overwrite") from None
     except BaseException as e:
         abandon_run_state(Path(cfg.out) / STATE_DIR, e)
         raise
+
+
+def summary_line(cfg: FinetuneConfig, m: dict[str, Any], where: str | None = None) -> str:
+    """The line the command prints for a run of ``cfg`` with metrics ``m`` (its outputs in ``where``, default
+    ``--out``)."""
     zs, te = m["zero_shot"]["test"], m["test"]
     label = ("zero-shot only" if cfg.epochs == 0
              else f"{m['finetuned_model']} model, best epoch {m['best_epoch']}/{m['epochs_run']}")
@@ -928,10 +933,16 @@ def main(argv: list[str] | None = None) -> int:
     lab = m["labels"]
     graph_labels = ("all labelled" if lab["labelled"] == lab["nodes"]
                     else f"{lab['labelled']:,} of {lab['nodes']:,} nodes labelled")
-    print(f"fine-tune ({lab['train_labelled']} training labels, {graph_labels}, {label}) | test on {te['num_nodes']} "
-          f"labelled nodes | zero-shot test AUROC {zs['auroc']:.4f} "
-          f"AUPRC {zs['auprc']:.4f} | test AUROC {te['auroc']:.4f} AUPRC {te['auprc']:.4f} "
-          f"Rec@K {te['recall_at_k']:.4f} -> {cfg.out}")
+    return (f"fine-tune ({lab['train_labelled']} training labels, {graph_labels}, {label}) | test on {te['num_nodes']} "
+            f"labelled nodes | zero-shot test AUROC {zs['auroc']:.4f} "
+            f"AUPRC {zs['auprc']:.4f} | test AUROC {te['auroc']:.4f} AUPRC {te['auprc']:.4f} "
+            f"Rec@K {te['recall_at_k']:.4f} -> {where or cfg.out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = FinetuneConfig(**vars(build_parser().parse_args(argv)))
+    setup_logging(cfg.verbose)
+    print(summary_line(cfg, run_finetune(cfg)))
     return 0
 
 

@@ -33,7 +33,7 @@ import logging
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,9 @@ from gcad_dist.data.label_inputs import LENDS
 from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.forest_view import FOREST_MODES, FOREST_RULE
-from gcad_dist.train import (AUTO_CONTRASTS, CONVS, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig, auto_candidates,
+from gcad_dist.pretrain_first import PRETRAIN_MODES
+from gcad_dist.train import (AUTO_CONTRASTS, CONVS, FEW_ANOMALIES, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig,
+                             auto_candidates,
                              check_input_dropout, input_dropout_rule, label_inputs_rule, load_labelled,
                              normalize_features, resolve_jump, train_one, write_json)
 from partitioning.features import NORMALIZE_CHOICES
@@ -82,6 +84,7 @@ class QualityConfig:
     link_eval: str = "expected"
     contrast: str = TrainConfig.contrast
     forest: str = TrainConfig.forest  # GCCAD's forest view (gcad_dist.train --forest)
+    pretrain: str = TrainConfig.pretrain  # GCCAD: pre-train first (gcad_dist.train --pretrain)
     jump: str | None = TrainConfig.jump
     norm: str = TrainConfig.norm
     hidden: int = TrainConfig.hidden
@@ -173,7 +176,7 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
     """The :class:`TrainConfig` of one GNN run."""
     return TrainConfig(
         graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, link_eval=cfg.link_eval,
-        contrast=cfg.contrast, forest=cfg.forest, jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
+        contrast=cfg.contrast, forest=cfg.forest, pretrain=cfg.pretrain if model == "gccad" else "off", jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
         layers=cfg.layers, input_dropout=cfg.input_dropout, label_inputs=cfg.label_inputs, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every,
         patience=cfg.patience,
         snapshots=cfg.snapshots, max_degree=cfg.max_degree, seed=seed,
@@ -210,6 +213,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
             s["train"]["jump"] = jump
         if model == "gccad" and tc["forest"] != "off":  # absent = off (GCCAD alone: every run before session 61)
             s["train"]["forest"] = FOREST_RULE
+        if model == "gccad" and tc["pretrain"] != "off":  # absent = off (from scratch: every run before session 80)
+            s["train"]["pretrain"] = tc["pretrain"]
         if tc["norm"] != "layer":  # absent = layer (LayerNorm): keeps earlier runs' keys
             s["train"]["norm"] = tc["norm"]
         if model in ("gccad", "gccad-ce") and tc["max_degree"]:  # absent = 0, every edge in every epoch
@@ -317,7 +322,9 @@ def markdown_tables(results: dict[tuple[str, str], list[dict]], datasets: list[s
             secs_txt = f"{secs:.1f}" if secs < 10 else f"{secs:.0f}"
             lines.append(f"| {m} | {labels_used(m)} | {' | '.join(cells)} | {val} | {len(runs)} | {secs_txt} |")
         for m in models:  # --contrast auto: which candidates each seed kept (one before session 18)
-            kept = [r["contrast_selection"]["chosen"] for r in results.get((ds, m), []) if r.get("contrast_selection")]
+            kept = [r["contrast_selection"].get("chosen") for r in results.get((ds, m), [])
+                    if r.get("contrast_selection")]
+            kept = [c for c in kept if c]
             if kept:
                 counts = ", ".join(f"{c} {kept.count(c)}" for c in sorted(set(kept)))
                 lines.append(f"\n{m}: candidates kept on validation ({len(kept)} seed{'s' if len(kept) != 1 else ''}): {counts}.")
@@ -328,6 +335,12 @@ def markdown_tables(results: dict[tuple[str, str], list[dict]], datasets: list[s
                 alone = sum(v.get("choice") == "forest" for v in views)
                 lines.append(f"\n{m}: forest view joined on {joined} of {len(views)} seed{'s' if len(views) != 1 else ''}"
                              + (f" (the forest alone on {alone})." if alone else "."))
+        for m in models:  # gcad_dist.train --pretrain (session 80): on how many seeds it pre-trained first
+            pre = [r["pretraining"] for r in results.get((ds, m), []) if r.get("pretraining")]
+            if pre:
+                used = sum(bool(p.get("used")) for p in pre)
+                lines.append(f"\n{m}: pre-trained without labels and fine-tuned on {used} of {len(pre)} "
+                             f"seed{'s' if len(pre) != 1 else ''} ({pre[0].get('reason')}).")
         lines.append("")
     return "\n".join(lines)
 
@@ -426,12 +439,37 @@ def run_detector(cfg: QualityConfig, model: str, raw: Any, standard: Any, seed: 
 
 def run_gnn(cfg: QualityConfig, path: Path, model: str, standard: Any, seed: int,
             state_dir: Path | None = None) -> dict[str, Any]:
-    """One GNN run (:func:`gcad_dist.train.train_one`): summary with its validation history. ``state_dir``: where
-    its fits write their training state and find it after an interruption (:mod:`gcad_dist.fit_state`)."""
-    o = train_one(train_config(cfg, path, model, seed), data=standard, state_dir=state_dir)
+    """One GNN run as ``gcad_dist.train`` does it: :func:`gcad_dist.train.train_one`, or, where ``--pretrain`` chooses
+    it, pre-training and fine-tuning (:func:`gcad_dist.pretrain_first.run_pretrained`, in ``<state_dir>.pretrain``,
+    deleted once done); its summary with the validation history. ``state_dir``: where its fits write their training
+    state and find it after an interruption (:mod:`gcad_dist.fit_state`)."""
+    tcfg = train_config(cfg, path, model, seed)
+    choice = None
+    if tcfg.pretrain != "off" and state_dir is not None:
+        from gcad_dist.fit_state import has_unfinished_run
+        from gcad_dist.pretrain_first import pretraining_unfinished, run_pretrained
+        from gcad_dist.train import pretraining_choice
+
+        choice, _ = pretraining_choice(tcfg)
+        if choice.used:
+            work = state_dir.with_suffix(".pretrain")
+            resume = pretraining_unfinished(work) or has_unfinished_run(work)
+            m = run_pretrained(replace(tcfg, out=str(work), resume=resume), choice)
+            shutil.rmtree(work, ignore_errors=True)
+            summary = {k: v for k, v in m.items() if k not in ("history", "contrast_selection")}
+            # the model fine-tuning kept, where the report lists gcad_dist.train's kept contrasts
+            summary["contrast_selection"] = {"chosen": m.get("finetuned_model"),
+                                             "graph_models": m.get("contrast_selection")}
+            summary["labels_used"] = "train+val"
+            summary["history"] = {k: (m.get("history") or {}).get(k, []) for k in ("eval_epoch", "val_auroc",
+                                                                                   "val_auprc")}
+            return summary
+    o = train_one(tcfg, data=standard, state_dir=state_dir)
     summary = {k: v for k, v in o.metrics.items() if k != "history"}
     summary["labels_used"] = "train+val"
     summary["history"] = {k: o.metrics["history"][k] for k in ("eval_epoch", "val_auroc", "val_auprc")}
+    if choice is not None:
+        summary["pretraining"] = choice.record()
     return summary
 
 
@@ -472,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GCCAD's forest view (gcad_dist.train --forest): auto = trees on [x, neighbours' mean x, "
                         "degree] (a random forest and gradient-boosted trees, ranks averaged) join GCCAD's score by rank unless validation places it below; off = GCCAD "
                         "alone (every run before session 61)")
+    p.add_argument("--pretrain", default=d.pretrain, choices=PRETRAIN_MODES,
+                   help="GCCAD: pre-train without labels and fine-tune, as gcad_dist.train --pretrain (auto: below "
+                        f"{FEW_ANOMALIES} labelled training anomalies); the other models never pre-train")
     p.add_argument("--jump", default=d.jump, choices=("last", "cat", "cat-local"),
                    help="GCCAD's graph-contrast embedding (gcad_dist.train --jump; default: cat for gccad, last "
                         "for gccad-ce)")

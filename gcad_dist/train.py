@@ -10,7 +10,9 @@ validation AUPRC and scores with the mean of their scores (:mod:`gcad_dist.model
 contrast, the local ``ego`` one, and the graph contrast with the graph norm), keeps every candidate that a paired
 bootstrap over the validation nodes does not place clearly below the best one (:mod:`gcad_dist.selection`), and
 scores with the mean of the kept candidates' standardised scores
-(:mod:`gcad_dist.model.candidate_ensemble`). Written:
+(:mod:`gcad_dist.model.candidate_ensemble`). With ``--pretrain`` (:mod:`gcad_dist.pretrain_first`) the run
+pre-trains without labels on a one-part store of the graph and fine-tunes from that checkpoint instead, written to the
+same places (the store and the label-free checkpoint under ``<out>/pretrain``). Written:
 
 * ``model.pt``       checkpoint (:func:`gcad_dist.checkpoint.save_model`; ``extra["model"]`` is the kind; the
   snapshot states and the kept candidates, which :func:`gcad_dist.score.load_checkpoint_model` loads as one
@@ -40,6 +42,7 @@ from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.forest_view import FOREST_MODES, describe_choice
+from gcad_dist.pretrain_first import PRETRAIN_MODES
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
 from partitioning.graph import describe_labels
 from partitioning.features import NORMALIZE_CHOICES, POWER_ALL_ROWS
@@ -113,6 +116,9 @@ class TrainConfig:
     # --contrast auto with 1-9 validation anomalies: FEW_VALIDATION_MODES ("average": every contrast alike; session 76's
     # "weighted" met its own rule but not the guard on fine-tuning, whose graph and scratch candidates follow this)
     few_anomalies: str = "average"
+    # PRETRAIN_MODES (gcad_dist.pretrain_first): pre-train without labels and fine-tune, in this command; "auto": where
+    # the fit holds fewer than FEW_ANOMALIES labelled training anomalies; "off": from scratch always (before session 80)
+    pretrain: str = "auto"
     jump: str | None = None  # None: "cat" for the full GCCAD model, "last" (the paper's) for its ablations
     norm: str = "layer"  # node-update normalisation, every model: "layer" (LayerNorm) | "graph" (GraphScaleNorm)
     hidden: int = 64
@@ -248,16 +254,14 @@ FEW_ANOMALIES = 20
 
 
 def few_labels_hint(graph: str, n_anomalies: int) -> str | None:
-    """The suggestion ``gcad_dist.train`` logs when its fit holds fewer than :data:`FEW_ANOMALIES` labelled training
-    anomalies (None otherwise): the three commands of the label-free pre-training and the fine-tuning."""
+    """The suggestion ``gcad_dist.train`` logs when a fit from scratch held fewer than :data:`FEW_ANOMALIES` labelled
+    training anomalies (None otherwise): ``--pretrain on``, which pre-trains without labels and fine-tunes."""
     if n_anomalies >= FEW_ANOMALIES:
         return None
-    graph = shlex.quote(graph)
     return (f"only {n_anomalies} labelled training anomalies: with fewer than {FEW_ANOMALIES}, pre-training without "
             "labels and fine-tuning has usually scored better than training from scratch "
-            "(README, 'Fine-tuning with a few labels'); try: python -m partitioning.build --graph "
-            f"{graph} --out runs/pre.zarr --k 1 && python -m gcad_dist.pretrain --store runs/pre.zarr --out runs/pre "
-            f"&& python -m gcad_dist.finetune --checkpoint runs/pre/final --graph {graph}")
+            "(README, 'Fine-tuning with a few labels'); python -m gcad_dist.train --graph "
+            f"{shlex.quote(graph)} --pretrain on does both (the default GCCAD model)")
 
 
 def train_anomaly_count(y: Any, train_mask: Any) -> int:
@@ -902,7 +906,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="python -m gcad_dist.train",
         description="Train GCCAD (or an ablation / a baseline) on one labelled graph, select the epoch on "
-                    "validation AUPRC, write checkpoint, metrics JSON and plots.",
+                    "validation AUPRC, write checkpoint, metrics JSON and plots. With fewer than "
+                    f"{FEW_ANOMALIES} labelled training anomalies GCCAD is pre-trained without labels first and "
+                    "fine-tuned (--pretrain auto).",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--graph", required=True, help="labelled graph: .npz (x, edge_index, y[, masks]), torch-saved PyG Data (.pt) or folder")
@@ -992,6 +998,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-fraction", type=float, default=d.label_fraction,
                    help="train on this fraction of the training split's labels, in (0, 1]: the seeded stratified subsample "
                         "gcad_dist.finetune uses (same split and --seed -> same nodes); validation and test untouched")
+    p.add_argument("--pretrain", default=d.pretrain, choices=PRETRAIN_MODES,
+                   help="pre-train first: on = build a one-part store of the graph (partitioning.build --k 1), "
+                   "pre-train GCCAD-pre on it without labels (gcad_dist.pretrain, one Ray Train worker, Ray started "
+                   "here unless --address) and fine-tune from that checkpoint (gcad_dist.finetune, same split, labels "
+                   "and settings; its candidates include this command's model from scratch), all under --out; "
+                   f"auto = on where the fit holds fewer than {FEW_ANOMALIES} labelled training anomalies (after "
+                   "--label-fraction) and the model options are the defaults; off = train from scratch. "
+                   "metrics.json 'pretraining' says what was chosen and why")
     add_candidate_options(p, d)
     add_resume_options(p, d)
     add_runtime_options(p, d)
@@ -1063,6 +1077,27 @@ def add_candidate_options(p: argparse.ArgumentParser, defaults: object) -> None:
                    "$RAY_ADDRESS if set, else start Ray in this process for the run")
 
 
+def pretraining_choice(cfg: TrainConfig) -> tuple[Any, Any]:
+    """``--pretrain``'s choice for ``cfg`` (:func:`gcad_dist.pretrain_first.choose`) and the loaded graph it counted the
+    labelled training anomalies on (None where it needs no count: ``--pretrain off``, or another model)."""
+    from gcad_dist.data.splits import make_split, subsample_split
+    from gcad_dist.pretrain_first import PretrainChoice, changed_model_options, check_pretrain_option, choose
+
+    check_pretrain_option(cfg)
+    if cfg.pretrain == "off":
+        return PretrainChoice("off", False, "--pretrain off"), None
+    if changed_model_options(cfg):  # auto with another model: from scratch, whatever the count
+        return choose(cfg, -1), None
+    data = load_labelled(cfg.graph, cfg.normalize)
+    check_labels(cfg.graph, getattr(data, "y", None))
+    try:
+        split = make_split(data, seed=cfg.seed, split_index=cfg.split_index, train=cfg.train_frac, val=cfg.val_frac)
+    except ValueError as e:
+        raise UsageError(f"--split-index: {e}") from e
+    _, budget = subsample_split(split, data.y, cfg.label_fraction, seed=cfg.seed)
+    return choose(cfg, int(budget["train_labelled_anomalies"])), data
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = TrainConfig(**vars(args))
@@ -1071,10 +1106,22 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out: {out} exists and is not a directory")
     _validate(cfg)
+    choice, data = pretraining_choice(cfg)
+    if choice.used:
+        from gcad_dist.finetune import summary_line
+        from gcad_dist.pretrain_first import finetune_settings, run_pretrained
+
+        m = run_pretrained(cfg, choice)
+        p = m["pretraining"]
+        print(f"{cfg.model}: pre-trained without labels ({p['store_seconds'] + p['pretrain_seconds']:.0f} s: "
+              f"{choice.reason}), then " + summary_line(finetune_settings(cfg, Path(p["run"]) / "final"), m))
+        return 0
+    if choice.mode == "auto":
+        log.info("no pre-training: %s", choice.reason)
     state_dir = prepare_run_state(cfg)
     t0 = time.perf_counter()
     try:
-        o = train_one(cfg, state_dir=state_dir)
+        o = train_one(cfg, data=data, state_dir=state_dir)
     except ResumeMismatch as e:
         raise UsageError(f"--resume: {e}; start over with --overwrite") from None
     except BaseException as e:
@@ -1090,6 +1137,7 @@ def main(argv: list[str] | None = None) -> int:
         "label_inputs": reads_label_inputs(o.data),
     }, snapshots=res.snapshot_states)
     metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
+    metrics["pretraining"] = choice.record()
     write_json(metrics, out / "metrics.json")
     sel = metrics.get("contrast_selection", {})
     kept_names = sel.get("kept", [])  # the curves and best epoch below are the first kept candidate's
