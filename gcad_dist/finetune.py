@@ -921,9 +921,8 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         raise
 
 
-def summary_line(cfg: FinetuneConfig, m: dict[str, Any], where: str | None = None) -> str:
-    """The line the command prints for a run of ``cfg`` with metrics ``m`` (its outputs in ``where``, default
-    ``--out``)."""
+def summary_line(cfg: FinetuneConfig, m: dict[str, Any]) -> str:
+    """The line the command prints for a run of ``cfg`` with metrics ``m``."""
     zs, te = m["zero_shot"]["test"], m["test"]
     label = ("zero-shot only" if cfg.epochs == 0
              else f"{m['finetuned_model']} model, best epoch {m['best_epoch']}/{m['epochs_run']}")
@@ -936,7 +935,7 @@ def summary_line(cfg: FinetuneConfig, m: dict[str, Any], where: str | None = Non
     return (f"fine-tune ({lab['train_labelled']} training labels, {graph_labels}, {label}) | test on {te['num_nodes']} "
             f"labelled nodes | zero-shot test AUROC {zs['auroc']:.4f} "
             f"AUPRC {zs['auprc']:.4f} | test AUROC {te['auroc']:.4f} AUPRC {te['auprc']:.4f} "
-            f"Rec@K {te['recall_at_k']:.4f} -> {where or cfg.out}")
+            f"Rec@K {te['recall_at_k']:.4f} -> {cfg.out}")
 
 
 def main(argv: list[str] | None = None) -> int:
