@@ -450,7 +450,7 @@ def run_gnn(cfg: QualityConfig, path: Path, model: str, standard: Any, seed: int
         from gcad_dist.pretrain_first import pretraining_unfinished, run_pretrained
         from gcad_dist.train import pretraining_choice
 
-        choice, _ = pretraining_choice(tcfg)
+        choice, _ = pretraining_choice(tcfg, standard)  # the graph loaded once per dataset, not per seed
         if choice.used:
             work = state_dir.with_suffix(".pretrain")
             resume = pretraining_unfinished(work) or has_unfinished_run(work)

@@ -450,25 +450,32 @@ class Candidates:
     fit_split: Any = None  # the split the fits trained on: its training part cut by --label-fraction (None = split)
 
 
+def run_split(cfg: TrainConfig, data: Any) -> tuple[dict[str, int], Any, Any, dict[str, int]]:
+    """The label counts, split, fit split (``--label-fraction``'s seeded stratified subsample of the training labels,
+    the same as gcad_dist.finetune's) and label budget of a run of ``cfg`` on ``data``; bad labels or a bad
+    ``--split-index`` are usage errors."""
+    from gcad_dist.data.splits import make_split, subsample_split
+
+    counts = check_labels(cfg.graph, getattr(data, "y", None))
+    try:
+        split = make_split(data, seed=cfg.seed, split_index=cfg.split_index, train=cfg.train_frac, val=cfg.val_frac)
+    except ValueError as e:
+        raise UsageError(f"--split-index: {e}") from e
+    fit_split, budget = subsample_split(split, data.y, cfg.label_fraction, seed=cfg.seed)
+    return counts, split, fit_split, budget
+
+
 def fit_candidates(cfg: TrainConfig, data=None, state_dir: Path | None = None) -> Candidates:
     """Load (unless ``data`` is given), split, build and fit the model, or each candidate of ``--contrast auto``;
     each fit writes its training state to ``state_dir`` and continues from it (:func:`prepare_run_state`)."""
-    from gcad_dist.data.splits import make_split, subsample_split
-
     _validate(cfg)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     retain_freed_memory()
     if data is None:
         data = load_labelled(cfg.graph, cfg.normalize)
-    counts = check_labels(cfg.graph, getattr(data, "y", None))
-    try:
-        split = make_split(data, seed=cfg.seed, split_index=cfg.split_index, train=cfg.train_frac, val=cfg.val_frac)
-    except ValueError as e:
-        raise UsageError(f"--split-index: {e}") from e
+    counts, split, fit_split, budget = run_split(cfg, data)
     warn_split_classes(split, data.y)
-    # --label-fraction: the same seeded stratified subsample of the training labels as gcad_dist.finetune
-    fit_split, budget = subsample_split(split, data.y, cfg.label_fraction, seed=cfg.seed)
     cfg = with_input_dropout(cfg, data.y, fit_split.train, data.num_features)
     cfg = with_label_inputs_resolved(cfg, data.y, fit_split.train)
     if cfg.label_inputs:  # two more input columns: the neighbours labelled anomalous in the (fit) train split
@@ -1077,24 +1084,20 @@ def add_candidate_options(p: argparse.ArgumentParser, defaults: object) -> None:
                    "$RAY_ADDRESS if set, else start Ray in this process for the run")
 
 
-def pretraining_choice(cfg: TrainConfig) -> tuple[Any, Any]:
-    """``--pretrain``'s choice for ``cfg`` (:func:`gcad_dist.pretrain_first.choose`) and the loaded graph it counted the
-    labelled training anomalies on (None where it needs no count: ``--pretrain off``, or another model)."""
-    from gcad_dist.data.splits import make_split, subsample_split
+def pretraining_choice(cfg: TrainConfig, data: Any = None) -> tuple[Any, Any]:
+    """``--pretrain``'s choice for ``cfg`` (:func:`gcad_dist.pretrain_first.choose`) and the graph it counted the
+    labelled training anomalies on (``data``, loaded unless given; None where it needs no count: ``--pretrain off``,
+    or another model)."""
     from gcad_dist.pretrain_first import PretrainChoice, changed_model_options, check_pretrain_option, choose
 
     check_pretrain_option(cfg)
     if cfg.pretrain == "off":
-        return PretrainChoice("off", False, "--pretrain off"), None
+        return PretrainChoice("off", False, "--pretrain off"), data
     if changed_model_options(cfg):  # auto with another model: from scratch, whatever the count
-        return choose(cfg, -1), None
-    data = load_labelled(cfg.graph, cfg.normalize)
-    check_labels(cfg.graph, getattr(data, "y", None))
-    try:
-        split = make_split(data, seed=cfg.seed, split_index=cfg.split_index, train=cfg.train_frac, val=cfg.val_frac)
-    except ValueError as e:
-        raise UsageError(f"--split-index: {e}") from e
-    _, budget = subsample_split(split, data.y, cfg.label_fraction, seed=cfg.seed)
+        return choose(cfg, -1), data
+    if data is None:
+        data = load_labelled(cfg.graph, cfg.normalize)
+    _, _, _, budget = run_split(cfg, data)
     return choose(cfg, int(budget["train_labelled_anomalies"])), data
 
 
