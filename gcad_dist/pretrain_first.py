@@ -1,9 +1,10 @@
 """``gcad_dist.train --pretrain``: pre-train without labels, then fine-tune, in the one command.
 
 With a few labelled anomalies, fine-tuning a label-free GCCAD-pre checkpoint has scored far above training from
-scratch on the same labels (BENCHMARKS.md, sessions 33-36, 67-79: 24 of 24 runs on eight fresh generated graphs with
-4 training anomalies). ``gcad_dist.train`` used to only suggest the three commands; with ``--pretrain auto`` it runs
-them itself where the fit holds fewer than :data:`gcad_dist.train.FEW_ANOMALIES` labelled training anomalies:
+scratch on the same labels (BENCHMARKS.md, sessions 33-36, 67-81: 24 of 24 runs on eight fresh generated graphs with
+4 training anomalies; with about 60 and 96 of them, 13 of 16 ahead and 3 level, session 81). ``gcad_dist.train``
+used to only suggest the three commands; with ``--pretrain auto`` it runs them itself where the fit holds fewer than
+:data:`gcad_dist.train.FEW_ANOMALIES` labelled training anomalies:
 
 1. ``partitioning.build --k 1``: a one-part store of the graph, ``<out>/pretrain/store.zarr``;
 2. ``gcad_dist.pretrain``: self-supervised pre-training on it (one Ray Train worker; Ray started in this process

@@ -215,6 +215,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
             s["train"]["forest"] = FOREST_RULE
         if model == "gccad" and tc["pretrain"] != "off":  # absent = off (from scratch: every run before session 80)
             s["train"]["pretrain"] = tc["pretrain"]
+            if tc["pretrain"] == "auto":  # the threshold auto counts against (20 in session 80, keyed since 81)
+                s["train"]["pretrain_below"] = FEW_ANOMALIES
         if tc["norm"] != "layer":  # absent = layer (LayerNorm): keeps earlier runs' keys
             s["train"]["norm"] = tc["norm"]
         if model in ("gccad", "gccad-ce") and tc["max_degree"]:  # absent = 0, every edge in every epoch

@@ -245,12 +245,12 @@ def label_inputs_rule(model: str, value: bool | None = None) -> bool | str:
     return f"from {LABEL_INPUTS_MIN_ANOMALIES} labelled training anomalies"
 
 
-#: below this many labelled training anomalies ``gcad_dist.train`` suggests pre-training and fine-tuning instead: with
-#: 1, 6, 13 and 15 of them (inj_cora and reddit at 1% of their labels, inj_cora and reddit at 10%, tolokers at 1%)
-#: fine-tuning a label-free checkpoint scored above training from scratch, by up to 0.26 AUROC; with 1 on books it
-#: scored 0.03 below
-#: (README, "Fine-tuning with a few labels"; BENCHMARKS.md, sessions 33-36)
-FEW_ANOMALIES = 20
+#: below this many labelled training anomalies ``gcad_dist.train --pretrain auto`` pre-trains without labels and
+#: fine-tunes (and a fit from scratch suggests it). 20 from session 80 (with 1, 6, 13 and 15 of them fine-tuning had
+#: scored above training from scratch by up to 0.26 AUROC; with 1 on books 0.03 below); 100 since session 81, by a
+#: rule written before its eight fresh generated graphs with about 60 and 96 training anomalies (BENCHMARKS.md,
+#: session 81). 100 keeps reddit (146) and tolokers (about 1,280) on the faster path from scratch.
+FEW_ANOMALIES = 100
 
 
 def few_labels_hint(graph: str, n_anomalies: int) -> str | None:

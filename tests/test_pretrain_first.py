@@ -146,6 +146,9 @@ def test_quality_runs_gccad_as_train_does_with_pretrain(small_graph, tmp_path, m
     on = quality.run_settings(qcfg, "g", path, "gccad")["train"]
     off = quality.run_settings(quality.QualityConfig(pretrain="off"), "g", path, "gccad")["train"]
     assert on["pretrain"] == "on" and "pretrain" not in off  # absent = off: earlier runs' keys unchanged
+    assert "pretrain_below" not in on  # the threshold matters to auto alone, which keys it (20 before session 81)
+    auto = quality.run_settings(quality.QualityConfig(), "g", path, "gccad")["train"]
+    assert auto["pretrain"] == "auto" and auto["pretrain_below"] == FEW_ANOMALIES
 
 
 def test_auto_is_the_default_of_train_and_quality() -> None:
