@@ -95,13 +95,6 @@ def choose(cfg: Any, train_anomalies: int) -> PretrainChoice:
                           train_anomalies)
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def pretrained_checkpoint(cfg: Any) -> tuple[Path, dict[str, Any]]:
     """Steps 1-2 of the module doc for a ``TrainConfig``: the pre-trained checkpoint folder and what was done.
     Without ``--resume`` both are made afresh; with it a finished store and pre-training are reused and an
@@ -110,6 +103,7 @@ def pretrained_checkpoint(cfg: Any) -> tuple[Path, dict[str, Any]]:
     from gcad_dist.pretrain import run as pretrain
     from gcad_dist.score import _resolve_device
     from partitioning.build import BuildConfig, build
+    from partitioning.kmeans import available_threads
 
     stage = Path(cfg.out) / STAGE_DIR
     store, run_dir = stage / "store.zarr", stage / "run"
@@ -126,7 +120,7 @@ def pretrained_checkpoint(cfg: Any) -> tuple[Path, dict[str, Any]]:
                           threads=cfg.threads, plot=False, progress=cfg.progress))
     record["store_seconds"] = round(time.perf_counter() - t0, 3)
     cuda = _resolve_device(cfg.device).type == "cuda"
-    pcfg = PretrainConfig(store=str(store), out=str(run_dir), workers=1, cpus_per_worker=cfg.threads or _cores(),
+    pcfg = PretrainConfig(store=str(store), out=str(run_dir), workers=1, cpus_per_worker=cfg.threads or available_threads(),
                           gpus_per_worker=1.0 if cuda else 0.0, address=cfg.address, seed=cfg.seed,
                           verbose=cfg.verbose, progress=cfg.progress)
     pcfg.resume = (run_dir / "ray_train").exists()  # only with --resume: the stage was deleted above otherwise

@@ -49,8 +49,7 @@ from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.forest_view import FOREST_MODES, FOREST_RULE
 from gcad_dist.pretrain_first import PRETRAIN_MODES
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, FEW_ANOMALIES, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig,
-                             auto_candidates,
-                             check_input_dropout, input_dropout_rule, label_inputs_rule, load_labelled,
+                             auto_candidates, check_input_dropout, input_dropout_rule, label_inputs_rule, load_labelled,
                              normalize_features, resolve_jump, train_one, write_json)
 from partitioning.features import NORMALIZE_CHOICES
 
@@ -176,7 +175,8 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
     """The :class:`TrainConfig` of one GNN run."""
     return TrainConfig(
         graph=str(path), out="", model=model, conv=cfg.conv, score_space=cfg.score_space, link_eval=cfg.link_eval,
-        contrast=cfg.contrast, forest=cfg.forest, pretrain=cfg.pretrain if model == "gccad" else "off", jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
+        contrast=cfg.contrast, forest=cfg.forest, pretrain=cfg.pretrain if model == "gccad" else "off",
+        jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
         layers=cfg.layers, input_dropout=cfg.input_dropout, label_inputs=cfg.label_inputs, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every,
         patience=cfg.patience,
         snapshots=cfg.snapshots, max_degree=cfg.max_degree, seed=seed,
