@@ -2,7 +2,8 @@
 
 With a few labelled anomalies, fine-tuning a label-free GCCAD-pre checkpoint has scored far above training from
 scratch on the same labels (BENCHMARKS.md, sessions 33-36, 67-81: 24 of 24 runs on eight fresh generated graphs with
-4 training anomalies; with about 60 and 96 of them, 13 of 16 ahead and 3 level, session 81). ``gcad_dist.train``
+4 training anomalies; with about 60 and 96 of them, 13 of 16 ahead and 3 level, session 81; with about 156 and 264,
+15 of 16 ahead by less, +0.006 / +0.019 AUROC / AUPRC, and one level, session 82). ``gcad_dist.train``
 used to only suggest the three commands; with ``--pretrain auto`` it runs them itself where the fit holds fewer than
 :data:`gcad_dist.train.FEW_ANOMALIES` labelled training anomalies:
 
