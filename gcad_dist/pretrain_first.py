@@ -121,7 +121,8 @@ def pretrained_checkpoint(cfg: Any) -> tuple[Path, dict[str, Any]]:
                           threads=cfg.threads, plot=False, progress=cfg.progress))
     record["store_seconds"] = round(time.perf_counter() - t0, 3)
     cuda = _resolve_device(cfg.device).type == "cuda"
-    pcfg = PretrainConfig(store=str(store), out=str(run_dir), workers=1, cpus_per_worker=cfg.threads or available_threads(),
+    pcfg = PretrainConfig(store=str(store), out=str(run_dir), workers=1,
+                          cpus_per_worker=cfg.threads or available_threads(),
                           gpus_per_worker=1.0 if cuda else 0.0, address=cfg.address, seed=cfg.seed,
                           verbose=cfg.verbose, progress=cfg.progress)
     pcfg.resume = (run_dir / "ray_train").exists()  # only with --resume: the stage was deleted above otherwise

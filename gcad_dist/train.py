@@ -246,13 +246,10 @@ def label_inputs_rule(model: str, value: bool | None = None) -> bool | str:
 
 
 #: below this many labelled training anomalies ``gcad_dist.train --pretrain auto`` pre-trains without labels and
-#: fine-tunes (and a fit from scratch suggests it). 20 from session 80 (with 1, 6, 13 and 15 of them fine-tuning had
-#: scored above training from scratch by up to 0.26 AUROC; with 1 on books 0.03 below); 100 since session 81, by a
-#: rule written before its eight fresh generated graphs with about 60 and 96 training anomalies (BENCHMARKS.md,
-#: session 81); 300 since session 82, by a third rule written before its eight fresh graphs with about 156 and 264 of them
-#: (+0.006 / +0.019 test AUROC / AUPRC, 15 of 16 runs ahead, one level). 300 puts reddit (146) on the pre-training path
-#: (level there, +0.001 / +0.003 over five seeds, session 81) and keeps tolokers (about 1,280) on the faster path
-#: from scratch, where pre-training first was measured above it only once (session 62) and would cost about 3x.
+#: fine-tunes (and a fit from scratch suggests it). 20 in session 80, 100 in session 81, 300 since session 82: each
+#: raised by a rule written before its own eight fresh generated graphs (BENCHMARKS.md, sessions 80-82; at 156-264
+#: training anomalies +0.006 / +0.019 test AUROC / AUPRC, 15 of 16 runs ahead, one level). 300 puts reddit (146) on
+#: the pre-training path (level there) and keeps tolokers (about 1,280) on the path from scratch, about 3x faster.
 FEW_ANOMALIES = 300
 
 
