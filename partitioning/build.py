@@ -105,9 +105,12 @@ def check_config(cfg: BuildConfig) -> None:
         mix = parse_mix(cfg.corruption_mix)
     except ValueError as e:
         raise UsageError(f"--corruption-mix: {e}") from None
-    if cfg.k is not None and cfg.k < (1 if not mix else 2):
-        raise UsageError(f"--k: need at least 2 parts (injected nodes come from other parts; 1 part = the whole "
-                         f"graph needs --corruption-mix none), got {cfg.k}")
+    if cfg.k is not None and cfg.k < 1:
+        raise UsageError(f"--k: must be at least 1 (1: the whole graph as one part, the label-free recipe; 2 or "
+                         f"more: K-means parts; or auto), got {cfg.k}")
+    if cfg.k == 1 and mix:
+        raise UsageError(f"--k: 1 part (the whole graph) stores no corruption (pre-training corrupts it on the fly): "
+                         f"give --k 2 or more, or --corruption-mix none, got --corruption-mix {cfg.corruption_mix}")
     if not mix and cfg.corruptions != 1:
         raise UsageError(f"--corruptions: --corruption-mix none stores each part once, got {cfg.corruptions}")
     if cfg.min_part_size is not None and cfg.min_part_size < 1:

@@ -130,8 +130,8 @@ def dup_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         (["--ratio", "1.5"], "--ratio"),
         (["--ratio", "0"], "--ratio"),
-        (["--k", "1", "--corruption-mix", "inject"], "--k"),
-        (["--k", "0"], "--k"),
+        (["--k", "1", "--corruption-mix", "inject"], "--k: 1 part (the whole graph) stores no corruption"),
+        (["--k", "0"], "--k: must be at least 1"),
         (["--k", "many"], "--k"),
         (["--k", "500"], "--k: K=500 exceeds the number of nodes"),
         (["--k", "5"], "--k: K=5 exceeds the 3 distinct"),
