@@ -88,15 +88,16 @@ def measure(data: Any, seed: int, label_fraction: float, settings: list[str],
     from gcad_dist.data.splits import make_split, subsample_split
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.model.boosted_trees import fit_boosted_trees
-    from gcad_dist.model.forest import fit_forest, graph_features, mean_leaf_value
+    from gcad_dist.model.forest import FOREST_HOPS, feature_columns, fit_forest, graph_features, mean_leaf_value
     from gcad_dist.model.tree_blend import blend_trees
 
     split, _ = subsample_split(make_split(data, seed=seed), data.y, label_fraction, seed=seed)
     y = torch.as_tensor(data.y).numpy()
     train = split.train.numpy() & (y >= 0)
     val = split.val.numpy() & (y >= 0)
-    feats = graph_features(data.x, data.edge_index)
+    feats = graph_features(data.x, data.edge_index, hops=FOREST_HOPS)  # the forest's; the boosted trees read one hop
     rows = feats.numpy()
+    one_hop = rows[:, :feature_columns(data.x.shape[1])]
     try:
         forest = fit_forest(data.x, data.edge_index, y, train, seed=seed, threads=threads, feats=rows)
     except ValueError as e:
@@ -106,7 +107,7 @@ def measure(data: Any, seed: int, label_fraction: float, settings: list[str],
     out: dict[str, tuple[float, ...]] = {"forest": (auroc(yv, f[val]), auprc(yv, f[val])),
                                          "anomalies": (int((y[train] == 1).sum()), int((yv == 1).sum()))}
     for name in settings:
-        boosted = fit_boosted_trees(data.x, data.edge_index, y, train, seed, threads, feats=rows,
+        boosted = fit_boosted_trees(data.x, data.edge_index, y, train, seed, threads, feats=one_hop,
                                     params=SETTINGS[name])
         s = blend_trees(forest, boosted, feats)(data.x, data.edge_index).numpy()
         out[name] = (auroc(yv, s[val]), auprc(yv, s[val]))

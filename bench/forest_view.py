@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from gcad_dist.model.boosted_trees import BoostedTreesScorer, fit_sklearn_boosted_trees
-    from gcad_dist.model.forest import ForestScorer, fit_sklearn_forest, graph_features
+    from gcad_dist.model.forest import FOREST_HOPS, ForestScorer, feature_columns, fit_sklearn_forest, graph_features
     from gcad_dist.model.rank_blend import EmpiricalCDF
     from gcad_dist.model.tree_blend import TreeBlend
 
@@ -72,14 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     pick = np.random.default_rng(0).permutation(labelled)[: int(cfg.train_share * labelled.size)]
     train[torch.as_tensor(pick)] = True
     x = torch.as_tensor(data.x).float()
-    feats = graph_features(x, data.edge_index)
+    feats = graph_features(x, data.edge_index, hops=FOREST_HOPS)  # the boosted trees read its one-hop prefix
+    one_hop = feats[:, :feature_columns(x.shape[1])]
     t = time.perf_counter()
     sk = fit_sklearn_forest(x, data.edge_index, y, train, seed=0, threads=cfg.threads, feats=feats.numpy())
     fit_s = time.perf_counter() - t
     t = time.perf_counter()
-    skb = fit_sklearn_boosted_trees(x, data.edge_index, y, train, seed=0, threads=cfg.threads, feats=feats.numpy())
+    skb = fit_sklearn_boosted_trees(x, data.edge_index, y, train, seed=0, threads=cfg.threads, feats=one_hop.numpy())
     fit_b = time.perf_counter() - t
-    forest = ForestScorer.from_sklearn(sk, x.shape[1])
+    forest = ForestScorer.from_sklearn(sk, x.shape[1], hops=FOREST_HOPS)
     boosted = BoostedTreesScorer.from_sklearn(skb, x.shape[1])
     blend = TreeBlend(forest, boosted, [EmpiricalCDF.fit(forest(x, data.edge_index).numpy()),
                                         EmpiricalCDF.fit(boosted(x, data.edge_index).numpy())])
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     got = want = got_b = want_b = None
     for _ in range(cfg.repeats):
         t = time.perf_counter()
-        want = sk.predict_proba(graph_features(x, data.edge_index).numpy())[:, 1]
+        want = sk.predict_proba(graph_features(x, data.edge_index, hops=FOREST_HOPS).numpy())[:, 1]
         times[base_rf].append(time.perf_counter() - t)
         t = time.perf_counter()
         got = forest.score(forest(x, data.edge_index))

@@ -1,6 +1,7 @@
 """The forest view's trees on validation: RF-Graph alone (the trees before session 66, the baseline), the boosted trees
 alone, and both with their ranks averaged (:class:`gcad_dist.model.tree_blend.TreeBlend`, the trees since), fitted on
-the same training nodes of the same split, in the same run.
+the same training nodes of the same split, in the same run. The forest reads two hops of neighbour means since session
+85 (``bench.forest_hops`` compares it with one).
 
 Example (BENCHMARKS.md, session 66):
     python -m bench.tree_blend --data-dir DATA --datasets tolokers reddit inj_cora --seeds 5 6 7 8 9

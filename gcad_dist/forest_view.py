@@ -2,8 +2,9 @@
 validation does not lean towards GCCAD alone.
 
 On graphs whose anomalies are told by their own attributes (GADBench's fraud graphs), tree ensembles on
-``[x, mean of the neighbours' x, degree]`` (RF-Graph, XGB-Graph) lead every GNN; on graphs whose anomalies disagree
-with their context GCCAD leads them. ``gcad_dist.train --forest auto`` fits both on the same training nodes. The
+``[x, mean of the neighbours' x, degree]`` (RF-Graph, XGB-Graph) lead every GNN (the forest here also reads the mean
+of those means over the neighbours, a second hop, as GADBench's RF-Graph does: since session 85); on graphs whose
+anomalies disagree with their context GCCAD leads them. ``gcad_dist.train --forest auto`` fits both on the same training nodes. The
 "forest" is a random forest and gradient-boosted trees with their ranks averaged
 (:class:`gcad_dist.model.tree_blend.TreeBlend`; a random forest alone before session 66, whose checkpoints still
 score). The forest joins
@@ -40,10 +41,12 @@ JOIN_BELOW = 0.8
 
 
 def _rule(min_anomalies: int | None = None) -> str:
+    from gcad_dist.model.forest import FOREST_HOPS
     from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE
 
     least = MIN_POSITIVES if min_anomalies is None else min_anomalies
-    return (f"RF-Graph and gradient-boosted trees on the training nodes, their ranks averaged; joins iff >= "
+    return (f"RF-Graph ({FOREST_HOPS} hops of neighbour means) and gradient-boosted trees (1 hop) on the training "
+            f"nodes, their ranks averaged; joins iff >= "
             f"{least} validation anomalies and the paired bootstrap over them finds P(GCCAD's cross-fitted "
             f"validation AUPRC higher) < {JOIN_BELOW} and P(its AUROC higher) < {JOIN_BELOW}; joined: the mean of both "
             f"scores' ranks, or the forest alone where P(its validation AUPRC higher than the blend's) >= "

@@ -509,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--contrast", default=d.contrast, choices=("graph", "neighbors", "ego", "auto"),
                    help="GCCAD's contrast (gcad_dist.train --contrast)")
     p.add_argument("--forest", default=d.forest, choices=FOREST_MODES,
-                   help="GCCAD's forest view (gcad_dist.train --forest): auto = trees on [x, neighbours' mean x, "
+                   help="GCCAD's forest view (gcad_dist.train --forest): auto = trees on [x, neighbours' mean x (two hops for the forest), "
                         "degree] (a random forest and gradient-boosted trees, ranks averaged) join GCCAD's score by rank unless validation places it below; off = GCCAD "
                         "alone (every run before session 61)")
     p.add_argument("--pretrain", default=d.pretrain, choices=PRETRAIN_MODES,

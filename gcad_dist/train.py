@@ -103,7 +103,7 @@ class TrainConfig:
     score_space: str = "projection"
     link_eval: str = "expected"
     contrast: str = "auto"
-    # the full model: trees on [x, neighbours' mean x, degree] (a random forest and gradient-boosted trees, their ranks
+    # the full model: trees on [x, neighbours' mean x, degree] (the forest also the 2-hop mean; a random forest and gradient-boosted trees, their ranks
     # averaged) blended by rank where validation does not lean towards GCCAD alone (gcad_dist.forest_view); "off":
     # GCCAD alone
     forest: str = "auto"
@@ -929,7 +929,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "expected beat threshold on the validation splits of tolokers, reddit, books and inj_cora "
                         "(BENCHMARKS.md)")
     p.add_argument("--forest", default=d.forest, choices=FOREST_MODES,
-                   help="the full GCCAD model: auto = also fit trees on [x, the neighbours' mean x, degree] (GADBench's "
+                   help="the full GCCAD model: auto = also fit trees on [x, the neighbours' mean x, degree] (the forest also its second hop) (GADBench's "
                    "RF-Graph and gradient-boosted trees, the strongest family on fraud graphs whose anomalies show in "
                    "their own attributes, their ranks averaged since session 66) on the same training nodes; they join where validation holds >= 10 anomalies and a "
                    "paired bootstrap over them finds GCCAD's cross-fitted validation AUPRC and AUROC higher with a "

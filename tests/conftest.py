@@ -126,6 +126,18 @@ def run_score(capsys: pytest.CaptureFixture):
     return score
 
 
+@pytest.fixture(scope="session")
+def planted_trees_npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small generated graph (1,500 nodes, 8 features) with 6% planted anomalies, written once a session: the
+    tree benches' tests (``bench.tree_blend``, ``bench.forest_hops``) read it."""
+    from partitioning.io import save_npz
+    from partitioning.synthetic import SyntheticConfig, generate
+
+    out = tmp_path_factory.mktemp("planted_trees") / "g.npz"
+    save_npz(generate(SyntheticConfig(nodes=1500, avg_degree=6, features=8, anomaly_fraction=0.06, seed=2)), out)
+    return out
+
+
 @pytest.fixture
 def unlabelled_npz(tmp_path: Path) -> Path:
     """A 300-node ring with 4 random features and no labels, saved as .npz."""

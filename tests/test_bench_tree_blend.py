@@ -10,15 +10,10 @@ from bench.tree_blend import main
 from gcad_dist.cli import UsageError
 
 
-@pytest.fixture(scope="module")
-def path(tmp_path_factory):
-    """A small generated graph with 6% planted anomalies, written once for this module's tests."""
-    from partitioning.io import save_npz
-    from partitioning.synthetic import SyntheticConfig, generate
-
-    out = tmp_path_factory.mktemp("tree_blend") / "g.npz"
-    save_npz(generate(SyntheticConfig(nodes=1500, avg_degree=6, features=8, anomaly_fraction=0.06, seed=2)), out)
-    return out
+@pytest.fixture
+def path(planted_trees_npz):
+    """conftest's small generated graph with 6% planted anomalies."""
+    return planted_trees_npz
 
 
 def test_the_table_measures_the_forest_the_boosted_trees_and_their_blend(path, capsys) -> None:

@@ -110,6 +110,34 @@ def test_the_blend_is_the_mean_of_both_members_ranks_and_round_trips():
     assert torch.equal(lead(wide, data.edge_index), blend(data.x, data.edge_index))
 
 
+def test_the_blends_forest_reads_two_hops_and_its_boosted_trees_one():
+    """Since session 85 the forest reads the one-hop columns and the second hop's means after them, the boosted trees
+    the one-hop columns alone (their scores are those of trees fitted on ``graph_features`` of one hop); a blend state
+    written before (a forest without ``hops``) still scores on one hop."""
+    from gcad_dist.model.forest import FOREST_HOPS, fit_forest
+
+    data = _graph()
+    train = torch.arange(data.num_nodes) % 2 == 0
+    blend = fit_tree_blend(data.x, data.edge_index, data.y, train, seed=1)
+    assert blend.forest.hops == FOREST_HOPS == 2
+    forest, boosted = blend.member_scores(data.x, data.edge_index)
+    one_hop = graph_features(data.x, data.edge_index)
+    alone = fit_boosted_trees(data.x, data.edge_index, data.y, train, seed=1)
+    torch.testing.assert_close(boosted, alone.log_odds(one_hop), rtol=0, atol=1e-9)
+    forest_alone = fit_forest(data.x, data.edge_index, data.y, train, seed=1)
+    assert torch.equal(forest.float(), forest_alone(data.x, data.edge_index))
+    # an older blend: both members at one hop, its forest's state without "hops"
+    old_forest = fit_forest(data.x, data.edge_index, data.y, train, seed=1, hops=1)
+    from gcad_dist.model.tree_blend import blend_trees
+
+    old = blend_trees(old_forest, alone, one_hop)
+    state = old.state_dict()
+    del state["forest._extra_state"]["hops"]
+    again = trees_from_state(state)
+    assert again.forest.hops == 1
+    assert torch.equal(again(data.x, data.edge_index), old(data.x, data.edge_index))
+
+
 def test_the_blend_ranks_planted_anomalies_above_chance_and_at_least_as_well_as_a_weaker_member():
     """On held-out nodes of a graph whose anomalies show in two columns, the blend scores well above chance, and at
     least as well as the weaker of its two members (a rank mean cannot fall below both)."""

@@ -36,18 +36,30 @@ def test_graph_features_count_a_repeated_link_once_and_leave_isolated_nodes_at_z
     # passthrough columns stay as they are, after the degree
     p = graph_features(torch.cat([x, torch.full((4, 1), 9.0)], 1), ei, passthrough=1)
     assert p.shape == (4, 6) and torch.equal(p[:, :5], f) and torch.all(p[:, 5] == 9.0)
+    # a second hop: the neighbours' mean of the first hop's means, appended after the passthrough columns, so that
+    # the one-hop layout is a prefix of it (what the boosted trees read of the forest's features)
+    two = graph_features(torch.cat([x, torch.full((4, 1), 9.0)], 1), ei, passthrough=1, hops=2)
+    assert two.shape == (4, 8) and torch.equal(two[:, :6], p)
+    assert torch.allclose(two[0, 6:], (f[1, 2:4] + f[2, 2:4]) / 2)  # node 0's neighbours: 1 and 2
+    assert torch.allclose(two[1, 6:], f[0, 2:4]) and torch.all(two[3, 6:] == 0.0)
+    from gcad_dist.model.forest import feature_columns
+
+    assert feature_columns(2, 1, 2) == 8 and feature_columns(2) == 5
+    with pytest.raises(ValueError, match="hops"):
+        graph_features(x, ei, hops=0)
 
 
 def test_forest_module_scores_as_scikit_learn_predicts():
     from sklearn.ensemble import RandomForestClassifier
 
-    from gcad_dist.model.forest import ForestScorer, fit_forest, graph_features
+    from gcad_dist.model.forest import FOREST_HOPS, ForestScorer, fit_forest, graph_features
 
     data = _graph()
     train = torch.arange(data.num_nodes) % 2 == 0
     forest = fit_forest(data.x, data.edge_index, data.y, train, seed=3, threads=1)
+    assert forest.hops == FOREST_HOPS == 2  # GADBench's two mean layers (session 85)
     got = forest.score(forest(data.x, data.edge_index)).numpy()
-    feats = graph_features(data.x, data.edge_index).numpy()
+    feats = graph_features(data.x, data.edge_index, hops=FOREST_HOPS).numpy()
     y = data.y.numpy()[train.numpy()]
     w = np.where(y == 1, (y.size - y.sum()) / y.sum(), 1.0)
     ref = RandomForestClassifier(n_estimators=100, max_features="sqrt", random_state=3, n_jobs=1)
@@ -58,9 +70,35 @@ def test_forest_module_scores_as_scikit_learn_predicts():
     again = ForestScorer.from_state(forest.state_dict())
     assert torch.equal(again(other.x, other.edge_index), forest(other.x, other.edge_index))
     assert np.allclose(again(other.x, other.edge_index).numpy(),
-                       ref.predict_proba(graph_features(other.x, other.edge_index).numpy())[:, 1], atol=1e-6)
+                       ref.predict_proba(graph_features(other.x, other.edge_index, hops=FOREST_HOPS).numpy())[:, 1],
+                       atol=1e-6)
     with pytest.raises(ValueError, match="single class"):
         fit_forest(data.x, data.edge_index, torch.zeros_like(data.y), train, seed=0)
+    with pytest.raises(ValueError, match="columns"):  # given features of another layout
+        one_hop = graph_features(data.x, data.edge_index).numpy()
+        fit_forest(data.x, data.edge_index, data.y, train, seed=0, feats=one_hop)
+
+
+def test_a_one_hop_forest_of_an_older_checkpoint_still_scores_on_one_hop():
+    """A forest state written before session 85 has no ``hops``: it is read as one hop, and scores as scikit-learn's
+    forest fitted on the one-hop features predicts."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    from gcad_dist.model.forest import ForestScorer, fit_forest, graph_features
+
+    data = _graph()
+    train = torch.arange(data.num_nodes) % 2 == 0
+    forest = fit_forest(data.x, data.edge_index, data.y, train, seed=3, threads=1, hops=1)
+    state = forest.state_dict()
+    del state["_extra_state"]["hops"]
+    old = ForestScorer.from_state(state)
+    assert old.hops == 1
+    feats = graph_features(data.x, data.edge_index).numpy()
+    y = data.y.numpy()[train.numpy()]
+    w = np.where(y == 1, (y.size - y.sum()) / y.sum(), 1.0)
+    ref = RandomForestClassifier(n_estimators=100, max_features="sqrt", random_state=3, n_jobs=1)
+    want = ref.fit(feats[train.numpy()], y, sample_weight=w).predict_proba(feats)[:, 1]
+    assert np.allclose(old(data.x, data.edge_index).numpy(), want, atol=1e-6)
 
 
 def test_the_walk_compares_float32_features_with_a_float64_threshold_exactly():

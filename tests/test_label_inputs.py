@@ -132,8 +132,6 @@ def test_train_cli_label_inputs_checkpoint_scores_and_finetune_refuses(tmp_path,
     fine-tuning such a checkpoint is refused with a one-line error."""
     import json
 
-    import numpy as np
-
     from gcad_dist.score import load_checkpoint_model, prepare_data
     from gcad_dist.supervised import predict
     from gcad_dist.train import load_labelled
@@ -168,7 +166,8 @@ def test_train_cli_label_inputs_checkpoint_scores_and_finetune_refuses(tmp_path,
 
 def test_trees_read_the_label_columns():
     """``gcad_dist.quality --label-inputs`` gives the tree ensemble the same two columns (one hop, so no mask is
-    needed): its scores are those of the forest fitted on ``[x, mean nbr x, degree, label columns]``."""
+    needed): its scores are those of the forest fitted on ``[x, mean nbr x, degree, label columns, the second hop's
+    mean]`` (the label columns are passed through, not averaged again)."""
     import numpy as np
     from sklearn.ensemble import RandomForestClassifier
 
@@ -177,7 +176,10 @@ def test_trees_read_the_label_columns():
 
     data, split = _ring_graph(n=200, rings=4, seed=1)
     got = fit_score("trees", data, split, 0, label_inputs=True, threads=1)
-    feats = np.concatenate([graph_features(data.x, data.edge_index).numpy(), with_label_inputs(data, split.train).x[:, -LABEL_COLUMNS:].numpy()], 1)
+    f = data.x.shape[1]
+    two = graph_features(data.x, data.edge_index, hops=2).numpy()
+    labels = with_label_inputs(data, split.train).x[:, -LABEL_COLUMNS:].numpy()
+    feats = np.concatenate([two[:, : 2 * f + 1], labels, two[:, 2 * f + 1 :]], 1)
     tr = split.train.numpy()
     y = data.y.numpy()[tr]
     w = np.where(y == 1, (y.size - y.sum()) / y.sum(), 1.0)

@@ -12,8 +12,8 @@ test nodes only, like the GNNs.
 | ``cola`` | none | PyGOD 1.1.0 CoLA (defaults), full-batch (extra ``baselines``) |
 | ``gccad-pre`` | none | GCCAD-pre, local recipe: whole-graph store -> Ray pre-training (local contrast, per-step swaps) -> score |
 | ``gccad-pre-paper`` | none | GCCAD-pre, the paper's: K-means store (``--k auto``) -> Ray pre-training -> halo scoring by parts |
-| ``trees`` | train | random forest on ``[x, mean of neighbours' x, degree]`` (GADBench RF-Graph defaults) |
-| ``boosted-trees`` | train | gradient-boosted trees on the same features (XGB-Graph's analogue: scikit-learn's ``HistGradientBoostingClassifier``, library defaults) |
+| ``trees`` | train | random forest on ``[x, mean of neighbours' x, degree, 2-hop mean]`` (GADBench RF-Graph) |
+| ``boosted-trees`` | train | gradient-boosted trees on the one-hop features (XGB-Graph's analogue: scikit-learn's ``HistGradientBoostingClassifier``, library defaults) |
 
 Label-free detectors never see labels: :func:`fit_score` hands them a copy of the graph holding only
 ``x`` and ``edge_index`` (no ``y``, masks or split) and fits them on all nodes.
@@ -107,7 +107,7 @@ def _specs() -> dict[str, DetectorSpec]:
         DetectorSpec("gccad-pre-paper", "none", "raw", "gccad_pre", "GCCAD-pre (the paper's) scored by parts",
                      gccad_pre.SETTINGS, options=("pre_epochs",), requires=(("faiss", "cpu"), ("ray", "base")),
                      entry="fit_score_paper", option_defaults={"pre_epochs": gccad_pre.PAPER_EPOCHS}),
-        DetectorSpec("trees", "train", "standard", "tree_ensemble", "random forest on [x, mean nbr x, degree]",
+        DetectorSpec("trees", "train", "standard", "tree_ensemble", "random forest on [x, mean nbr x, degree, 2-hop mean]",
                      tree_ensemble.SETTINGS, options=("label_inputs",), option_defaults={"label_inputs": False},
                      late_options={"label_inputs": False}),
         DetectorSpec("boosted-trees", "train", "standard", "tree_ensemble",

@@ -1,4 +1,4 @@
-"""Supervised tree ensemble on ``[x, mean of neighbours' x, degree]`` (GADBench's strongest family).
+"""Supervised tree ensembles on ``[x, mean of neighbours' x, degree]`` (GADBench's strongest family).
 
 GADBench (Tang et al., NeurIPS 2023) finds random forests and gradient-boosted trees on
 neighbour-aggregated features (RF-Graph, XGB-Graph) the strongest fully supervised detectors. This is
@@ -6,12 +6,13 @@ RF-Graph with GADBench's defaults: ``RandomForestClassifier(n_estimators=100, cr
 max_features="sqrt")`` with the positive class weighted by #normal / #anomalous training nodes, fitted on
 the train split only. As in GADBench's default setting the validation split is not used for fitting
 (only reported); GADBench uses it solely for its separate random hyper-parameter search. The
-aggregation is one mean over the neighbours plus the degree (instead of GADBench's parameter-free
-multi-hop GIN sums). Score: predicted probability of the anomaly class.
+aggregation is the mean over the neighbours, the degree and, since session 85, the mean of those means over the
+neighbours (GADBench's two parameter-free mean layers; :data:`gcad_dist.model.forest.FOREST_HOPS`). Score: predicted
+probability of the anomaly class.
 
 :func:`fit_score_boosted` is the family's other member, XGB-Graph's analogue (the ``boosted-trees`` detector):
 scikit-learn's ``HistGradientBoostingClassifier`` with the library's defaults on the same features and training nodes
-(:mod:`gcad_dist.model.boosted_trees`). Score: the model's log-odds of the anomaly class.
+(:mod:`gcad_dist.model.boosted_trees`), at one hop. Score: the model's log-odds of the anomaly class.
 """
 
 from __future__ import annotations

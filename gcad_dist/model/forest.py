@@ -1,4 +1,5 @@
-"""A random forest on ``[x, mean of the neighbours' x, degree]`` as a torch module (GADBench's RF-Graph).
+"""A random forest on ``[x, mean of the neighbours' x, degree, their neighbours' mean]`` as a torch module (GADBench's
+RF-Graph).
 
 GADBench (Tang et al., NeurIPS 2023) finds random forests on neighbour-aggregated features the strongest fully
 supervised detectors on real fraud graphs. :func:`fit_forest` fits scikit-learn's ``RandomForestClassifier`` with
@@ -6,6 +7,11 @@ GADBench's defaults (100 trees, gini, ``max_features="sqrt"``, the anomalies wei
 training nodes) on the training nodes; :class:`ForestScorer` holds the fitted trees as tensors and scores any graph
 the way ``predict_proba`` would, so that a checkpoint of ``gcad_dist.train`` can keep the forest beside GCCAD's
 candidates (:class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`) and score new graphs without pickle.
+
+The forest reads two hops of neighbour means (:data:`FOREST_HOPS`), as GADBench's RF-Graph reads two parameter-free
+mean layers; the boosted trees (:mod:`gcad_dist.model.boosted_trees`) read one. Since session 85 (BENCHMARKS.md): two
+rules, each written before its graphs; the first, with both trees at two hops, failed (inj_cora -0.041 validation
+AUROC); the second, with the forest alone at two hops, passed on graphs made after it.
 
 The features are computed by :func:`graph_features`, in float64 and then cast to float32 as scikit-learn casts its
 input, and each tree is walked level by level for all nodes at once (a gather per level, no loop over nodes).
@@ -19,13 +25,17 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["FOREST_SETTINGS", "ForestScorer", "fit_forest", "fit_sklearn_forest", "graph_features", "mean_leaf_value",
+__all__ = ["FOREST_HOPS", "FOREST_SETTINGS", "ForestScorer", "feature_columns", "fit_forest", "fit_sklearn_forest",
+           "graph_features", "mean_leaf_value",
            "register_trees", "register_walk_buffers"]
 
 #: GADBench's RF-Graph defaults (the ``trees`` reference detector and ``gcad_dist.train``'s forest alike)
 FOREST_SETTINGS: dict[str, Any] = {"model": "RandomForestClassifier", "n_estimators": 100, "criterion": "gini",
                                    "max_features": "sqrt", "class_weight": "neg/pos on train",
-                                   "inputs": "x|mean_nbr_x|degree"}
+                                   "inputs": "x|mean_nbr_x|degree|mean_nbr2_x"}
+#: hops of neighbour means the forest reads (:func:`graph_features`' ``hops``); checkpoints written before session 85
+#: hold forests of one hop, which still score as they were fitted
+FOREST_HOPS = 2
 # (node, tree) pairs walked at once: on a CPU small enough that a block's features stay in cache (2^18 pairs walked
 # 1.4x faster than 2^22 on a 200k-node graph, BENCHMARKS.md session 62); on a GPU large, for fewer kernel launches
 _BLOCK_CPU = 1 << 18
@@ -33,26 +43,39 @@ _BLOCK_GPU = 1 << 22
 
 
 def graph_features(x: Tensor, edge_index: Tensor, in_features: int | None = None,
-                   passthrough: int = 0) -> Tensor:
-    """``[x, mean of the neighbours' x, degree]`` per node (float32 [N, 2F + 1]), over the first ``in_features``
-    columns of ``x`` (default: all but the last ``passthrough``), then the last ``passthrough`` columns as they are.
+                   passthrough: int = 0, hops: int = 1) -> Tensor:
+    """``[x, mean of the neighbours' x, degree]`` per node (float32 [N, :func:`feature_columns`]), over the first
+    ``in_features`` columns of ``x`` (default: all but the last ``passthrough``), then the last ``passthrough`` columns
+    as they are, then for ``hops`` > 1 the mean of the previous hop's means over the neighbours, hop 2 to ``hops`` ([N, F] each;
+    appended last, so that the one-hop columns are a prefix of every wider layout).
     Messages run ``src -> dst`` (``edge_index[0] -> edge_index[1]``); a repeated link counts once; a node without
     neighbours gets a zero mean and degree 0."""
     from types import SimpleNamespace
 
     from gcad_dist.detectors.common import adjacency
 
+    if hops < 1:
+        raise ValueError(f"hops must be at least 1, got {hops}")
     n = x.shape[0]
     f = x.shape[1] - passthrough if in_features is None else in_features
     xf = x[:, :f].detach().to("cpu", torch.float64)
     a = adjacency(SimpleNamespace(edge_index=edge_index, num_nodes=n))  # 0/1 CSR A[dst, src], a repeat counted once
     deg_np = np.asarray(a.sum(axis=1)).ravel()
-    mean = torch.from_numpy(np.asarray(a @ xf.numpy()) / np.maximum(deg_np, 1.0)[:, None])  # sparse product
+    per = np.maximum(deg_np, 1.0)[:, None]
+    mean_np = np.asarray(a @ xf.numpy()) / per  # sparse product
     deg = torch.from_numpy(deg_np)
-    cols = [xf, mean, deg[:, None]]
+    cols = [xf, torch.from_numpy(mean_np), deg[:, None]]
     if passthrough:
         cols.append(x[:, x.shape[1] - passthrough:].detach().to("cpu", torch.float64))
+    for _ in range(hops - 1):
+        mean_np = np.asarray(a @ mean_np) / per
+        cols.append(torch.from_numpy(mean_np))
     return torch.cat(cols, dim=1).to(torch.float32)
+
+
+def feature_columns(in_features: int, passthrough: int = 0, hops: int = 1) -> int:
+    """The number of :func:`graph_features` columns for these settings."""
+    return (1 + hops) * in_features + 1 + passthrough
 
 
 def register_trees(trees: nn.Module, feature: Tensor, threshold: Tensor, left: Tensor, right: Tensor, roots: Tensor,
@@ -137,16 +160,18 @@ class ForestScorer(nn.Module):
     """
 
     def __init__(self, feature: Tensor, threshold: Tensor, left: Tensor, right: Tensor, proba: Tensor,
-                 roots: Tensor, depth: int, in_features: int, passthrough: int = 0) -> None:
+                 roots: Tensor, depth: int, in_features: int, passthrough: int = 0, hops: int = 1) -> None:
         super().__init__()
         register_trees(self, feature, threshold, left, right, roots, proba=proba)
         self.depth = int(depth)
         self.in_features = int(in_features)
         self.passthrough = int(passthrough)
+        self.hops = int(hops)
 
     @classmethod
-    def from_sklearn(cls, forest: Any, in_features: int, passthrough: int = 0) -> "ForestScorer":
-        """The trees of a fitted binary ``RandomForestClassifier`` (classes 0 and 1)."""
+    def from_sklearn(cls, forest: Any, in_features: int, passthrough: int = 0, hops: int = 1) -> "ForestScorer":
+        """The trees of a fitted binary ``RandomForestClassifier`` (classes 0 and 1), fitted on :func:`graph_features`
+        with these settings."""
         classes = [int(c) for c in forest.classes_]
         if classes != [0, 1]:
             raise ValueError(f"a forest of classes 0 and 1 needed, got {classes}")
@@ -167,21 +192,23 @@ class ForestScorer(nn.Module):
             offset += k
             depth = max(depth, int(t.max_depth))
         arrays = {k: torch.from_numpy(np.concatenate(v)) for k, v in parts.items()}
-        return cls(**arrays, roots=torch.tensor(roots), depth=depth, in_features=in_features, passthrough=passthrough)
+        return cls(**arrays, roots=torch.tensor(roots), depth=depth, in_features=in_features, passthrough=passthrough,
+                   hops=hops)
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "ForestScorer":
-        """The module whose ``state_dict()`` is ``state`` (its buffers are the trees)."""
+        """The module whose ``state_dict()`` is ``state`` (its buffers are the trees; a state without ``hops``, written
+        before session 85, is a one-hop forest)."""
         need = {"feature", "threshold", "left", "right", "proba", "roots", "_extra_state"}
         if not need <= set(state):
             raise ValueError(f"not a forest's state (missing {', '.join(sorted(need - set(state)))})")
         extra = state["_extra_state"]
         return cls(*(state[k] for k in ("feature", "threshold", "left", "right", "proba", "roots")),
                    depth=int(extra["depth"]), in_features=int(extra["in_features"]),
-                   passthrough=int(extra.get("passthrough", 0)))
+                   passthrough=int(extra.get("passthrough", 0)), hops=int(extra.get("hops", 1)))
 
     def forward(self, x: Tensor, edge_index: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        feats = graph_features(x, edge_index, self.in_features, self.passthrough)
+        feats = graph_features(x, edge_index, self.in_features, self.passthrough, self.hops)
         return mean_leaf_value(self, feats, self.proba).to(device=x.device, dtype=torch.float32)
 
     def score(self, out: Tensor) -> Tensor:
@@ -190,25 +217,33 @@ class ForestScorer(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"trees={self.roots.numel()}, nodes={self.feature.numel()}, depth={self.depth}, "
-                f"in_features={self.in_features}, passthrough={self.passthrough}")
+                f"in_features={self.in_features}, passthrough={self.passthrough}, hops={self.hops}")
 
     def get_extra_state(self) -> dict[str, int]:
-        return {"depth": self.depth, "in_features": self.in_features, "passthrough": self.passthrough}
+        return {"depth": self.depth, "in_features": self.in_features, "passthrough": self.passthrough,
+                "hops": self.hops}
 
     def set_extra_state(self, state: dict[str, int]) -> None:
         self.depth, self.in_features, self.passthrough = (int(state["depth"]), int(state["in_features"]),
                                                           int(state.get("passthrough", 0)))
+        self.hops = int(state.get("hops", 1))  # absent: a forest of one hop (written before session 85)
 
 
 def fit_sklearn_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
-                       in_features: int | None = None, passthrough: int = 0, feats: np.ndarray | None = None) -> Any:
-    """Fit RF-Graph (:data:`FOREST_SETTINGS`) on the ``train`` nodes' :func:`graph_features` (or the given ``feats``)
-    and labels ``y`` (anomalies weighted by #normal / #anomalous; nodes of unknown label, ``y < 0``, left out):
-    scikit-learn's ``RandomForestClassifier``. Raise ``ValueError`` if the training nodes hold a single class."""
+                       in_features: int | None = None, passthrough: int = 0, feats: np.ndarray | None = None,
+                       hops: int = FOREST_HOPS) -> Any:
+    """Fit RF-Graph (:data:`FOREST_SETTINGS`) on the ``train`` nodes' :func:`graph_features` of ``hops`` hops (or the
+    given ``feats``, which must have that layout) and labels ``y`` (anomalies weighted by #normal / #anomalous; nodes
+    of unknown label, ``y < 0``, left out): scikit-learn's ``RandomForestClassifier``. Raise ``ValueError`` if the
+    training nodes hold a single class."""
     from sklearn.ensemble import RandomForestClassifier
 
     if feats is None:
-        feats = graph_features(x, edge_index, in_features, passthrough).numpy()
+        feats = graph_features(x, edge_index, in_features, passthrough, hops).numpy()
+    f = x.shape[1] - passthrough if in_features is None else in_features
+    if feats.shape[1] != feature_columns(f, passthrough, hops):
+        raise ValueError(f"feats has {feats.shape[1]} columns, {feature_columns(f, passthrough, hops)} expected "
+                         f"({f} features, {passthrough} passed through, {hops} hops)")
     y_all = torch.as_tensor(y).cpu().numpy().astype(np.int64)
     tr = torch.as_tensor(train).cpu().numpy().astype(bool) & (y_all >= 0)
     yt = y_all[tr]
@@ -223,8 +258,9 @@ def fit_sklearn_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: 
 
 
 def fit_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
-               in_features: int | None = None, passthrough: int = 0, feats: np.ndarray | None = None) -> ForestScorer:
+               in_features: int | None = None, passthrough: int = 0, feats: np.ndarray | None = None,
+               hops: int = FOREST_HOPS) -> ForestScorer:
     """:func:`fit_sklearn_forest`'s forest as a :class:`ForestScorer`."""
-    forest = fit_sklearn_forest(x, edge_index, y, train, seed, threads, in_features, passthrough, feats)
+    forest = fit_sklearn_forest(x, edge_index, y, train, seed, threads, in_features, passthrough, feats, hops)
     f = x.shape[1] - passthrough if in_features is None else in_features
-    return ForestScorer.from_sklearn(forest, f, passthrough)
+    return ForestScorer.from_sklearn(forest, f, passthrough, hops)

@@ -4,7 +4,9 @@ Bagged and boosted trees err differently: the forest averages deep trees grown o
 trees fit each residual in turn. The mean of their ranks scored above the forest alone on validation across the graphs
 screened, and on graphs made after the rule that adopted it (BENCHMARKS.md, session 66). Each member's rank is read
 off its scores' empirical CDF over the training graph (:class:`~gcad_dist.model.rank_blend.EmpiricalCDF`), so a
-checkpoint scores new graphs as it scored the one it was fitted on. The features are computed once for both.
+checkpoint scores new graphs as it scored the one it was fitted on. The features are computed once for both: the
+forest reads two hops of neighbour means (:data:`~gcad_dist.model.forest.FOREST_HOPS`, since session 85), the boosted
+trees the one-hop columns, a prefix of the forest's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from gcad_dist.model.boosted_trees import BoostedTreesScorer, fit_boosted_trees
-from gcad_dist.model.forest import ForestScorer, fit_forest, graph_features, mean_leaf_value
+from gcad_dist.model.forest import (FOREST_HOPS, ForestScorer, feature_columns, fit_forest, graph_features,
+                                    mean_leaf_value)
 from gcad_dist.model.rank_blend import EmpiricalCDF
 
 __all__ = ["TreeBlend", "blend_trees", "fit_tree_blend", "trees_from_state"]
@@ -23,7 +26,8 @@ __all__ = ["TreeBlend", "blend_trees", "fit_tree_blend", "trees_from_state"]
 
 class TreeBlend(nn.Module):
     """A :class:`~gcad_dist.model.forest.ForestScorer` and a
-    :class:`~gcad_dist.model.boosted_trees.BoostedTreesScorer` of the same inputs, scored by the mean of their
+    :class:`~gcad_dist.model.boosted_trees.BoostedTreesScorer` of the same input columns (the forest may read more
+    hops of their neighbour means than the boosted trees' one), scored by the mean of their
     empirical CDFs (``cdfs``: the forest's, then the boosted trees'). ``forward(x, edge_index, ...)`` returns that
     mean [N]; :meth:`score` is the identity."""
 
@@ -56,8 +60,8 @@ class TreeBlend(nn.Module):
 
     def member_scores(self, x: Tensor, edge_index: Tensor) -> tuple[Tensor, Tensor]:
         """(the forest's anomaly probability, the boosted trees' log-odds) of every node, float64 [N] each."""
-        feats = graph_features(x, edge_index, self.in_features, self.passthrough)
-        return mean_leaf_value(self.forest, feats, self.forest.proba), self.boosted.log_odds(feats)
+        feats = graph_features(x, edge_index, self.in_features, self.passthrough, self.forest.hops)
+        return _member_scores(self.forest, self.boosted, feats)
 
     def forward(self, x: Tensor, edge_index: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         forest, boosted = self.member_scores(x, edge_index)
@@ -69,24 +73,33 @@ class TreeBlend(nn.Module):
         return out
 
 
+def _member_scores(forest: ForestScorer, boosted: BoostedTreesScorer, feats: Tensor) -> tuple[Tensor, Tensor]:
+    """Both members' scores of :func:`~gcad_dist.model.forest.graph_features` rows ``feats`` of the forest's hops (the
+    boosted trees read the one-hop prefix)."""
+    one_hop = feats[:, :feature_columns(boosted.in_features, boosted.passthrough)]
+    return mean_leaf_value(forest, feats, forest.proba), boosted.log_odds(one_hop)
+
+
 def blend_trees(forest: ForestScorer, boosted: BoostedTreesScorer, feats: Tensor) -> TreeBlend:
     """The :class:`TreeBlend` of fitted trees, each member's CDF fitted on its scores of ``feats`` (the training
     graph's :func:`~gcad_dist.model.forest.graph_features`, every node)."""
-    scores = (mean_leaf_value(forest, feats, forest.proba), boosted.log_odds(feats))
+    scores = _member_scores(forest, boosted, feats)
     return TreeBlend(forest, boosted, [EmpiricalCDF.fit(s.cpu().numpy()) for s in scores])
 
 
 def fit_tree_blend(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
-                   in_features: int | None = None, passthrough: int = 0) -> TreeBlend:
-    """Fit RF-Graph (:func:`~gcad_dist.model.forest.fit_forest`) and the boosted trees
-    (:func:`~gcad_dist.model.boosted_trees.fit_boosted_trees`, the library's defaults) on the ``train`` nodes, and
-    their CDFs on every node (:func:`blend_trees`). Raise ``ValueError`` if the training nodes hold a single class."""
+                   in_features: int | None = None, passthrough: int = 0, forest_hops: int = FOREST_HOPS) -> TreeBlend:
+    """Fit RF-Graph (:func:`~gcad_dist.model.forest.fit_forest`, on ``forest_hops`` hops of neighbour means) and the
+    boosted trees (:func:`~gcad_dist.model.boosted_trees.fit_boosted_trees`, the library's defaults, one hop) on the
+    ``train`` nodes, and their CDFs on every node (:func:`blend_trees`). ``forest_hops=1``: the blend before session
+    85. Raise ``ValueError`` if the training nodes hold a single class."""
     f = x.shape[1] - passthrough if in_features is None else int(in_features)
-    feats = graph_features(x, edge_index, f, passthrough)
-    rows = feats.numpy()  # one array for both fits (a view of ``feats``)
+    feats = graph_features(x, edge_index, f, passthrough, forest_hops)
+    rows = feats.numpy()  # one array for both fits (a view of ``feats``): the boosted trees read its one-hop prefix
     forest = fit_forest(x, edge_index, y, train, seed=seed, threads=threads, in_features=f, passthrough=passthrough,
-                        feats=rows)
-    boosted = fit_boosted_trees(x, edge_index, y, train, seed, threads, f, passthrough, feats=rows)
+                        feats=rows, hops=forest_hops)
+    boosted = fit_boosted_trees(x, edge_index, y, train, seed, threads, f, passthrough,
+                                feats=rows[:, :feature_columns(f, passthrough)])
     return blend_trees(forest, boosted, feats)
 
 
