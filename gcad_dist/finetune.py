@@ -86,7 +86,8 @@ GCCAD-pre's second stage (METHOD.md section 4: "optionally fine-tune on real lab
    ``gcad_dist.score`` fills the columns from the labels of the graph it scores. Below the count they cost
    validation AUPRC (6 anomalies, inj_cora at 10%: -0.023), above it they gained (BENCHMARKS.md, session 32).
 7. The forest view (``--forest``, default ``auto`` as ``gcad_dist.train``'s, :mod:`gcad_dist.forest_view`): trees
-   on ``[x, neighbours' mean x, degree]`` (the forest also the second hop's mean; a random forest and gradient-boosted trees, their ranks averaged) fitted on the kept training labels joins the fine-tuned score by
+   on ``[x, neighbours' mean x, degree]`` (the forest also the second hop's mean; a random forest and gradient-boosted
+   trees, their ranks averaged) fitted on the kept training labels joins the fine-tuned score by
    rank, or scores alone, where validation says so by ``gcad_dist.train``'s rule (session 62). ``--forest off``:
    the fine-tuned GCCAD alone (every run before session 62).
 

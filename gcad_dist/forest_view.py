@@ -4,8 +4,8 @@ validation does not lean towards GCCAD alone.
 On graphs whose anomalies are told by their own attributes (GADBench's fraud graphs), tree ensembles on
 ``[x, mean of the neighbours' x, degree]`` (RF-Graph, XGB-Graph) lead every GNN (the forest here also reads the mean
 of those means over the neighbours, a second hop, as GADBench's RF-Graph does: since session 85); on graphs whose
-anomalies disagree with their context GCCAD leads them. ``gcad_dist.train --forest auto`` fits both on the same training nodes. The
-"forest" is a random forest and gradient-boosted trees with their ranks averaged
+anomalies disagree with their context GCCAD leads them. ``gcad_dist.train --forest auto`` fits both on the same
+training nodes. The "forest" is a random forest and gradient-boosted trees with their ranks averaged
 (:class:`gcad_dist.model.tree_blend.TreeBlend`; a random forest alone before session 66, whose checkpoints still
 score). The forest joins
 where validation holds at least 10 anomalies and a paired Poisson bootstrap over the validation nodes

@@ -103,9 +103,9 @@ class TrainConfig:
     score_space: str = "projection"
     link_eval: str = "expected"
     contrast: str = "auto"
-    # the full model: trees on [x, neighbours' mean x, degree] (the forest also the 2-hop mean; a random forest and gradient-boosted trees, their ranks
-    # averaged) blended by rank where validation does not lean towards GCCAD alone (gcad_dist.forest_view); "off":
-    # GCCAD alone
+    # the full model: trees on [x, neighbours' mean x, degree] (the forest also the 2-hop mean; a random forest and
+    # gradient-boosted trees, their ranks averaged) blended by rank where validation does not lean towards GCCAD alone
+    # (gcad_dist.forest_view); "off": GCCAD alone
     forest: str = "auto"
     # the fewest validation anomalies the forest view's join test runs on (below: GCCAD alone); below 10 a joined
     # forest blends, never scores alone (session 77)

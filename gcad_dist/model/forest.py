@@ -46,8 +46,8 @@ def graph_features(x: Tensor, edge_index: Tensor, in_features: int | None = None
                    passthrough: int = 0, hops: int = 1) -> Tensor:
     """``[x, mean of the neighbours' x, degree]`` per node (float32 [N, :func:`feature_columns`]), over the first
     ``in_features`` columns of ``x`` (default: all but the last ``passthrough``), then the last ``passthrough`` columns
-    as they are, then for ``hops`` > 1 the mean of the previous hop's means over the neighbours, hop 2 to ``hops`` ([N, F] each;
-    appended last, so that the one-hop columns are a prefix of every wider layout).
+    as they are, then for ``hops`` > 1 the mean of the previous hop's means over the neighbours, hop 2 to ``hops``
+    ([N, F] each; appended last, so that the one-hop columns are a prefix of every wider layout).
     Messages run ``src -> dst`` (``edge_index[0] -> edge_index[1]``); a repeated link counts once; a node without
     neighbours gets a zero mean and degree 0."""
     from types import SimpleNamespace
