@@ -29,13 +29,15 @@ __all__ = ["FOREST_HOPS", "FOREST_SETTINGS", "ForestScorer", "feature_columns", 
            "graph_features", "mean_leaf_value",
            "register_trees", "register_walk_buffers"]
 
-#: GADBench's RF-Graph defaults (the ``trees`` reference detector and ``gcad_dist.train``'s forest alike)
-FOREST_SETTINGS: dict[str, Any] = {"model": "RandomForestClassifier", "n_estimators": 100, "criterion": "gini",
-                                   "max_features": "sqrt", "class_weight": "neg/pos on train",
-                                   "inputs": "x|mean_nbr_x|degree|mean_nbr2_x"}
 #: hops of neighbour means the forest reads (:func:`graph_features`' ``hops``); checkpoints written before session 85
 #: hold forests of one hop, which still score as they were fitted
 FOREST_HOPS = 2
+#: GADBench's RF-Graph defaults (the ``trees`` reference detector and ``gcad_dist.train``'s forest alike); ``inputs``
+#: names the columns of :func:`graph_features` at :data:`FOREST_HOPS` (a key of ``gcad_dist.quality``'s stored runs)
+FOREST_SETTINGS: dict[str, Any] = {"model": "RandomForestClassifier", "n_estimators": 100, "criterion": "gini",
+                                   "max_features": "sqrt", "class_weight": "neg/pos on train",
+                                   "inputs": "|".join(["x", "mean_nbr_x", "degree"]
+                                                      + [f"mean_nbr{k}_x" for k in range(2, FOREST_HOPS + 1)])}
 # (node, tree) pairs walked at once: on a CPU small enough that a block's features stay in cache (2^18 pairs walked
 # 1.4x faster than 2^22 on a 200k-node graph, BENCHMARKS.md session 62); on a GPU large, for fewer kernel launches
 _BLOCK_CPU = 1 << 18
