@@ -7,7 +7,9 @@ Example (BENCHMARKS.md, session 61):
     python -m partitioning.synthetic --nodes 1000000 --avg-degree 20 --out big1m.npz
     python -m bench.forest_view --graph big1m.npz --repeats 2
 
-The forest is fitted on a seeded 40% of the labelled nodes (``gcad_dist.train``'s training share). Each step runs
+``--hops 1`` fits the random forest on one hop of neighbour means, as before session 85 (the default: the forest view's
+own, two), for the cost of each on the same machine (BENCHMARKS.md, session 86). The forest is fitted on a seeded 40%
+of the labelled nodes (``gcad_dist.train``'s training share). Each step runs
 ``--repeats`` times, alternately, on ``--threads`` threads; the table gives the median wall seconds and the ratio to
 scikit-learn's scoring, then how far the two scorings differ (they should agree to float32 rounding) and the
 process's peak memory.
@@ -40,6 +42,7 @@ class ForestViewBenchConfig:
     repeats: int = 2
     train_share: float = 0.4
     threads: int = 1
+    hops: int = 0  # 0: the forest view's own (gcad_dist.model.forest.FOREST_HOPS)
     verbose: bool = False
 
 
@@ -50,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_arguments(p, d)
     p.add_argument("--train-share", type=float, default=d.train_share,
                    help="share of the labelled nodes the forest is fitted on (default: %(default)s)")
+    p.add_argument("--hops", type=int, default=d.hops,
+                   help="hops of neighbour means the random forest reads (default: the forest view's own, "
+                        "FOREST_HOPS; 1: the forest before session 85); the boosted trees read one")
     return p
 
 
@@ -65,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(cfg.verbose)
     if not 0 < cfg.train_share < 1:
         raise UsageError(f"--train-share: must be in (0, 1), got {cfg.train_share}")
+    if cfg.hops < 0:
+        raise UsageError(f"--hops: must be at least 1 (or 0: the forest view's own, {FOREST_HOPS}), got {cfg.hops}")
+    hops = cfg.hops or FOREST_HOPS
     g, data = load_labelled_graph(cfg.graph, cfg.repeats, cfg.threads, "the forest is fitted on them")
     y = torch.as_tensor(np.asarray(g.y))
     labelled = np.flatnonzero(y.numpy() >= 0)
@@ -72,15 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     pick = np.random.default_rng(0).permutation(labelled)[: int(cfg.train_share * labelled.size)]
     train[torch.as_tensor(pick)] = True
     x = torch.as_tensor(data.x).float()
-    feats = graph_features(x, data.edge_index, hops=FOREST_HOPS)  # the boosted trees read its one-hop prefix
+    feats = graph_features(x, data.edge_index, hops=hops)  # the boosted trees read its one-hop prefix
     one_hop = feats[:, :feature_columns(x.shape[1])]
     t = time.perf_counter()
-    sk = fit_sklearn_forest(x, data.edge_index, y, train, seed=0, threads=cfg.threads, feats=feats.numpy())
+    sk = fit_sklearn_forest(x, data.edge_index, y, train, seed=0, threads=cfg.threads, feats=feats.numpy(), hops=hops)
     fit_s = time.perf_counter() - t
     t = time.perf_counter()
     skb = fit_sklearn_boosted_trees(x, data.edge_index, y, train, seed=0, threads=cfg.threads, feats=one_hop.numpy())
     fit_b = time.perf_counter() - t
-    forest = ForestScorer.from_sklearn(sk, x.shape[1], hops=FOREST_HOPS)
+    forest = ForestScorer.from_sklearn(sk, x.shape[1], hops=hops)
     boosted = BoostedTreesScorer.from_sklearn(skb, x.shape[1])
     blend = TreeBlend(forest, boosted, [EmpiricalCDF.fit(forest(x, data.edge_index).numpy()),
                                         EmpiricalCDF.fit(boosted(x, data.edge_index).numpy())])
@@ -91,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     got = want = got_b = want_b = None
     for _ in range(cfg.repeats):
         t = time.perf_counter()
-        want = sk.predict_proba(graph_features(x, data.edge_index, hops=FOREST_HOPS).numpy())[:, 1]
+        want = sk.predict_proba(graph_features(x, data.edge_index, hops=hops).numpy())[:, 1]
         times[base_rf].append(time.perf_counter() - t)
         t = time.perf_counter()
         got = forest.score(forest(x, data.edge_index))
