@@ -4,8 +4,8 @@ A label-free checkpoint (``gcad_dist.pretrain``'s local recipe) records two view
 the contrast of each node with its context, both fitted on the graph being scored and reading no label:
 
 - the feature view (``feature_view``; :func:`gcad_dist.feature_view.apply_feature_view`): an isolation forest on
-  the raw features, fused where it corroborates the contrast's top nodes or where the links say nothing about the
-  features;
+  the raw features, fused where it corroborates the contrast's top nodes; where the links say nothing about the
+  features, each node's distance to its 5th nearest node in feature space instead;
 - the signature view (``signature_view``; :func:`gcad_dist.signature_view.apply_signature_view`): the scores' top
   nodes learnt by a cross-fitted linear classifier of the raw features and the links, its rank added where it tells
   them apart.

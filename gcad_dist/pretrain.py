@@ -222,7 +222,8 @@ class PretrainConfig:
     # out that the neighbours hide (gcad_dist.model.ball.ball_reveals_group); None = the recipe's
     ball_switch: bool | None = None
     # local contrast: at scoring, add an isolation forest on the raw features where it corroborates the contrast's top
-    # nodes or where the links say nothing about the features (gcad_dist.feature_view); None = the recipe's
+    # nodes, or the distance to the 5th nearest node in feature space where the links say nothing about the features
+    # (gcad_dist.feature_view); None = the recipe's
     feature_view: bool | None = None
     # local contrast: at scoring, the score's top nodes generalised by a cross-fitted linear classifier of their
     # features where it tells them apart (gcad_dist.signature_view); None = the recipe's
@@ -362,8 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
       "robust z-score is added to the contrast's where the two agree on what stands out: where the forest ranks the "
       "contrast's top 1%% of nodes at AUROC >= 0.75 against the others, or where the graph's links say nothing "
       "about the features (the Spearman correlation of a column across an edge: its 90th percentile over the "
-      "columns below 0.06, so that a node's context is a random sample of the graph; both measures and the choice "
-      "are logged). It finds what a contrast with the neighbours hardly sees, nodes extreme in a few attributes "
+      "columns below 0.06, so that a node's context is a random sample of the graph: there each node's distance to "
+      "its 5th nearest node in z-scored feature space is added instead of the forest, session 88; both measures and "
+      "the choice are logged). It finds what a contrast with the neighbours hardly sees, nodes extreme in a few attributes "
       "(camouflaged fraud), and stays off where the forest's outliers are normal nodes. No label is read. Recorded "
       "in the checkpoint. Default: the recipe's, on for local (BENCHMARKS.md, sessions 50 and 52), off for paper")
     a("--signature-view", action=argparse.BooleanOptionalAction, default=d.signature_view,

@@ -58,8 +58,8 @@ NORMALIZE_CHOICES = ("auto", *STORE_NORMALIZATIONS)  # auto = the checkpoint's o
 # --parts --context: halo (default) = its own part plus the part's 1-hop halo (score_parts_halo); own = the
 # node's K-means part alone; links = the part most of its neighbours are in (link_majority_parts)
 CONTEXTS = ("halo", "own", "links")
-#: ``--feature-view``: where the forest corroborates the contrast or the links say nothing about the features (the
-#: local recipe's), on every graph, or never
+#: ``--feature-view``: where the forest corroborates the contrast, or where the links say nothing about the features
+#: (then the distance to the 5th nearest node in feature space: the local recipe's), on every graph, or never
 FEATURE_VIEWS = ("auto", "always", "off")
 
 
@@ -79,8 +79,8 @@ class ScoreConfig:
     # the label-free local model: also scored against the loose context, larger robust z kept; None = as trained
     loose_context: bool | None = None
     # the label-free local model: an isolation forest on the raw features added where it corroborates the contrast
-    # (gcad_dist.feature_view): "auto" (where it corroborates, or where the links say nothing about the features),
-    # "always" or "off"; None = as trained
+    # (gcad_dist.feature_view): "auto" (where it corroborates, or where the links say nothing about the features: there
+    # the distance to the 5th nearest node in feature space instead), "always" or "off"; None = as trained
     feature_view: str | None = None
     # the label-free local model: the score's top nodes generalised by a cross-fitted linear classifier where it tells
     # them apart (gcad_dist.signature_view): "auto", "always" or "off"; None = as trained
@@ -577,8 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "its robust z-score to the contrast's. auto: where the two agree on what stands out (the forest "
                         "ranks the contrast's top 1%% of nodes at AUROC >= 0.75 against the others), or where the graph's "
                         "links say nothing about the features (the Spearman correlation of a column across an edge: "
-                        "its 90th percentile over the columns below 0.06); both logged, and written to the metrics file "
-                        "as \"feature_view\"; always: on every graph; off: the contrast alone. "
+                        "its 90th percentile over the columns below 0.06: there, with no context to corroborate it, each "
+                        "node's distance to its 5th nearest node in z-scored feature space is added instead of the "
+                        "forest, the stronger global score on such graphs, BENCHMARKS.md session 88); both logged, and "
+                        "written to the metrics file as \"feature_view\"; always: on every graph; off: the contrast "
+                        "alone. "
                         "The forest finds nodes extreme in a few attributes that agree with their neighbours otherwise "
                         "(camouflaged fraud), which a contrast hardly sees; added everywhere, it cost inj_cora 0.11-0.14 "
                         "AUROC and tolokers 0.08-0.09, and auto never added it there. auto stayed off on some generated "
@@ -741,7 +744,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(loaded.model.config, "feature_view", False):
             log.info("an isolation forest on the raw features joins the score %s (%s)",
                      "on this graph" if cfg.feature_view == "always"
-                     else "where it corroborates the contrast's top nodes or the links say nothing about the features",
+                     else "where it corroborates the contrast's top nodes (where the links say nothing about the "
+                          "features, the distance to the 5th nearest node in feature space instead)",
                      "as trained (pretrain --feature-view)" if cfg.feature_view is None
                      else f"--feature-view {cfg.feature_view}")
         if getattr(loaded.model.config, "degree_detrend", False):

@@ -10,7 +10,7 @@ import torch
 from gcad_dist.detectors import DETECTORS, check_available, fit_score, strip_labels
 from gcad_dist.metrics import auroc
 
-FAST = ["iforest", "nbr-cosine", "trees", "boosted-trees", "dominant", "cola"]
+FAST = ["iforest", "knn", "nbr-cosine", "trees", "boosted-trees", "dominant", "cola"]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def _needs(name: str) -> None:
 
 
 #: (planted kind it must find: 1 swap, 2 contextual, 3 clique, None = all on the test split; minimum AUROC)
-EXPECT = {"iforest": (2, 0.7), "nbr-cosine": (1, 0.9), "trees": (None, 0.8), "boosted-trees": (None, 0.8),
+EXPECT = {"iforest": (2, 0.7), "knn": (2, 0.65), "nbr-cosine": (1, 0.9), "trees": (None, 0.8), "boosted-trees": (None, 0.8),
           "dominant": (None, 0.8),
           "cola": (None, 0.75)}
 
@@ -184,3 +184,4 @@ def test_gccad_pre_pretraining_options_reach_pretrain_and_keep_old_run_keys(monk
     assert (seen[0]["dense_links"], seen[0]["sample_threshold"], seen[0]["fanouts"], seen[0]["lr"]) == (0, 1000, "-1",
                                                                                                        2e-3)
     assert not {"dense_links", "sample_threshold", "fanouts"} & set(seen[1]) and seen[1]["lr"] == gccad_pre.LOCAL_PRETRAIN["lr"]
+

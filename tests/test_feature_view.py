@@ -128,8 +128,15 @@ def test_the_view_joins_where_the_links_say_nothing_about_the_features() -> None
     s[b] += 10.0  # as above: the forest does not corroborate the contrast
     out, info = fv.apply_feature_view(s, x, np.ones(n, dtype=bool), edge_index=_linked(n, False))
     assert info["used"] and info["corroboration"] < 0.6 and info["assortativity"] < fv.ASSORTATIVITY
-    np.testing.assert_allclose(out, fv.fused(s, fv.forest_scores(x), np.ones(n, dtype=bool)), rtol=1e-6)
+    # no context to corroborate it: the distance to the 5th nearest node joins, not the forest (session 88)
+    assert info["score"] == "knn"
+    np.testing.assert_allclose(out, fv.fused(s, fv.knn_scores(x), np.ones(n, dtype=bool)), rtol=1e-6)
+    assert not np.allclose(out, fv.fused(s, fv.forest_scores(x), np.ones(n, dtype=bool)), rtol=1e-3)
     assert "say nothing about the features" in fv.feature_view_phrase(info)
+    assert "5th nearest node" in fv.feature_view_phrase(info)
+    forced, info = fv.apply_feature_view(s, x, np.ones(n, dtype=bool), edge_index=_linked(n, False), always=True)
+    np.testing.assert_array_equal(forced, out)  # always: the same choice of score
+    assert info["score"] == "knn" and "nearest nodes" in fv.feature_view_phrase(info)
     # links that follow the features: the corroboration alone decides, as before
     grouped = x + np.random.default_rng(4).normal(size=(n // 100, x.shape[1]))[np.arange(n) // 100].astype(np.float32)
     out, info = fv.apply_feature_view(s, grouped, np.ones(n, dtype=bool), edge_index=_linked(n, True))
@@ -262,3 +269,27 @@ def test_forest_scores_on_threads_are_the_one_thread_scores(monkeypatch):
     assert one[:5].min() > np.median(one)  # the shifted rows are the isolated ones
     data = Data(x=torch.from_numpy(x), edge_index=torch.zeros(2, 0, dtype=torch.long))
     assert np.array_equal(isolation.fit_score(data, None, 0, threads=1), isolation.fit_score(data, None, 0, threads=4))
+
+
+def test_knn_scores_are_the_distance_to_the_kth_other_node() -> None:
+    """knn_scores: each row's distance to its k-th nearest other row after a z-score; an exact duplicate is a
+    neighbour at distance 0, the row itself never; above ``reference`` rows, the distances are to a fixed sample."""
+    pytest.importorskip("faiss")
+    x = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [5.0], [40.0], [40.0]])
+    sd = x.std(ddof=1)
+    d = fv.knn_scores(x, k=5)
+    # node 0's others at 1..5: the 5th is 5; node 6's duplicate is at 0, then 35..38: the 5th is 38 (in units of sd)
+    np.testing.assert_allclose(d[[0, 3, 6, 7]] * sd, [5.0, 3.0, 38.0, 38.0], rtol=1e-5)
+    np.testing.assert_allclose(fv.knn_scores(x, k=1)[[6, 7]], [0.0, 0.0], atol=1e-6)
+    with pytest.raises(ValueError, match="need more than"):
+        fv.knn_scores(x[:5], k=5)
+    # a reference sample: brute force over the sampled rows, each row's own entry left out
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=(300, 4)) * [1.0, 2.0, 5.0, 0.5]
+    got = fv.knn_scores(y, k=3, reference=120, seed=7)
+    z = (y - y.mean(0)) / y.std(0, ddof=1)
+    ref = np.sort(np.random.default_rng(7).choice(300, 120, replace=False))
+    dist = np.sqrt(((z[:, None, :] - z[None, ref, :]) ** 2).sum(-1))
+    dist[ref, np.arange(120)] = np.inf  # a sampled row is not its own neighbour
+    np.testing.assert_allclose(got, np.sort(dist, axis=1)[:, 2], rtol=1e-4)
+    np.testing.assert_allclose(fv.knn_scores(y, k=3), fv.knn_scores(y, k=3, reference=300), rtol=1e-6)

@@ -7,6 +7,7 @@ test nodes only, like the GNNs.
 | name | labels used | what |
 |---|---|---|
 | ``iforest`` | none | scikit-learn ``IsolationForest`` on the node features (published defaults) |
+| ``knn`` | none | distance to the 5th nearest node in z-scored feature space (PyOD ``KNN``'s defaults; FAISS) |
 | ``nbr-cosine`` | none | ``1 - cos(x_i, mean of the neighbours' x)`` on z-scored features |
 | ``dominant`` | none | PyGOD 1.1.0 DOMINANT (defaults), full-batch (extra ``baselines``) |
 | ``cola`` | none | PyGOD 1.1.0 CoLA (defaults), full-batch (extra ``baselines``) |
@@ -65,11 +66,13 @@ class DetectorSpec:
 
 
 def _specs() -> dict[str, DetectorSpec]:
-    from gcad_dist.detectors import gccad_pre, isolation, neighbor_cosine, pygod_models, tree_ensemble
+    from gcad_dist.detectors import gccad_pre, isolation, knn, neighbor_cosine, pygod_models, tree_ensemble
     from partitioning.build import BuildConfig
 
     specs = [
         DetectorSpec("iforest", "none", "raw", "isolation", "IsolationForest on x", isolation.SETTINGS),
+        DetectorSpec("knn", "none", "standard", "knn", "distance to the 5th nearest node in feature space",
+                     knn.SETTINGS, requires=(("faiss", "cpu"),)),
         DetectorSpec("nbr-cosine", "none", "standard", "neighbor_cosine", "1 - cos(x_i, mean of neighbours' x)",
                      neighbor_cosine.SETTINGS),
         DetectorSpec("dominant", "none", "raw", "pygod_models", "PyGOD DOMINANT", pygod_models.SETTINGS["dominant"],

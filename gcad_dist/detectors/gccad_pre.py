@@ -88,7 +88,11 @@ LOCAL_ENSEMBLE = 5
 LOCAL_SETTINGS: dict[str, Any] = {"recipe": "local", "k": 1, "corruption_mix": "none",
                                   "build": "defaults", "workers": 1,
                                   "pretrain": {**LOCAL_PRETRAIN, "others": "PretrainConfig defaults"},
-                                  "context": "whole graph"}
+                                  "context": "whole graph",
+                                  # what the feature view adds, where it joins (part of the run key: session 88
+                                  # changed it, so runs stored before are not reused)
+                                  "feature_view_scores": "isolation forest where it corroborates; knn distance where "
+                                                         "the links say nothing (session 88)"}
 
 
 def _graph(data: Any) -> Any:

@@ -122,8 +122,8 @@ class GCCADConfig:
     # score is used when it makes a group of nodes stand out that the neighbours hide (gcad_dist.model.ball)
     ball_switch: bool = False
     # local contrast: at scoring, an isolation forest on the raw features is added to the score where it corroborates
-    # the contrast's top nodes or where the links say nothing about the features (gcad_dist.feature_view; applied by
-    # gcad_dist.score, which holds the raw features)
+    # the contrast's top nodes, or the distance to the 5th nearest node in feature space where the links say nothing
+    # about the features (gcad_dist.feature_view; applied by gcad_dist.score, which holds the raw features)
     feature_view: bool = False
     # local contrast: at scoring, the score's top nodes are generalised by a cross-fitted linear classifier of their
     # features where it tells them apart (gcad_dist.signature_view; applied by gcad_dist.score)
