@@ -221,7 +221,8 @@ def apply_feature_view(scores: np.ndarray, x_raw: np.ndarray, has: np.ndarray, t
         c, k = corroboration(scores, forest)
         a = float("nan") if edge_index is None else feature_assortativity(x_raw, edge_index)
     use = always or joins(c, a)
-    uncorroborated = bool(a < ASSORTATIVITY) and not c >= CORROBORATION  # the links say nothing: the distance joins
+    # the links say nothing: the distance joins (a graph of at most k nodes has no k-th neighbour: the forest)
+    uncorroborated = bool(a < ASSORTATIVITY) and not c >= CORROBORATION and scores.shape[0] > KNN_NEIGHBOURS
     info = {"used": use, "corroboration": None if math.isnan(c) else round(c, 4), "top_nodes": k,
             "threshold": CORROBORATION, "assortativity": None if math.isnan(a) else round(a, 4),
             "assortativity_threshold": ASSORTATIVITY, "always": always,

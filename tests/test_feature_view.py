@@ -293,3 +293,12 @@ def test_knn_scores_are_the_distance_to_the_kth_other_node() -> None:
     dist[ref, np.arange(120)] = np.inf  # a sampled row is not its own neighbour
     np.testing.assert_allclose(got, np.sort(dist, axis=1)[:, 2], rtol=1e-4)
     np.testing.assert_allclose(fv.knn_scores(y, k=3), fv.knn_scores(y, k=3, reference=300), rtol=1e-6)
+
+
+def test_a_graph_of_at_most_k_nodes_forced_on_keeps_the_forest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--feature-view always on a graph too small for a 5th neighbour: the forest, not an error."""
+    monkeypatch.setattr(fv, "feature_assortativity", lambda *a, **k: 0.0)  # links that say nothing
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    out, info = fv.apply_feature_view(np.arange(5.0), x, np.ones(5, dtype=bool), always=True,
+                                      edge_index=np.array([[0, 1, 2, 3], [1, 2, 3, 4]]))
+    assert info["used"] and info["score"] == "isolation forest" and np.isfinite(out).all()
