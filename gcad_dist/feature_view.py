@@ -111,17 +111,18 @@ def knn_scores(x: np.ndarray, k: int = KNN_NEIGHBOURS, reference: int = KNN_REFE
     exact flat L2 index (on a GPU where faiss-gpu sees one)."""
     import faiss
 
-    x = np.asarray(x, dtype=np.float64)
+    from partitioning.features import feature_stats, standardize
+    from partitioning.kmeans import gpu_flat_index
+
     n = x.shape[0]
     if n <= k:
         raise ValueError(f"knn: {n} nodes, need more than k={k}")
-    sd = x.std(0, ddof=1) if n > 1 else np.ones(x.shape[1])
-    z = np.ascontiguousarray(((x - x.mean(0)) / np.where(sd > 0, sd, 1.0)).astype(np.float32))
+    mean, sd = feature_stats(x, threads=threads)
+    z = standardize(x, mean, np.where(sd > 0, sd, 1.0), threads=threads)  # float32, C-contiguous
     ref = np.arange(n) if n <= reference else np.sort(np.random.default_rng(seed).choice(n, reference, replace=False))
     faiss.omp_set_num_threads(max(1, int(threads)))
-    index = faiss.IndexFlatL2(z.shape[1])
-    if faiss.get_num_gpus() > 0:  # pragma: no cover - needs faiss-gpu and a GPU
-        index = faiss.index_cpu_to_all_gpus(index)
+    # on a GPU: the process's one set of FAISS GPU resources (partitioning.kmeans), not new ones per index
+    index = gpu_flat_index(z.shape[1]) if faiss.get_num_gpus() > 0 else faiss.IndexFlatL2(z.shape[1])
     index.add(z[ref])
     out = np.empty(n, dtype=np.float64)
     for lo in range(0, n, KNN_ROWS):
