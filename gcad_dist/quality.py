@@ -58,11 +58,11 @@ log = logging.getLogger("gcad_dist.quality")
 #: Bump when a code change alters the result of a run with unchanged settings: older runs are then not reused.
 RESULTS_VERSION = 2
 GNN_MODELS = ("gccad", "gccad-ce", "mlp", "gcn", "gin", "sage", "gat")
-DETECTOR_MODELS = ("iforest", "knn", "nbr-cosine", "dominant", "cola", "trees", "boosted-trees", "gccad-pre",
-                   "gccad-pre-paper")
+DETECTOR_MODELS = ("iforest", "knn", "nbr-cosine", "local-knn", "dominant", "cola", "trees", "boosted-trees",
+                   "gccad-pre", "gccad-pre-paper")
 ALL_MODELS = GNN_MODELS + DETECTOR_MODELS
 #: gccad-pre and gccad-pre-paper (store build + Ray pre-training per run) only run when asked for.
-DEFAULT_MODELS = GNN_MODELS + ("iforest", "knn", "nbr-cosine", "dominant", "cola", "trees", "boosted-trees")
+DEFAULT_MODELS = GNN_MODELS + ("iforest", "knn", "nbr-cosine", "local-knn", "dominant", "cola", "trees", "boosted-trees")
 DEFAULT_DATASETS = ("tolokers", "reddit", "books", "disney", "enron", "inj_cora")
 METRICS = (("auroc", "AUROC"), ("auprc", "AUPRC"), ("recall_at_k", "Rec@K"))
 GCCAD_ONLY = ("conv", "score_space", "link_eval")  # settings that only GCCAD and its ablation read
@@ -498,7 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--first-seed", type=int, default=d.first_seed, help="first seed index (runs use first-seed .. first-seed + seeds - 1)")
     p.add_argument("--models", nargs="+", default=d.models, choices=ALL_MODELS, metavar="MODEL",
                    help=f"models, from: {', '.join(ALL_MODELS)}. gccad-ce = GCCAD with the cross-entropy head; "
-                        "iforest, knn (distance to the 5th nearest node in feature space), nbr-cosine, dominant, "
+                        "iforest, knn (distance to the 5th nearest node in feature space), nbr-cosine, local-knn (distance "
+                        "to the 2nd most alike neighbour in feature space), dominant, "
                         "cola, gccad-pre (local recipe) and gccad-pre-paper (METHOD.md "
                         "section 4) are label-free; trees (RF-Graph) and boosted-trees (XGB-Graph's analogue) are supervised "
                         "(gcad_dist.detectors); dominant / cola need the 'baselines' extra (skipped without it)")

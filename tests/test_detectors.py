@@ -10,7 +10,7 @@ import torch
 from gcad_dist.detectors import DETECTORS, check_available, fit_score, strip_labels
 from gcad_dist.metrics import auroc
 
-FAST = ["iforest", "knn", "nbr-cosine", "trees", "boosted-trees", "dominant", "cola"]
+FAST = ["iforest", "knn", "nbr-cosine", "local-knn", "trees", "boosted-trees", "dominant", "cola"]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,8 @@ def _needs(name: str) -> None:
 
 
 #: (planted kind it must find: 1 swap, 2 contextual, 3 clique, None = all on the test split; minimum AUROC)
-EXPECT = {"iforest": (2, 0.7), "knn": (2, 0.65), "nbr-cosine": (1, 0.9), "trees": (None, 0.8), "boosted-trees": (None, 0.8),
+EXPECT = {"iforest": (2, 0.7), "knn": (2, 0.65), "nbr-cosine": (1, 0.9), "local-knn": (2, 0.9),
+          "trees": (None, 0.8), "boosted-trees": (None, 0.8),
           "dominant": (None, 0.8),
           "cola": (None, 0.75)}
 
@@ -185,3 +186,37 @@ def test_gccad_pre_pretraining_options_reach_pretrain_and_keep_old_run_keys(monk
                                                                                                        2e-3)
     assert not {"dense_links", "sample_threshold", "fanouts"} & set(seen[1]) and seen[1]["lr"] == gccad_pre.LOCAL_PRETRAIN["lr"]
 
+
+
+def test_local_knn_is_the_distance_to_the_rank_th_most_alike_neighbour():
+    """Against brute force: each node's sorted distances to its neighbours; fewer neighbours -> the farthest;
+    an isolated node -> the largest score; self links and repeated links do not count."""
+    from types import SimpleNamespace
+
+    from gcad_dist.detectors.local_knn import fit_score as local_knn
+    from gcad_dist.detectors.local_knn import local_knn_scores
+
+    rng = np.random.default_rng(0)
+    n = 40
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    src, dst = rng.integers(0, n - 1, 150), rng.integers(0, n - 1, 150)  # node n - 1 stays isolated
+    ei = np.concatenate([np.stack([src, dst]), np.stack([dst, src]), [[0, 0], [0, 0]]], axis=1)  # a self link
+    data = SimpleNamespace(x=torch.from_numpy(x), edge_index=torch.from_numpy(ei), num_nodes=n)
+    s = local_knn(data, None, seed=0)
+    nbrs = [sorted({int(j) for i, j in zip(ei[1], ei[0]) if i == v and j != v}) for v in range(n)]
+    want = np.zeros(n)
+    for v in range(n):
+        if nbrs[v]:
+            d = np.sort(np.linalg.norm(x[nbrs[v]] - x[v], axis=1))
+            want[v] = d[min(2, d.size) - 1]
+    has = np.array([bool(b) for b in nbrs])
+    assert not has[n - 1] and (~has).sum() >= 1
+    want[~has] = want[has].max()
+    np.testing.assert_allclose(s, want, rtol=1e-5)
+    # rank 1 is the nearest neighbour, and a rank below 1 is refused
+    indptr = np.array([0, 2, 3, 4]); indices = np.array([1, 2, 0, 0])
+    z = np.array([[0, 0], [3, 4], [1, 0]], dtype=np.float32)
+    np.testing.assert_allclose(local_knn_scores(z, indptr, indices, rank=1), [1.0, 5.0, 1.0])
+    np.testing.assert_allclose(local_knn_scores(z, indptr, indices, rank=2), [5.0, 5.0, 1.0])
+    with pytest.raises(ValueError, match="rank"):
+        local_knn_scores(z, indptr, indices, rank=0)

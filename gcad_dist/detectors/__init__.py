@@ -9,6 +9,7 @@ test nodes only, like the GNNs.
 | ``iforest`` | none | scikit-learn ``IsolationForest`` on the node features (published defaults) |
 | ``knn`` | none | distance to the 5th nearest node in z-scored feature space (PyOD ``KNN``'s defaults; FAISS) |
 | ``nbr-cosine`` | none | ``1 - cos(x_i, mean of the neighbours' x)`` on z-scored features |
+| ``local-knn`` | none | distance to the 2nd most alike neighbour in z-scored feature space (the links as the kNN candidates) |
 | ``dominant`` | none | PyGOD 1.1.0 DOMINANT (defaults), full-batch (extra ``baselines``) |
 | ``cola`` | none | PyGOD 1.1.0 CoLA (defaults), full-batch (extra ``baselines``) |
 | ``gccad-pre`` | none | GCCAD-pre, local recipe: whole-graph store -> Ray pre-training (local contrast, per-step swaps) -> score |
@@ -66,7 +67,7 @@ class DetectorSpec:
 
 
 def _specs() -> dict[str, DetectorSpec]:
-    from gcad_dist.detectors import gccad_pre, isolation, knn, neighbor_cosine, pygod_models, tree_ensemble
+    from gcad_dist.detectors import gccad_pre, isolation, knn, local_knn, neighbor_cosine, pygod_models, tree_ensemble
     from partitioning.build import BuildConfig
 
     specs = [
@@ -75,6 +76,8 @@ def _specs() -> dict[str, DetectorSpec]:
                      knn.SETTINGS, requires=(("faiss", "cpu"),)),
         DetectorSpec("nbr-cosine", "none", "standard", "neighbor_cosine", "1 - cos(x_i, mean of neighbours' x)",
                      neighbor_cosine.SETTINGS),
+        DetectorSpec("local-knn", "none", "standard", "local_knn", "distance to the 2nd most alike neighbour",
+                     local_knn.SETTINGS),
         DetectorSpec("dominant", "none", "raw", "pygod_models", "PyGOD DOMINANT", pygod_models.SETTINGS["dominant"],
                      requires=(("pygod", "baselines"),)),
         DetectorSpec("cola", "none", "raw", "pygod_models", "PyGOD CoLA", pygod_models.SETTINGS["cola"],
