@@ -45,9 +45,13 @@ class ForestHopsBenchConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = ForestHopsBenchConfig()
-    p = ArgumentParser(prog="python -m bench.forest_hops", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    return tree_bench_parser("python -m bench.forest_hops", __doc__, ForestHopsBenchConfig())
+
+
+def tree_bench_parser(prog: str, doc: str | None, d: ForestHopsBenchConfig) -> argparse.ArgumentParser:
+    """The options of a bench that compares the forest view's trees on validation (this one's and
+    ``bench.tree_columns``'), with ``d``'s defaults."""
+    p = ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default=d.data_dir, help="folder of the <name>.npz graphs (default: %(default)s)")
     p.add_argument("--datasets", nargs="+", default=d.datasets, help="graph names or paths (default: %(default)s)")
     p.add_argument("--seeds", nargs="+", type=int, default=d.seeds, help="split seeds (default: %(default)s)")

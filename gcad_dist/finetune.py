@@ -121,12 +121,12 @@ from gcad_dist.checkpoint import INPUT_BLOCKS_KEY
 from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, add_runtime_options, run_cli, setup_logging
 from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
 from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
-from gcad_dist.forest_view import FOREST_MODES, describe_choice
+from gcad_dist.forest_view import FOREST_COLUMNS, FOREST_MODES, describe_choice
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.train import (FEW_VALIDATION_MODES, LINK_EVALS, SCORE_SPACES, WEIGHTINGS, TrainConfig,
-                             add_candidate_options, add_few_anomalies_option, add_forest_min_anomalies_option,
-                             add_resume_options,
+                             add_candidate_options, add_few_anomalies_option, add_forest_columns_option,
+                             add_forest_min_anomalies_option, add_resume_options,
                              add_schedule_options, add_split_options, check_fit_options, prepare_run_state)
 from gcad_dist.score import NORMALIZE_CHOICES as SCORE_NORMALIZE_CHOICES
 from partitioning.errors import GraphInputError
@@ -233,6 +233,7 @@ class FinetuneConfig:
     few_anomalies: str = "weighted"
     forest: str = TrainConfig.forest  # the forest view (gcad_dist.forest_view), as gcad_dist.train's
     forest_min_anomalies: int = TrainConfig.forest_min_anomalies  # its join test's fewest validation anomalies, as train's
+    forest_columns: str = TrainConfig.forest_columns  # the trees' inputs (FOREST_COLUMNS), as train's
     isolation_forest: str = "auto"  # ISOLATION_FOREST_MODES: the label-free isolation forest as a --model auto candidate
     # EXEMPLAR_MODES: the kept training anomalies (1-9 of them) as exemplars, a --model auto candidate where validation
     # finds it above chance (session 78)
@@ -268,6 +269,9 @@ def _validate(cfg: FinetuneConfig) -> None:
         raise UsageError(f"--forest: unknown value {cfg.forest!r} (choose from {', '.join(FOREST_MODES)})")
     if cfg.forest_min_anomalies < 1:
         raise UsageError(f"--forest-min-anomalies must be at least 1, got {cfg.forest_min_anomalies}")
+    if cfg.forest_columns not in FOREST_COLUMNS:
+        raise UsageError(f"--forest-columns: unknown value {cfg.forest_columns!r} (choose from "
+                         f"{', '.join(FOREST_COLUMNS)})")
     if cfg.isolation_forest not in ISOLATION_FOREST_MODES:
         raise UsageError(f"--isolation-forest: unknown value {cfg.isolation_forest!r} (choose from "
                          f"{', '.join(ISOLATION_FOREST_MODES)})")
@@ -753,7 +757,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             res, saved_model, forest = add_forest_view(res, saved_model, view_data, sub, seed=cfg.seed,
                                                        threads=cfg.threads if cfg.threads > 0 else torch.get_num_threads(),
                                                        in_features=view_features,
-                                                       min_anomalies=cfg.forest_min_anomalies)
+                                                       min_anomalies=cfg.forest_min_anomalies,
+                                                       local=cfg.forest_columns == "local")
         scores, history, best_epoch, snapshots = res.scores, res.history, res.best_epoch, res.snapshot_states
         metrics["finetuned_model"] = kept_name
         metrics["model_config"] = asdict(saved_config)
@@ -852,6 +857,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "validation says so by gcad_dist.train's rule (metrics.json 'forest_view'); off = the "
                         "fine-tuned GCCAD alone (every run before session 62)")
     add_forest_min_anomalies_option(p, d.forest_min_anomalies)
+    add_forest_columns_option(p, d.forest_columns)
     p.add_argument("--isolation-forest", default=d.isolation_forest, choices=ISOLATION_FOREST_MODES,
                    help="--model auto on a label-free checkpoint: auto = the label-free isolation forest on the raw "
                         "features (the feature view's, no label read) joins the candidates where validation holds at "

@@ -31,22 +31,28 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["FOREST_MODES", "FOREST_RULE", "JOIN_BELOW", "add_forest_view", "describe_choice"]
+__all__ = ["FOREST_COLUMNS", "FOREST_MODES", "FOREST_RULE", "JOIN_BELOW", "add_forest_view", "describe_choice"]
 
 log = logging.getLogger(__name__)
 
 FOREST_MODES = ("auto", "off")
+#: ``--forest-columns``: the trees' inputs as before (``none``), or also the local-inconsistency columns (``local``:
+#: :data:`gcad_dist.model.forest.LOCAL_COLUMNS`, neighbour cosine and the local kNN distance; session 89: +0.126
+#: validation AUROC of the trees over eight fresh generated graphs, inj_cora +0.080, tolokers and reddit level;
+#: opt-in until the supervised score's end-to-end check, BENCHMARKS.md)
+FOREST_COLUMNS = ("none", "local")
 #: the forest joins iff the paired bootstrap's P(GCCAD better) is below this in validation AUPRC and in AUROC
 JOIN_BELOW = 0.8
 
 
-def _rule(min_anomalies: int | None = None) -> str:
-    from gcad_dist.model.forest import FOREST_HOPS
+def _rule(min_anomalies: int | None = None, local: bool = False) -> str:
+    from gcad_dist.model.forest import FOREST_HOPS, LOCAL_COLUMNS
     from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE
 
     least = MIN_POSITIVES if min_anomalies is None else min_anomalies
-    return (f"RF-Graph ({FOREST_HOPS} hops of neighbour means) and gradient-boosted trees (1 hop) on the training "
-            f"nodes, their ranks averaged; joins iff >= "
+    return (f"RF-Graph ({FOREST_HOPS} hops of neighbour means) and gradient-boosted trees (1 hop)"
+            + (f", both also reading {' and '.join(LOCAL_COLUMNS)}," if local else "")
+            + f" on the training nodes, their ranks averaged; joins iff >= "
             f"{least} validation anomalies and the paired bootstrap over them finds P(GCCAD's cross-fitted "
             f"validation AUPRC higher) < {JOIN_BELOW} and P(its AUROC higher) < {JOIN_BELOW}; joined: the mean of both "
             f"scores' ranks, or the forest alone where P(its validation AUPRC higher than the blend's) >= "
@@ -66,7 +72,8 @@ def describe_choice(record: dict[str, Any]) -> str:
 
 def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, seed: int,
                     threads: int = 1, in_features: int | None = None,
-                    min_anomalies: int | None = None) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
+                    min_anomalies: int | None = None,
+                    local: bool = False) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
     """Fit the forest on ``split.train`` (the nodes GCCAD trained on), judge it against GCCAD's fit ``res`` on
     ``split.val``, and return (fit,
     model, record): where it is kept, the fit's scores and metrics are the rank blend's and the model a
@@ -75,7 +82,8 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     the forest reads (default: all but the label-input columns; the first input block of a model whose members read
     several, :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`). ``min_anomalies``: the fewest validation
     anomalies the join test is run on (default :data:`gcad_dist.selection.MIN_POSITIVES`; ``gcad_dist.train
-    --forest-min-anomalies``, session 77); below ``MIN_POSITIVES`` a joined forest always blends, never scores alone."""
+    --forest-min-anomalies``, session 77); below ``MIN_POSITIVES`` a joined forest always blends, never scores alone.
+    ``local``: the trees also read :data:`gcad_dist.model.forest.LOCAL_COLUMNS` (``--forest-columns local``)."""
     from gcad_dist.metrics import auprc, evaluate
     from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
     from gcad_dist.model.tree_blend import fit_tree_blend
@@ -84,7 +92,9 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     min_anomalies = MIN_POSITIVES if min_anomalies is None else int(min_anomalies)
     if min_anomalies < 1:
         raise ValueError(f"min_anomalies must be at least 1, got {min_anomalies}")
-    record: dict[str, Any] = {"rule": _rule(min_anomalies)}
+    record: dict[str, Any] = {"rule": _rule(min_anomalies, local)}
+    if local:
+        record["columns"] = "local"
     y = torch.as_tensor(data.y).cpu().numpy()
     if getattr(data, "graph_id", None) is not None or res.selection_scores is None:
         record.update(kept=False, reason="many small graphs: a node forest does not apply" if getattr(
@@ -96,7 +106,8 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     in_features = int(data.x.shape[1]) - label_columns if in_features is None else int(in_features)
     train = torch.as_tensor(split.train).cpu().numpy() & (y >= 0)
     try:
-        forest = fit_tree_blend(data.x, data.edge_index, y, train, seed=seed, threads=threads, in_features=in_features)
+        forest = fit_tree_blend(data.x, data.edge_index, y, train, seed=seed, threads=threads, in_features=in_features,
+                                local=local)
     except ValueError as e:
         record.update(kept=False, reason=str(e))
         log.info("forest view: not tried (%s)", e)

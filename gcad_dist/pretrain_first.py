@@ -151,7 +151,8 @@ def finetune_settings(cfg: Any, checkpoint: Path) -> Any:
         scratch_normalize=cfg.normalize, device=cfg.device, threads=cfg.threads,
         candidate_workers=cfg.candidate_workers, address=cfg.address, resume=cfg.resume, overwrite=cfg.overwrite,
         checkpoint_interval=cfg.checkpoint_interval, plots=cfg.plots, forest=cfg.forest,
-        forest_min_anomalies=cfg.forest_min_anomalies, progress=cfg.progress, verbose=cfg.verbose,
+        forest_min_anomalies=cfg.forest_min_anomalies, forest_columns=cfg.forest_columns, progress=cfg.progress,
+        verbose=cfg.verbose,
     )
 
 

@@ -48,11 +48,17 @@ def local_knn_scores(z: np.ndarray, indptr: np.ndarray, indices: np.ndarray, ran
     return out
 
 
+def local_knn_of(z: np.ndarray, a: Any, rank: int = SETTINGS["rank"]) -> np.ndarray:
+    """:func:`local_knn_scores` of the rows of ``z`` [N, F] over the neighbours of a SciPy CSR adjacency ``a`` [N, N]
+    (row i holds i's neighbours; ``a`` is not modified, its diagonal is left out). float64 [N]."""
+    b = a.tocsr(copy=True)
+    b.setdiag(0)
+    b.eliminate_zeros()
+    b.sort_indices()
+    z = np.ascontiguousarray(z, dtype=np.float32)
+    return local_knn_scores(z, b.indptr.astype(np.int64), b.indices.astype(np.int64), rank)
+
+
 def fit_score(data: Any, split: Any, seed: int, **_: Any) -> np.ndarray:
     """Score every node by its distance to its ``rank``-th most alike neighbour (:data:`SETTINGS`)."""
-    a = adjacency(data)  # A[dst, src], a link once: row i holds i's neighbours
-    a.setdiag(0)
-    a.eliminate_zeros()
-    a.sort_indices()
-    z = np.ascontiguousarray(features(data), dtype=np.float32)
-    return local_knn_scores(z, a.indptr.astype(np.int64), a.indices.astype(np.int64), SETTINGS["rank"])
+    return local_knn_of(features(data), adjacency(data))  # A[dst, src], a link once: row i holds i's neighbours

@@ -20,6 +20,12 @@ SETTINGS: dict[str, Any] = {"aggregate": "mean", "eps": 1e-12}
 def fit_score(data: Any, split: Any, seed: int, **_: Any) -> np.ndarray:
     x = features(data)
     mean, _deg = neighbour_mean(data, x)
+    return neighbour_cosine(x, mean)
+
+
+def neighbour_cosine(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """``1 - cos(x_i, mean_i)`` per row of ``x`` [N, F] and its neighbours' mean ``mean`` [N, F]; a zero row on either
+    side (an isolated node's mean) has cosine 0, score 1. float64 [N]."""
     num = np.einsum("ij,ij->i", x, mean)
     den = np.linalg.norm(x, axis=1) * np.linalg.norm(mean, axis=1)
     cos = np.where(den > SETTINGS["eps"], num / np.maximum(den, SETTINGS["eps"]), 0.0)

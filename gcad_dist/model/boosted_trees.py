@@ -42,15 +42,17 @@ class BoostedTreesScorer(nn.Module):
     """
 
     def __init__(self, feature: Tensor, threshold: Tensor, left: Tensor, right: Tensor, value: Tensor,
-                 roots: Tensor, baseline: float, in_features: int, passthrough: int = 0) -> None:
+                 roots: Tensor, baseline: float, in_features: int, passthrough: int = 0, local: bool = False) -> None:
         super().__init__()
         register_trees(self, feature, threshold, left, right, roots, value=value)
         self.baseline = float(baseline)
         self.in_features = int(in_features)
         self.passthrough = int(passthrough)
+        self.local = bool(local)
 
     @classmethod
-    def from_sklearn(cls, model: Any, in_features: int, passthrough: int = 0) -> "BoostedTreesScorer":
+    def from_sklearn(cls, model: Any, in_features: int, passthrough: int = 0,
+                     local: bool = False) -> "BoostedTreesScorer":
         """The trees of a fitted binary ``HistGradientBoostingClassifier`` (classes 0 and 1, numeric features)."""
         classes = [int(c) for c in model.classes_]
         if classes != [0, 1]:
@@ -74,21 +76,23 @@ class BoostedTreesScorer(nn.Module):
         arrays = {k: torch.from_numpy(np.concatenate(v)) for k, v in parts.items()}
         baseline = float(np.asarray(model._baseline_prediction, dtype=np.float64).ravel()[0])
         return cls(**arrays, roots=torch.tensor(roots), baseline=baseline, in_features=in_features,
-                   passthrough=passthrough)
+                   passthrough=passthrough, local=local)
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "BoostedTreesScorer":
-        """The module whose ``state_dict()`` is ``state`` (its buffers are the trees)."""
+        """The module whose ``state_dict()`` is ``state`` (its buffers are the trees; a state without ``local``, written
+        before session 89, reads no local columns)."""
         need = {"feature", "threshold", "left", "right", "value", "roots", "_extra_state"}
         if not need <= set(state):
             raise ValueError(f"not boosted trees' state (missing {', '.join(sorted(need - set(state)))})")
         extra = state["_extra_state"]
         return cls(*(state[k] for k in ("feature", "threshold", "left", "right", "value", "roots")),
                    baseline=float(extra["baseline"]), in_features=int(extra["in_features"]),
-                   passthrough=int(extra.get("passthrough", 0)))
+                   passthrough=int(extra.get("passthrough", 0)), local=bool(extra.get("local", False)))
 
     def forward(self, x: Tensor, edge_index: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        return self.log_odds(graph_features(x, edge_index, self.in_features, self.passthrough)).to(
+        return self.log_odds(graph_features(x, edge_index, self.in_features, self.passthrough,
+                                            local=self.local)).to(
             device=x.device, dtype=torch.float32)
 
     def log_odds(self, feats: Tensor) -> Tensor:
@@ -101,19 +105,22 @@ class BoostedTreesScorer(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"trees={self.roots.numel()}, nodes={self.feature.numel()}, in_features={self.in_features}, "
-                f"passthrough={self.passthrough}")
+                f"passthrough={self.passthrough}, local={self.local}")
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"baseline": self.baseline, "in_features": self.in_features, "passthrough": self.passthrough}
+        state = {"baseline": self.baseline, "in_features": self.in_features, "passthrough": self.passthrough}
+        return {**state, "local": 1} if self.local else state  # without local columns: the state as before
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self.baseline, self.in_features, self.passthrough = (float(state["baseline"]), int(state["in_features"]),
                                                              int(state.get("passthrough", 0)))
+        self.local = bool(state.get("local", False))  # absent: no local columns (written before session 89)
 
 
 def fit_sklearn_boosted_trees(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
                               in_features: int | None = None, passthrough: int = 0,
-                              feats: np.ndarray | None = None, params: dict[str, Any] | None = None) -> Any:
+                              feats: np.ndarray | None = None, params: dict[str, Any] | None = None,
+                              local: bool = False) -> Any:
     """Fit scikit-learn's ``HistGradientBoostingClassifier`` (:data:`BOOSTED_SETTINGS`, ``random_state=seed``) on the
     ``train`` nodes' :func:`~gcad_dist.model.forest.graph_features` (or the given ``feats``) and labels ``y`` (nodes of
     unknown label, ``y < 0``, left out), on ``threads`` OpenMP threads. ``params``: other keyword arguments of the
@@ -123,7 +130,7 @@ def fit_sklearn_boosted_trees(x: Tensor, edge_index: Tensor, y: Any, train: Any,
     from threadpoolctl import threadpool_limits
 
     if feats is None:
-        feats = graph_features(x, edge_index, in_features, passthrough).numpy()
+        feats = graph_features(x, edge_index, in_features, passthrough, local=local).numpy()
     y_all = torch.as_tensor(y).cpu().numpy().astype(np.int64)
     tr = torch.as_tensor(train).cpu().numpy().astype(bool) & (y_all >= 0)
     yt = y_all[tr]
@@ -140,8 +147,10 @@ def fit_sklearn_boosted_trees(x: Tensor, edge_index: Tensor, y: Any, train: Any,
 
 def fit_boosted_trees(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
                       in_features: int | None = None, passthrough: int = 0,
-                      feats: np.ndarray | None = None, params: dict[str, Any] | None = None) -> BoostedTreesScorer:
+                      feats: np.ndarray | None = None, params: dict[str, Any] | None = None,
+                      local: bool = False) -> BoostedTreesScorer:
     """:func:`fit_sklearn_boosted_trees`' model as a :class:`BoostedTreesScorer`."""
-    model = fit_sklearn_boosted_trees(x, edge_index, y, train, seed, threads, in_features, passthrough, feats, params)
+    model = fit_sklearn_boosted_trees(x, edge_index, y, train, seed, threads, in_features, passthrough, feats, params,
+                                      local)
     f = x.shape[1] - passthrough if in_features is None else in_features
-    return BoostedTreesScorer.from_sklearn(model, f, passthrough)
+    return BoostedTreesScorer.from_sklearn(model, f, passthrough, local)

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["FOREST_HOPS", "FOREST_SETTINGS", "ForestScorer", "feature_columns", "fit_forest", "fit_sklearn_forest",
-           "graph_features", "mean_leaf_value",
+__all__ = ["FOREST_HOPS", "FOREST_SETTINGS", "LOCAL_COLUMNS", "ForestScorer", "feature_columns", "fit_forest",
+           "fit_sklearn_forest", "graph_features", "mean_leaf_value",
            "register_trees", "register_walk_buffers"]
 
 #: hops of neighbour means the forest reads (:func:`graph_features`' ``hops``); checkpoints written before session 85
@@ -38,6 +38,9 @@ FOREST_SETTINGS: dict[str, Any] = {"model": "RandomForestClassifier", "n_estimat
                                    "max_features": "sqrt", "class_weight": "neg/pos on train",
                                    "inputs": "|".join(["x", "mean_nbr_x", "degree"]
                                                       + [f"mean_nbr{k}_x" for k in range(2, FOREST_HOPS + 1)])}
+#: the local-inconsistency columns :func:`graph_features` appends with ``local=True`` (label-free, one pass over the
+#: links each): neighbour cosine and the local kNN distance, as the ``nbr-cosine`` and ``local-knn`` detectors score
+LOCAL_COLUMNS = ("neighbour cosine", "local kNN distance")
 # (node, tree) pairs walked at once: on a CPU small enough that a block's features stay in cache (2^18 pairs walked
 # 1.4x faster than 2^22 on a 200k-node graph, BENCHMARKS.md session 62); on a GPU large, for fewer kernel launches
 _BLOCK_CPU = 1 << 18
@@ -45,10 +48,13 @@ _BLOCK_GPU = 1 << 22
 
 
 def graph_features(x: Tensor, edge_index: Tensor, in_features: int | None = None,
-                   passthrough: int = 0, hops: int = 1) -> Tensor:
+                   passthrough: int = 0, hops: int = 1, local: bool = False) -> Tensor:
     """``[x, mean of the neighbours' x, degree]`` per node (float32 [N, :func:`feature_columns`]), over the first
     ``in_features`` columns of ``x`` (default: all but the last ``passthrough``), then the last ``passthrough`` columns
-    as they are, then for ``hops`` > 1 the mean of the previous hop's means over the neighbours, hop 2 to ``hops``
+    as they are, then with ``local`` the :data:`LOCAL_COLUMNS` of those ``in_features`` columns (``1 - cos(x_i, mean
+    of the neighbours' x)`` and the distance to the 2nd most alike neighbour:
+    :func:`gcad_dist.detectors.neighbor_cosine.neighbour_cosine`, :func:`gcad_dist.detectors.local_knn.local_knn_of`),
+    then for ``hops`` > 1 the mean of the previous hop's means over the neighbours, hop 2 to ``hops``
     ([N, F] each; appended last, so that the one-hop columns are a prefix of every wider layout).
     Messages run ``src -> dst`` (``edge_index[0] -> edge_index[1]``); a repeated link counts once; a node without
     neighbours gets a zero mean and degree 0."""
@@ -69,15 +75,21 @@ def graph_features(x: Tensor, edge_index: Tensor, in_features: int | None = None
     cols = [xf, torch.from_numpy(mean_np), deg[:, None]]
     if passthrough:
         cols.append(x[:, x.shape[1] - passthrough:].detach().to("cpu", torch.float64))
+    if local:
+        from gcad_dist.detectors.local_knn import local_knn_of
+        from gcad_dist.detectors.neighbor_cosine import neighbour_cosine
+
+        xn = xf.numpy()
+        cols.append(torch.from_numpy(np.stack([neighbour_cosine(xn, mean_np), local_knn_of(xn, a)], axis=1)))
     for _ in range(hops - 1):
         mean_np = np.asarray(a @ mean_np) / per
         cols.append(torch.from_numpy(mean_np))
     return torch.cat(cols, dim=1).to(torch.float32)
 
 
-def feature_columns(in_features: int, passthrough: int = 0, hops: int = 1) -> int:
+def feature_columns(in_features: int, passthrough: int = 0, hops: int = 1, local: bool = False) -> int:
     """The number of :func:`graph_features` columns for these settings."""
-    return (1 + hops) * in_features + 1 + passthrough
+    return (1 + hops) * in_features + 1 + passthrough + (len(LOCAL_COLUMNS) if local else 0)
 
 
 def register_trees(trees: nn.Module, feature: Tensor, threshold: Tensor, left: Tensor, right: Tensor, roots: Tensor,
@@ -162,16 +174,19 @@ class ForestScorer(nn.Module):
     """
 
     def __init__(self, feature: Tensor, threshold: Tensor, left: Tensor, right: Tensor, proba: Tensor,
-                 roots: Tensor, depth: int, in_features: int, passthrough: int = 0, hops: int = 1) -> None:
+                 roots: Tensor, depth: int, in_features: int, passthrough: int = 0, hops: int = 1,
+                 local: bool = False) -> None:
         super().__init__()
         register_trees(self, feature, threshold, left, right, roots, proba=proba)
         self.depth = int(depth)
         self.in_features = int(in_features)
         self.passthrough = int(passthrough)
         self.hops = int(hops)
+        self.local = bool(local)
 
     @classmethod
-    def from_sklearn(cls, forest: Any, in_features: int, passthrough: int = 0, hops: int = 1) -> "ForestScorer":
+    def from_sklearn(cls, forest: Any, in_features: int, passthrough: int = 0, hops: int = 1,
+                     local: bool = False) -> "ForestScorer":
         """The trees of a fitted binary ``RandomForestClassifier`` (classes 0 and 1), fitted on :func:`graph_features`
         with these settings."""
         classes = [int(c) for c in forest.classes_]
@@ -195,22 +210,24 @@ class ForestScorer(nn.Module):
             depth = max(depth, int(t.max_depth))
         arrays = {k: torch.from_numpy(np.concatenate(v)) for k, v in parts.items()}
         return cls(**arrays, roots=torch.tensor(roots), depth=depth, in_features=in_features, passthrough=passthrough,
-                   hops=hops)
+                   hops=hops, local=local)
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "ForestScorer":
         """The module whose ``state_dict()`` is ``state`` (its buffers are the trees; a state without ``hops``, written
-        before session 85, is a one-hop forest)."""
+        before session 85, is a one-hop forest; one without ``local``, written before session 89, reads no
+        :data:`LOCAL_COLUMNS`)."""
         need = {"feature", "threshold", "left", "right", "proba", "roots", "_extra_state"}
         if not need <= set(state):
             raise ValueError(f"not a forest's state (missing {', '.join(sorted(need - set(state)))})")
         extra = state["_extra_state"]
         return cls(*(state[k] for k in ("feature", "threshold", "left", "right", "proba", "roots")),
                    depth=int(extra["depth"]), in_features=int(extra["in_features"]),
-                   passthrough=int(extra.get("passthrough", 0)), hops=int(extra.get("hops", 1)))
+                   passthrough=int(extra.get("passthrough", 0)), hops=int(extra.get("hops", 1)),
+                   local=bool(extra.get("local", False)))
 
     def forward(self, x: Tensor, edge_index: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        feats = graph_features(x, edge_index, self.in_features, self.passthrough, self.hops)
+        feats = graph_features(x, edge_index, self.in_features, self.passthrough, self.hops, self.local)
         return mean_leaf_value(self, feats, self.proba).to(device=x.device, dtype=torch.float32)
 
     def score(self, out: Tensor) -> Tensor:
@@ -219,21 +236,23 @@ class ForestScorer(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"trees={self.roots.numel()}, nodes={self.feature.numel()}, depth={self.depth}, "
-                f"in_features={self.in_features}, passthrough={self.passthrough}, hops={self.hops}")
+                f"in_features={self.in_features}, passthrough={self.passthrough}, hops={self.hops}, local={self.local}")
 
     def get_extra_state(self) -> dict[str, int]:
-        return {"depth": self.depth, "in_features": self.in_features, "passthrough": self.passthrough,
-                "hops": self.hops}
+        state = {"depth": self.depth, "in_features": self.in_features, "passthrough": self.passthrough,
+                 "hops": self.hops}
+        return {**state, "local": 1} if self.local else state  # without local columns: the state as before
 
     def set_extra_state(self, state: dict[str, int]) -> None:
         self.depth, self.in_features, self.passthrough = (int(state["depth"]), int(state["in_features"]),
                                                           int(state.get("passthrough", 0)))
         self.hops = int(state.get("hops", 1))  # absent: a forest of one hop (written before session 85)
+        self.local = bool(state.get("local", False))  # absent: no local columns (written before session 89)
 
 
 def fit_sklearn_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
                        in_features: int | None = None, passthrough: int = 0, feats: np.ndarray | None = None,
-                       hops: int = FOREST_HOPS) -> Any:
+                       hops: int = FOREST_HOPS, local: bool = False) -> Any:
     """Fit RF-Graph (:data:`FOREST_SETTINGS`) on the ``train`` nodes' :func:`graph_features` of ``hops`` hops (or the
     given ``feats``, which must have that layout) and labels ``y`` (anomalies weighted by #normal / #anomalous; nodes
     of unknown label, ``y < 0``, left out): scikit-learn's ``RandomForestClassifier``. Raise ``ValueError`` if the
@@ -241,11 +260,11 @@ def fit_sklearn_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: 
     from sklearn.ensemble import RandomForestClassifier
 
     if feats is None:
-        feats = graph_features(x, edge_index, in_features, passthrough, hops).numpy()
+        feats = graph_features(x, edge_index, in_features, passthrough, hops, local).numpy()
     f = x.shape[1] - passthrough if in_features is None else in_features
-    if feats.shape[1] != feature_columns(f, passthrough, hops):
-        raise ValueError(f"feats has {feats.shape[1]} columns, {feature_columns(f, passthrough, hops)} expected "
-                         f"({f} features, {passthrough} passed through, {hops} hops)")
+    if feats.shape[1] != feature_columns(f, passthrough, hops, local):
+        raise ValueError(f"feats has {feats.shape[1]} columns, {feature_columns(f, passthrough, hops, local)} "
+                         f"expected ({f} features, {passthrough} passed through, {hops} hops, local={local})")
     y_all = torch.as_tensor(y).cpu().numpy().astype(np.int64)
     tr = torch.as_tensor(train).cpu().numpy().astype(bool) & (y_all >= 0)
     yt = y_all[tr]
@@ -261,8 +280,8 @@ def fit_sklearn_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: 
 
 def fit_forest(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
                in_features: int | None = None, passthrough: int = 0, feats: np.ndarray | None = None,
-               hops: int = FOREST_HOPS) -> ForestScorer:
+               hops: int = FOREST_HOPS, local: bool = False) -> ForestScorer:
     """:func:`fit_sklearn_forest`'s forest as a :class:`ForestScorer`."""
-    forest = fit_sklearn_forest(x, edge_index, y, train, seed, threads, in_features, passthrough, feats, hops)
+    forest = fit_sklearn_forest(x, edge_index, y, train, seed, threads, in_features, passthrough, feats, hops, local)
     f = x.shape[1] - passthrough if in_features is None else in_features
-    return ForestScorer.from_sklearn(forest, f, passthrough, hops)
+    return ForestScorer.from_sklearn(forest, f, passthrough, hops, local)

@@ -33,7 +33,8 @@ class TreeBlend(nn.Module):
 
     def __init__(self, forest: ForestScorer, boosted: BoostedTreesScorer, cdfs: list[EmpiricalCDF]) -> None:
         super().__init__()
-        if (forest.in_features, forest.passthrough) != (boosted.in_features, boosted.passthrough):
+        if (forest.in_features, forest.passthrough, forest.local) != (boosted.in_features, boosted.passthrough,
+                                                                       boosted.local):
             raise ValueError("the forest and the boosted trees must read the same input columns")
         if len(cdfs) != 2:
             raise ValueError(f"two CDFs needed (the forest's, the boosted trees'), got {len(cdfs)}")
@@ -49,6 +50,10 @@ class TreeBlend(nn.Module):
     def passthrough(self) -> int:
         return self.forest.passthrough
 
+    @property
+    def local(self) -> bool:
+        return self.forest.local
+
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "TreeBlend":
         """The module whose ``state_dict()`` is ``state``."""
@@ -60,7 +65,7 @@ class TreeBlend(nn.Module):
 
     def member_scores(self, x: Tensor, edge_index: Tensor) -> tuple[Tensor, Tensor]:
         """(the forest's anomaly probability, the boosted trees' log-odds) of every node, float64 [N] each."""
-        feats = graph_features(x, edge_index, self.in_features, self.passthrough, self.forest.hops)
+        feats = graph_features(x, edge_index, self.in_features, self.passthrough, self.forest.hops, self.local)
         return _member_scores(self.forest, self.boosted, feats)
 
     def forward(self, x: Tensor, edge_index: Tensor, *args: Any, **kwargs: Any) -> Tensor:
@@ -76,7 +81,7 @@ class TreeBlend(nn.Module):
 def _member_scores(forest: ForestScorer, boosted: BoostedTreesScorer, feats: Tensor) -> tuple[Tensor, Tensor]:
     """Both members' scores of :func:`~gcad_dist.model.forest.graph_features` rows ``feats`` of the forest's hops (the
     boosted trees read the one-hop prefix)."""
-    one_hop = feats[:, :feature_columns(boosted.in_features, boosted.passthrough)]
+    one_hop = feats[:, :feature_columns(boosted.in_features, boosted.passthrough, local=boosted.local)]
     return mean_leaf_value(forest, feats, forest.proba), boosted.log_odds(one_hop)
 
 
@@ -88,18 +93,20 @@ def blend_trees(forest: ForestScorer, boosted: BoostedTreesScorer, feats: Tensor
 
 
 def fit_tree_blend(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
-                   in_features: int | None = None, passthrough: int = 0, forest_hops: int = FOREST_HOPS) -> TreeBlend:
+                   in_features: int | None = None, passthrough: int = 0, forest_hops: int = FOREST_HOPS,
+                   local: bool = False) -> TreeBlend:
     """Fit RF-Graph (:func:`~gcad_dist.model.forest.fit_forest`, on ``forest_hops`` hops of neighbour means) and the
     boosted trees (:func:`~gcad_dist.model.boosted_trees.fit_boosted_trees`, the library's defaults, one hop) on the
     ``train`` nodes, and their CDFs on every node (:func:`blend_trees`). ``forest_hops=1``: the blend before session
-    85. Raise ``ValueError`` if the training nodes hold a single class."""
+    85. ``local``: both also read the :data:`~gcad_dist.model.forest.LOCAL_COLUMNS` (part of the one-hop prefix).
+    Raise ``ValueError`` if the training nodes hold a single class."""
     f = x.shape[1] - passthrough if in_features is None else int(in_features)
-    feats = graph_features(x, edge_index, f, passthrough, forest_hops)
+    feats = graph_features(x, edge_index, f, passthrough, forest_hops, local)
     rows = feats.numpy()  # one array for both fits (a view of ``feats``): the boosted trees read its one-hop prefix
     forest = fit_forest(x, edge_index, y, train, seed=seed, threads=threads, in_features=f, passthrough=passthrough,
-                        feats=rows, hops=forest_hops)
+                        feats=rows, hops=forest_hops, local=local)
     boosted = fit_boosted_trees(x, edge_index, y, train, seed, threads, f, passthrough,
-                                feats=rows[:, :feature_columns(f, passthrough)])
+                                feats=rows[:, :feature_columns(f, passthrough, local=local)], local=local)
     return blend_trees(forest, boosted, feats)
 
 
