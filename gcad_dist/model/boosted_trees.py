@@ -105,7 +105,7 @@ class BoostedTreesScorer(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"trees={self.roots.numel()}, nodes={self.feature.numel()}, in_features={self.in_features}, "
-                f"passthrough={self.passthrough}, local={self.local}")
+                f"passthrough={self.passthrough}" + (", local=True" if self.local else ""))
 
     def get_extra_state(self) -> dict[str, Any]:
         state = {"baseline": self.baseline, "in_features": self.in_features, "passthrough": self.passthrough}

@@ -236,7 +236,8 @@ class ForestScorer(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"trees={self.roots.numel()}, nodes={self.feature.numel()}, depth={self.depth}, "
-                f"in_features={self.in_features}, passthrough={self.passthrough}, hops={self.hops}, local={self.local}")
+                f"in_features={self.in_features}, passthrough={self.passthrough}, hops={self.hops}"
+                + (", local=True" if self.local else ""))
 
     def get_extra_state(self) -> dict[str, int]:
         state = {"depth": self.depth, "in_features": self.in_features, "passthrough": self.passthrough,
