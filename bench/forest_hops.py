@@ -60,22 +60,41 @@ def tree_bench_parser(prog: str, doc: str | None, d: ForestHopsBenchConfig) -> a
     return p
 
 
-def measure(data: object, seed: int, threads: int) -> dict[str, tuple[float, ...]]:
-    """Validation (AUROC, AUPRC) of both blends of :data:`ARMS` on ``make_split(data, seed)``; also ``"anomalies"``:
-    (training anomalies, validation anomalies)."""
+def validation_nodes(data: object, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+    """(labels, training nodes, validation nodes, (training anomalies, validation anomalies)) of
+    ``make_split(data, seed)``, the labelled nodes only: the split both tree benches fit and measure on."""
     import torch
 
     from gcad_dist.data.splits import make_split
-    from gcad_dist.metrics import auprc, auroc
-    from gcad_dist.model.forest import FOREST_HOPS
-    from gcad_dist.model.tree_blend import fit_tree_blend
 
     split = make_split(data, seed=seed)
     y = torch.as_tensor(data.y).numpy()
     train = split.train.numpy() & (y >= 0)
     val = split.val.numpy() & (y >= 0)
+    return y, train, val, (int((y[train] == 1).sum()), int((y[val] == 1).sum()))
+
+
+def labelled_graph(data_dir: str, name: str) -> object:
+    """The z-scored graph ``name`` (a name in ``data_dir`` or a path; ``gcad_dist.quality``'s loader), refused
+    without labels."""
+    from gcad_dist.quality import _load, _resolve_dataset
+
+    _, data = _load(_resolve_dataset(Path(data_dir), name))
+    if getattr(data, "y", None) is None:
+        raise UsageError(f"--datasets: {name} has no labels")
+    return data
+
+
+def measure(data: object, seed: int, threads: int) -> dict[str, tuple[float, ...]]:
+    """Validation (AUROC, AUPRC) of both blends of :data:`ARMS` on ``make_split(data, seed)``; also ``"anomalies"``:
+    (training anomalies, validation anomalies)."""
+    from gcad_dist.metrics import auprc, auroc
+    from gcad_dist.model.forest import FOREST_HOPS
+    from gcad_dist.model.tree_blend import fit_tree_blend
+
+    y, train, val, anomalies = validation_nodes(data, seed)
     yv = y[val]
-    out: dict[str, tuple[float, ...]] = {"anomalies": (int((y[train] == 1).sum()), int((yv == 1).sum()))}
+    out: dict[str, tuple[float, ...]] = {"anomalies": anomalies}
     for name, hops in zip(ARMS, (1, FOREST_HOPS)):
         try:
             blend = fit_tree_blend(data.x, data.edge_index, y, train, seed=seed, threads=threads, forest_hops=hops)
@@ -89,8 +108,6 @@ def measure(data: object, seed: int, threads: int) -> dict[str, tuple[float, ...
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from gcad_dist.quality import _load, _resolve_dataset
-
     cfg = ForestHopsBenchConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
     torch.set_num_threads(max(1, cfg.threads))
@@ -99,9 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|" + "---|" * (len(ARMS) + 2))
     changes = []
     for name in cfg.datasets:
-        _, data = _load(_resolve_dataset(Path(cfg.data_dir), name))
-        if getattr(data, "y", None) is None:
-            raise UsageError(f"--datasets: {name} has no labels")
+        data = labelled_graph(cfg.data_dir, name)
         t0 = time.perf_counter()
         runs = [measure(data, s, cfg.threads) for s in cfg.seeds]
         mean = {m: np.mean([r[m] for r in runs], axis=0) for m in ARMS}

@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
-from bench.forest_hops import ForestHopsBenchConfig, tree_bench_parser  # noqa: E402
+from bench.forest_hops import ForestHopsBenchConfig, labelled_graph, tree_bench_parser, validation_nodes  # noqa: E402
 from bench.tree_blend import _span  # noqa: E402
 from gcad_dist.cli import UsageError, run_cli, setup_logging  # noqa: E402
 
@@ -71,16 +71,12 @@ def measure(data: object, seed: int, threads: int, columns: dict[str, np.ndarray
     detector's scores, computed once per graph); also ``"anomalies"``: (training anomalies, validation anomalies)."""
     import torch
 
-    from gcad_dist.data.splits import make_split
     from gcad_dist.metrics import auprc, auroc
     from gcad_dist.model.tree_blend import fit_tree_blend
 
-    split = make_split(data, seed=seed)
-    y = torch.as_tensor(data.y).numpy()
-    train = split.train.numpy() & (y >= 0)
-    val = split.val.numpy() & (y >= 0)
+    y, train, val, anomalies = validation_nodes(data, seed)
     yv = y[val]
-    out: dict[str, tuple[float, ...]] = {"anomalies": (int((y[train] == 1).sum()), int((yv == 1).sum()))}
+    out: dict[str, tuple[float, ...]] = {"anomalies": anomalies}
     for arm, (local, names) in ARMS.items():
         extra = torch.from_numpy(np.stack([columns[n] for n in names], 1)) if names else None
         x = data.x if extra is None else torch.cat([data.x, extra.to(data.x.dtype)], dim=1)
@@ -97,8 +93,6 @@ def measure(data: object, seed: int, threads: int, columns: dict[str, np.ndarray
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from gcad_dist.quality import _load, _resolve_dataset
-
     cfg = TreeColumnsBenchConfig(**vars(build_parser().parse_args(argv)))
     setup_logging(cfg.verbose)
     torch.set_num_threads(max(1, cfg.threads))
@@ -109,9 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|" + "---|" * (len(ARMS) + len(new)))
     changes: dict[str, list[np.ndarray]] = {m: [] for m in new}
     for name in cfg.datasets:
-        _, data = _load(_resolve_dataset(Path(cfg.data_dir), name))
-        if getattr(data, "y", None) is None:
-            raise UsageError(f"--datasets: {name} has no labels")
+        data = labelled_graph(cfg.data_dir, name)
         t0 = time.perf_counter()
         wanted = sorted({n for _, names in ARMS.values() for n in names})
         columns = dict(zip(wanted, label_free_columns(data, tuple(wanted), cfg.threads).T))
