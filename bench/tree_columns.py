@@ -1,5 +1,5 @@
-"""The forest view's trees with local-inconsistency columns: the blend as shipped against the same blend reading two
-more columns per node, computed from the z-scored features without a label (``--forest-columns local``,
+"""The forest view's trees with local-inconsistency columns: the blend without them (``--forest-columns none``, the
+default before session 90) against the same blend reading two more columns per node, computed from the z-scored features without a label (``--forest-columns local``,
 :data:`gcad_dist.model.forest.LOCAL_COLUMNS`): neighbour cosine (``1 - cos(x_i, mean of the neighbours' x)``, the
 ``nbr-cosine`` detector's score) and the local kNN distance (the distance to the 2nd most alike neighbour,
 ``local-knn``'s); a third arm adds the kNN distance too (the 5th nearest node in feature space, ``knn``'s: global, and
@@ -18,8 +18,8 @@ Example (BENCHMARKS.md, session 89):
 For each graph and seed: ``make_split(seed)`` of the z-scored graph (``gcad_dist.train``'s input and split); each blend
 (:func:`gcad_dist.model.tree_blend.fit_tree_blend`, with ``local`` for the new arms) fitted on the training nodes and
 measured on the validation nodes (no test label is read). The table gives each graph's training and validation
-anomalies, each arm's mean validation AUROC / AUPRC over the seeds, each new arm's change against the blend as shipped
-and on how many seeds it is ahead in each.
+anomalies, each arm's mean validation AUROC / AUPRC over the seeds, each new arm's change against the blend without
+the columns and on how many seeds it is ahead in each.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ log = logging.getLogger("bench.tree_columns")
 
 #: arm name -> (``fit_tree_blend``'s ``local``, the label-free detectors whose scores it passes through)
 ARMS: dict[str, tuple[bool, tuple[str, ...]]] = {
-    "as shipped": (False, ()),
+    "without (none)": (False, ()),
     "+ neighbour cosine, local kNN": (True, ()),
     "+ those and kNN": (True, ("knn",)),
 }

@@ -62,7 +62,7 @@ def has_unfinished_run(out: str | Path) -> bool:
 
 
 def prepare_state_dir(out: str | Path, settings: dict[str, Any], resume: bool, overwrite: bool,
-                      options: dict[str, str] | None = None) -> Path:
+                      options: dict[str, str] | None = None, added: dict[str, Any] | None = None) -> Path:
     """Check ``<out>/unfinished`` against ``resume`` / ``overwrite`` and this run's ``settings``; returns the folder.
 
     * no unfinished run there (no fit state saved): ``--resume`` is an error; otherwise the folder is (re)created
@@ -70,7 +70,8 @@ def prepare_state_dir(out: str | Path, settings: dict[str, Any], resume: bool, o
     * an unfinished run and neither flag: an error saying how to continue it or start over;
     * ``overwrite``: the unfinished run is deleted first;
     * ``resume``: its ``run.json`` must hold the same settings (an error names each differing option, ``options``
-      maps a setting to its option name).
+      maps a setting to its option name). ``added`` maps a setting added after such a run may have been written to
+      what the code ran before it existed: a ``run.json`` without it reads as that value.
     """
     folder = Path(out) / STATE_DIR
     run_file = folder / RUN_FILE
@@ -94,6 +95,7 @@ def prepare_state_dir(out: str | Path, settings: dict[str, Any], resume: bool, o
         except (OSError, ValueError) as e:
             raise UsageError(f"--resume: cannot read {run_file}: {e}") from None
         options = options or {}
+        saved = {**{k: v for k, v in (added or {}).items() if k in settings}, **saved}
         diff = sorted(k for k in set(saved) | set(settings) if saved.get(k) != settings.get(k))
         if diff:
             show = "; ".join(f"{options.get(k, k)}: {saved.get(k)!r} in the unfinished run, {settings.get(k)!r} now"

@@ -36,10 +36,12 @@ __all__ = ["FOREST_COLUMNS", "FOREST_MODES", "FOREST_RULE", "JOIN_BELOW", "add_f
 log = logging.getLogger(__name__)
 
 FOREST_MODES = ("auto", "off")
-#: ``--forest-columns``: the trees' inputs as before (``none``), or also the local-inconsistency columns (``local``:
-#: :data:`gcad_dist.model.forest.LOCAL_COLUMNS`, neighbour cosine and the local kNN distance; session 89: +0.126
-#: validation AUROC of the trees over eight fresh generated graphs, inj_cora +0.080, tolokers and reddit level;
-#: opt-in until the supervised score's end-to-end check, BENCHMARKS.md)
+#: ``--forest-columns``: the trees' inputs before session 90 (``none``), or also the local-inconsistency columns
+#: (``local``, the commands' default since session 90: :data:`gcad_dist.model.forest.LOCAL_COLUMNS`, neighbour cosine
+#: and the local kNN distance; session 89: +0.126 validation AUROC of the trees over eight fresh generated graphs,
+#: inj_cora +0.080, tolokers and reddit level; session 90, end to end: +0.0017 / +0.0088 test AUROC / AUPRC over nine
+#: fresh generated graphs, the shared graphs level, BENCHMARKS.md). :func:`add_forest_view`'s own default stays
+#: ``local=False``, the function as before
 FOREST_COLUMNS = ("none", "local")
 #: the forest joins iff the paired bootstrap's P(GCCAD better) is below this in validation AUPRC and in AUROC
 JOIN_BELOW = 0.8
@@ -86,7 +88,7 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     ``local``: the trees also read :data:`gcad_dist.model.forest.LOCAL_COLUMNS` (``--forest-columns local``)."""
     from gcad_dist.metrics import auprc, evaluate
     from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
-    from gcad_dist.model.tree_blend import fit_tree_blend
+    from gcad_dist.model.tree_blend import fit_scored_tree_blend
     from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE, compare_auprc, p_better_auroc
 
     min_anomalies = MIN_POSITIVES if min_anomalies is None else int(min_anomalies)
@@ -106,13 +108,13 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     in_features = int(data.x.shape[1]) - label_columns if in_features is None else int(in_features)
     train = torch.as_tensor(split.train).cpu().numpy() & (y >= 0)
     try:
-        forest = fit_tree_blend(data.x, data.edge_index, y, train, seed=seed, threads=threads, in_features=in_features,
-                                local=local)
+        forest, forest_scores = fit_scored_tree_blend(data.x, data.edge_index, y, train, seed=seed, threads=threads,
+                                                      in_features=in_features, local=local)
     except ValueError as e:
         record.update(kept=False, reason=str(e))
         log.info("forest view: not tried (%s)", e)
         return res, model, record
-    forest_scores = forest.score(forest(data.x, data.edge_index)).numpy().astype(np.float64)
+    forest_scores = forest.score(forest_scores).numpy().astype(np.float64)  # its forward on data, from the fit's pass
     vm = torch.as_tensor(split.val).cpu().numpy() & (y >= 0)
     yv = y[vm]
     gccad_val = np.asarray(res.selection_scores, dtype=np.float64)[vm]

@@ -213,6 +213,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
             s["train"]["jump"] = jump
         if model == "gccad" and tc["forest"] != "off":  # absent = off (GCCAD alone: every run before session 61)
             s["train"]["forest"] = FOREST_RULE
+            if tc["forest_columns"] != "none":  # absent = none, the trees' inputs before session 90's default
+                s["train"]["forest_columns"] = tc["forest_columns"]
         if model == "gccad" and tc["pretrain"] != "off":  # absent = off (from scratch: every run before session 80)
             s["train"]["pretrain"] = tc["pretrain"]
             if tc["pretrain"] == "auto":  # the threshold auto counts against (20 in session 80, keyed since 81)

@@ -32,10 +32,10 @@ def test_the_table_compares_the_arms_on_validation(path, capsys) -> None:
     assert len(re.findall(r"Mean change over the 2 graphs, .*: [+-]\d\.\d{4} AUROC, [+-]\d\.\d{4} AUPRC\.", out)) == 2
 
 
-def test_the_arms_are_the_shipped_blend_and_the_local_columns(path) -> None:
-    """The first arm is the shipped fit_tree_blend; the second fit_tree_blend(local=True), the same trees as
-    [x, neighbour cosine, local kNN] passed through; the third also the kNN distance passed through. No column reads a
-    label."""
+def test_the_arms_are_the_blend_without_and_with_the_local_columns(path) -> None:
+    """The first arm is fit_tree_blend without the local columns (--forest-columns none); the second
+    fit_tree_blend(local=True), the same trees as [x, neighbour cosine, local kNN] passed through; the third also the
+    kNN distance passed through. No column reads a label."""
     import torch
 
     from gcad_dist.data.splits import make_split

@@ -110,6 +110,21 @@ def test_the_blend_is_the_mean_of_both_members_ranks_and_round_trips():
     assert torch.equal(lead(wide, data.edge_index), blend(data.x, data.edge_index))
 
 
+@pytest.mark.parametrize("local", [False, True])
+def test_the_fits_own_scores_are_its_forward_on_the_graph_it_was_fitted_on(local):
+    """fit_scored_tree_blend returns the blend's scores from the fit's one pass over the graph features (the forest
+    view scores its graph without a second pass): the forward's, to the bit, and the same blend as fit_tree_blend."""
+    from gcad_dist.model.tree_blend import fit_scored_tree_blend
+
+    data = _graph()
+    train = torch.arange(data.num_nodes) % 2 == 0
+    blend, scores = fit_scored_tree_blend(data.x, data.edge_index, data.y, train, seed=1, local=local)
+    assert scores.dtype == torch.float32 and scores.shape == (data.num_nodes,)
+    assert torch.equal(scores, blend(data.x, data.edge_index))
+    assert torch.equal(fit_tree_blend(data.x, data.edge_index, data.y, train, seed=1, local=local)(
+        data.x, data.edge_index), scores)
+
+
 def test_the_blends_forest_reads_two_hops_and_its_boosted_trees_one():
     """Since session 85 the forest reads the one-hop columns and the second hop's means after them, the boosted trees
     the one-hop columns alone (their scores are those of trees fitted on ``graph_features`` of one hop); a blend state

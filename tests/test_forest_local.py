@@ -73,7 +73,7 @@ def test_forest_columns_local_is_checked_recorded_and_its_checkpoint_scores_as_t
     from partitioning.synthetic import SyntheticConfig, generate
     from tests.test_train import _cli
 
-    assert FinetuneConfig.forest_columns == TrainConfig.forest_columns == "none"  # opt-in; fine-tuning follows train
+    assert FinetuneConfig.forest_columns == TrainConfig.forest_columns == "local"  # since session 90; as train's
     assert "--forest-columns" in finetune_parser().format_help()
     g = tmp_path / "g.npz"
     save_npz(generate(SyntheticConfig(nodes=600, avg_degree=6, features=8, anomaly_fraction=0.06,

@@ -187,6 +187,27 @@ def test_a_run_that_saved_nothing_does_not_block_the_next(tmp_path, capsys):
     assert not (tmp_path / "bad" / "unfinished").exists()
 
 
+def test_a_run_saved_before_a_setting_existed_resumes_with_the_value_it_ran(tmp_path):
+    """An unfinished run whose run.json predates a setting (``added``: --forest-columns came in session 89, the trees'
+    inputs "none" before it) resumes where that setting is given the value the code ran then, and is refused,
+    naming the option, where another value is asked for."""
+    from gcad_dist.cli import UsageError
+    from gcad_dist.fit_state import prepare_state_dir
+    from gcad_dist.train import ADDED_SETTINGS
+
+    assert ADDED_SETTINGS["forest_columns"] == "none"
+    out = tmp_path / "run"
+    folder = prepare_state_dir(out, {"seed": 0}, resume=False, overwrite=False)  # written before the setting existed
+    torch.save({"epoch": 3}, folder / "checkpoint.pt")
+    now = {"seed": 0, "forest_columns": "none"}
+    with pytest.raises(UsageError, match="forest-columns"):  # without the record of what it ran: a difference
+        prepare_state_dir(out, now, resume=True, overwrite=False, options={"forest_columns": "--forest-columns"})
+    assert prepare_state_dir(out, now, resume=True, overwrite=False, added=ADDED_SETTINGS) == folder
+    with pytest.raises(UsageError, match="--forest-columns: 'none' in the unfinished run, 'local' now"):
+        prepare_state_dir(out, {**now, "forest_columns": "local"}, resume=True, overwrite=False,
+                          options={"forest_columns": "--forest-columns"}, added=ADDED_SETTINGS)
+
+
 def test_finetune_resumes_an_interrupted_run(tmp_path, capsys, monkeypatch):
     """gcad_dist.finetune from a label-free checkpoint fits seven models (the checkpoint's, then gcad_dist.train's
     three candidates warm-started and from scratch), each with its own state. It crashes in the third; --resume ends

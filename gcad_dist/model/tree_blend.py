@@ -21,7 +21,7 @@ from gcad_dist.model.forest import (FOREST_HOPS, ForestScorer, feature_columns, 
                                     mean_leaf_value)
 from gcad_dist.model.rank_blend import EmpiricalCDF
 
-__all__ = ["TreeBlend", "blend_trees", "fit_tree_blend", "trees_from_state"]
+__all__ = ["TreeBlend", "blend_trees", "fit_scored_tree_blend", "fit_tree_blend", "trees_from_state"]
 
 
 class TreeBlend(nn.Module):
@@ -69,9 +69,11 @@ class TreeBlend(nn.Module):
         return _member_scores(self.forest, self.boosted, feats)
 
     def forward(self, x: Tensor, edge_index: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        forest, boosted = self.member_scores(x, edge_index)
-        ranks = (self.cdfs[0](forest).double() + self.cdfs[1](boosted).double()) / 2
-        return ranks.to(device=x.device, dtype=torch.float32)
+        return self.blend(*self.member_scores(x, edge_index)).to(device=x.device)
+
+    def blend(self, forest: Tensor, boosted: Tensor) -> Tensor:
+        """The mean of the members' ranks (float32 [N]) from their scores (:meth:`member_scores`)."""
+        return ((self.cdfs[0](forest).double() + self.cdfs[1](boosted).double()) / 2).to(torch.float32)
 
     def score(self, out: Tensor) -> Tensor:
         """The forward output itself (the mean of the two ranks) [N]."""
@@ -88,8 +90,14 @@ def _member_scores(forest: ForestScorer, boosted: BoostedTreesScorer, feats: Ten
 def blend_trees(forest: ForestScorer, boosted: BoostedTreesScorer, feats: Tensor) -> TreeBlend:
     """The :class:`TreeBlend` of fitted trees, each member's CDF fitted on its scores of ``feats`` (the training
     graph's :func:`~gcad_dist.model.forest.graph_features`, every node)."""
+    return _scored_blend(forest, boosted, feats)[0]
+
+
+def _scored_blend(forest: ForestScorer, boosted: BoostedTreesScorer, feats: Tensor) -> tuple[TreeBlend, Tensor]:
+    """:func:`blend_trees` and the blend's scores of the ``feats`` rows (its forward on the training graph)."""
     scores = _member_scores(forest, boosted, feats)
-    return TreeBlend(forest, boosted, [EmpiricalCDF.fit(s.cpu().numpy()) for s in scores])
+    blend = TreeBlend(forest, boosted, [EmpiricalCDF.fit(s.cpu().numpy()) for s in scores])
+    return blend, blend.blend(*scores)
 
 
 def fit_tree_blend(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
@@ -100,6 +108,16 @@ def fit_tree_blend(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int,
     ``train`` nodes, and their CDFs on every node (:func:`blend_trees`). ``forest_hops=1``: the blend before session
     85. ``local``: both also read the :data:`~gcad_dist.model.forest.LOCAL_COLUMNS` (part of the one-hop prefix).
     Raise ``ValueError`` if the training nodes hold a single class."""
+    return fit_scored_tree_blend(x, edge_index, y, train, seed, threads, in_features, passthrough, forest_hops,
+                                 local)[0]
+
+
+def fit_scored_tree_blend(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int, threads: int = 1,
+                          in_features: int | None = None, passthrough: int = 0, forest_hops: int = FOREST_HOPS,
+                          local: bool = False) -> tuple[TreeBlend, Tensor]:
+    """:func:`fit_tree_blend` and the blend's scores of every node of the graph it was fitted on (float32 [N], its
+    forward's), from the one pass over the graph features that the fit made (the forest view scores the graph it
+    fitted on without a second pass: the local kNN distance alone takes about 20 s at 1M nodes)."""
     f = x.shape[1] - passthrough if in_features is None else int(in_features)
     feats = graph_features(x, edge_index, f, passthrough, forest_hops, local)
     rows = feats.numpy()  # one array for both fits (a view of ``feats``): the boosted trees read its one-hop prefix
@@ -107,7 +125,7 @@ def fit_tree_blend(x: Tensor, edge_index: Tensor, y: Any, train: Any, seed: int,
                         feats=rows, hops=forest_hops, local=local)
     boosted = fit_boosted_trees(x, edge_index, y, train, seed, threads, f, passthrough,
                                 feats=rows[:, :feature_columns(f, passthrough, local=local)], local=local)
-    return blend_trees(forest, boosted, feats)
+    return _scored_blend(forest, boosted, feats)
 
 
 def trees_from_state(state: dict[str, Any]) -> nn.Module:

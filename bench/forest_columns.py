@@ -1,0 +1,178 @@
+"""``gcad_dist.train`` end to end, its forest view finished with the trees' inputs as shipped and with the local
+columns, both from one run. ``python -m bench.forest_columns --data-dir D --datasets NAME ... --seeds 0,1 --out O``.
+
+For each dataset and seed, ``python -m gcad_dist.train`` runs with default flags (``--pretrain auto`` included: below
+:data:`gcad_dist.train.FEW_ANOMALIES` labelled training anomalies it pre-trains without labels and fine-tunes). Where
+the run reaches its forest view (:func:`gcad_dist.forest_view.add_forest_view`), the same fit is finished twice: with
+``local=False`` (``--forest-columns none``) and ``local=True`` (``local``: the trees also read neighbour cosine and the
+local kNN distance, session 89; the default since session 90). The arm the run's own setting names (``--arm``,
+default ``local``; session 90's rule ran ``none``, the default then) goes on to the run's checkpoint and
+``metrics.json``; the other is only measured. So the paired change is the columns' alone, on the
+same GCCAD fit, and the cost is one run where two runs would repeat the GCCAD fit.
+
+Each (dataset, seed) writes ``O/<dataset>-s<seed>.json`` (both arms' validation and test AUROC / AUPRC, whether the
+trees joined) and is skipped when that file exists (a stopped study resumes); the run folders are
+``O/runs/<dataset>-s<seed>``. ``--part val`` prints the validation table only (test labels unread in the printout:
+for a rule's guard on the shared graphs), ``test`` the test table, ``both`` both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
+
+from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
+
+log = logging.getLogger("bench.forest_columns")
+
+ARMS = ("none", "local")
+PARTS = ("val", "test", "both")
+
+
+@dataclass
+class ForestColumnsConfig:
+    """Settings of ``python -m bench.forest_columns``."""
+
+    datasets: list[str] = field(default_factory=list)
+    data_dir: str = "../shared/data"
+    seeds: str = "0"
+    out: str = "runs/forest_columns"
+    arm: str = "local"  # the runs' own --forest-columns: gcad_dist.train's default (since session 90)
+    part: str = "both"
+    threads: int = 1
+    epochs: int | None = None  # None: gcad_dist.train's default cap
+    verbose: bool = False
+
+
+def _metrics(d: dict[str, Any]) -> dict[str, float]:
+    return {k: float(d[k]) for k in ("auroc", "auprc")}
+
+
+def both_arms(real: Callable[..., Any], sink: list[dict[str, Any]], run_arm: str = "local") -> Callable[..., Any]:
+    """A stand-in for ``add_forest_view`` (``real``) that finishes the fit under both :data:`ARMS`, appends their
+    metrics to ``sink`` and returns ``run_arm``'s outcome, so that the run goes on as that setting would."""
+
+    def add_forest_view(res: Any, model: Any, data: Any, split: Any, seed: int, **kw: Any) -> Any:
+        kw.pop("local", None)
+        arms, kept = {}, None
+        for arm in ARMS:
+            r, m, rec = real(res, model, data, split, seed, local=arm == "local", **kw)
+            arms[arm] = {"val": _metrics(r.val), "test": _metrics(r.test), "joined": bool(rec.get("kept")),
+                         "choice": rec.get("choice"), "forest_val_auroc": rec.get("forest_val_auroc")}
+            if arm == run_arm:
+                kept = (r, m, rec)
+        sink.append(arms)
+        return kept
+
+    return add_forest_view
+
+
+def run_one(cfg: ForestColumnsConfig, dataset: str, seed: int) -> dict[str, Any]:
+    """One default ``gcad_dist.train`` run of ``dataset`` at ``seed``, its forest view finished under both arms."""
+    import gcad_dist.forest_view as forest_view
+    from gcad_dist.train import main as train_main
+
+    path = Path(cfg.data_dir) / f"{dataset}.npz"
+    if not path.is_file():
+        raise UsageError(f"--datasets: {path} not found")
+    run_dir = Path(cfg.out) / "runs" / f"{dataset}-s{seed}"
+    argv = ["--graph", str(path), "--out", str(run_dir), "--seed", str(seed), "--threads", str(cfg.threads),
+            "--no-plots", "--no-progress", "--overwrite"]
+    if cfg.epochs is not None:
+        argv += ["--epochs", str(cfg.epochs)]
+    argv += ["--forest-columns", cfg.arm]
+    sink: list[dict[str, Any]] = []
+    real = forest_view.add_forest_view
+    forest_view.add_forest_view = both_arms(real, sink, cfg.arm)
+    try:
+        train_main(argv)
+    finally:
+        forest_view.add_forest_view = real
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    rec: dict[str, Any] = {"dataset": dataset, "seed": seed, "run_arm": cfg.arm,
+                           "pretrained": bool((metrics.get("pretraining") or {}).get("used")),
+                           "run": {"val": _metrics(metrics["val"]), "test": _metrics(metrics["test"])}}
+    if sink:
+        rec.update(sink[-1])
+    else:  # no forest view in this run (e.g. many small graphs): both arms are the run
+        for arm in ARMS:
+            rec[arm] = {**rec["run"], "joined": False, "choice": None, "forest_val_auroc": None}
+    return rec
+
+
+def table(records: list[dict[str, Any]], part: str) -> str:
+    """One Markdown row per dataset: both arms' means over its seeds, the paired change, on how many seeds each arm's
+    trees joined; then the mean change over the datasets (each dataset weighted alike) and the worst."""
+    lines = [f"| dataset ({part}) | seeds | none AUROC / AUPRC | local AUROC / AUPRC | change | joined none / local |",
+             "|---|---|---|---|---|---|"]
+    changes = []
+    for ds in sorted({r["dataset"] for r in records}):
+        rs = [r for r in records if r["dataset"] == ds]
+        o, n = (np.array([[r[arm][part]["auroc"], r[arm][part]["auprc"]] for r in rs]) for arm in ARMS)
+        d = (n - o).mean(0)
+        changes.append(d)
+        lines.append(f"| {ds} | {len(rs)} | {o[:, 0].mean():.4f} / {o[:, 1].mean():.4f} | {n[:, 0].mean():.4f} / "
+                     f"{n[:, 1].mean():.4f} | {d[0]:+.4f} / {d[1]:+.4f} | {sum(r['none']['joined'] for r in rs)} / "
+                     f"{sum(r['local']['joined'] for r in rs)} of {len(rs)} |")
+    if changes:
+        m, w = np.mean(changes, axis=0), np.min(changes, axis=0)
+        lines.append(f"| mean over datasets | | | | {m[0]:+.4f} / {m[1]:+.4f} (worst {w[0]:+.4f} / {w[1]:+.4f}) | |")
+    return "\n".join(lines)
+
+
+def build_parser() -> ArgumentParser:
+    d = ForestColumnsConfig()
+    p = ArgumentParser(prog="python -m bench.forest_columns", description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", nargs="+", required=True, help="graph names: DATA_DIR/<name>.npz")
+    p.add_argument("--data-dir", default=d.data_dir, help="folder of the graphs (default: %(default)s)")
+    p.add_argument("--seeds", default=d.seeds, help="comma-separated seeds, each also the stored split's index modulo "
+                   "their count (default: %(default)s)")
+    p.add_argument("--out", default=d.out, help="one JSON per (dataset, seed) here, and the runs' folders under runs/; "
+                   "existing JSONs are reused (default: %(default)s)")
+    p.add_argument("--arm", default=d.arm, choices=ARMS, help="the --forest-columns the runs themselves use (their "
+                   "checkpoints and metrics.json); the other arm is measured beside it (default: %(default)s)")
+    p.add_argument("--part", default=d.part, choices=PARTS, help="which table to print: val (test labels unread in the "
+                   "printout), test or both (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=d.epochs,
+                   help="the fits' epoch cap (default: gcad_dist.train's; smaller only for quick checks)")
+    p.add_argument("--threads", type=int, default=d.threads, help="torch threads of each run (default: %(default)s)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = ForestColumnsConfig(**vars(build_parser().parse_args(argv)))
+    try:
+        seeds = [int(s) for s in cfg.seeds.split(",") if s.strip()]
+    except ValueError as e:
+        raise UsageError(f"--seeds: comma-separated integers expected, got {cfg.seeds!r}") from e
+    if not seeds:
+        raise UsageError("--seeds: at least one")
+    setup_logging(cfg.verbose)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+    for ds in cfg.datasets:
+        for seed in seeds:
+            f = out / f"{ds}-s{seed}.json"
+            if not f.is_file():
+                rec = run_one(cfg, ds, seed)
+                tmp = f.with_suffix(".tmp")
+                tmp.write_text(json.dumps(rec, indent=1))
+                tmp.replace(f)
+            records.append(json.loads(f.read_text()))
+    for part in ("val", "test") if cfg.part == "both" else (cfg.part,):
+        print(table(records, part))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
