@@ -149,26 +149,12 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.study import parse_seeds, run_study
+
     cfg = ForestColumnsConfig(**vars(build_parser().parse_args(argv)))
-    try:
-        seeds = [int(s) for s in cfg.seeds.split(",") if s.strip()]
-    except ValueError as e:
-        raise UsageError(f"--seeds: comma-separated integers expected, got {cfg.seeds!r}") from e
-    if not seeds:
-        raise UsageError("--seeds: at least one")
+    seeds = parse_seeds(cfg.seeds)
     setup_logging(cfg.verbose)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    records = []
-    for ds in cfg.datasets:
-        for seed in seeds:
-            f = out / f"{ds}-s{seed}.json"
-            if not f.is_file():
-                rec = run_one(cfg, ds, seed)
-                tmp = f.with_suffix(".tmp")
-                tmp.write_text(json.dumps(rec, indent=1))
-                tmp.replace(f)
-            records.append(json.loads(f.read_text()))
+    records = run_study(cfg.out, cfg.datasets, seeds, lambda ds, seed: run_one(cfg, ds, seed), desc="forest_columns")
     for part in ("val", "test") if cfg.part == "both" else (cfg.part,):
         print(table(records, part))
     return 0

@@ -14,7 +14,6 @@ seeds the new arm's forest joined, and the validation anomalies; then the mean a
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from dataclasses import dataclass, field, replace
@@ -82,31 +81,12 @@ def table(records: list[dict[str, Any]]) -> str:
 
 
 def study(cfg: ForestFewConfig) -> list[dict[str, Any]]:
-    """Every (dataset, seed) of ``cfg``, run or read back from ``cfg.out``."""
-    from tqdm import tqdm
+    """Every (dataset, seed) of ``cfg``, run or read back from ``cfg.out`` (a record of other ``--arms`` is run
+    again)."""
+    from bench.study import parse_seeds, run_study
 
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        seeds = [int(s) for s in str(cfg.seeds).split(",") if s.strip()]
-    except ValueError as e:
-        raise UsageError(f"--seeds: comma-separated integers expected, got {cfg.seeds!r}") from e
-    if not seeds:
-        raise UsageError("--seeds: at least one")
-    records = []
-    for ds, seed in tqdm([(d, s) for d in cfg.datasets for s in seeds], desc="forest_few", disable=None):
-        f = out / f"{ds}-s{seed}.json"
-        if f.is_file():
-            rec = json.loads(f.read_text())
-            if rec.get("arms") == list(cfg.arms):
-                records.append(rec)
-                continue
-        rec = run_one(cfg, ds, seed)
-        tmp = f.with_suffix(".tmp")  # a crash mid-write leaves no half file to be read back
-        tmp.write_text(json.dumps(rec, indent=1))
-        tmp.replace(f)
-        records.append(rec)
-    return records
+    return run_study(cfg.out, cfg.datasets, parse_seeds(cfg.seeds), lambda ds, seed: run_one(cfg, ds, seed),
+                     reuse=lambda rec: rec.get("arms") == list(cfg.arms), desc="forest_few")
 
 
 def build_parser() -> ArgumentParser:

@@ -21,7 +21,6 @@ row per dataset: both arms' means over the seeds, the paired change, and on how 
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from dataclasses import dataclass, field, replace
@@ -172,27 +171,15 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = TrainRejoinConfig(**vars(build_parser().parse_args(argv)))
-    try:
-        seeds = [int(s) for s in cfg.seeds.split(",") if s.strip()]
-    except ValueError as e:
-        raise UsageError(f"--seeds: comma-separated integers expected, got {cfg.seeds!r}") from e
-    if not seeds or cfg.halvings < 1:
-        raise UsageError("--seeds: at least one; --halvings: >= 1")
+    from bench.study import parse_seeds, run_study
+
+    seeds = parse_seeds(cfg.seeds)
+    if cfg.halvings < 1:
+        raise UsageError("--halvings: at least 1")
     setup_logging(cfg.verbose)
     if not cfg.verbose:  # the halves' keep rule logs every choice, and warns on small validation halves: 20 a run
         logging.getLogger("gcad_dist.train").setLevel(logging.ERROR)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    records = []
-    for ds in cfg.datasets:
-        for seed in seeds:
-            f = out / f"{ds}-s{seed}.json"
-            if not f.is_file():
-                rec = run_one(cfg, ds, seed)
-                tmp = f.with_suffix(".tmp")
-                tmp.write_text(json.dumps(rec, indent=1))
-                tmp.replace(f)
-            records.append(json.loads(f.read_text()))
+    records = run_study(cfg.out, cfg.datasets, seeds, lambda ds, seed: run_one(cfg, ds, seed), desc="train_rejoin")
     for part in ("test", "halves") if cfg.part == "both" else (cfg.part,):
         print(table(records, part))
     return 0
