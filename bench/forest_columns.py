@@ -1,5 +1,5 @@
-"""``gcad_dist.train`` end to end, its forest view finished with the trees' inputs as shipped and with the local
-columns, both from one run. ``python -m bench.forest_columns --data-dir D --datasets NAME ... --seeds 0,1 --out O``.
+"""``gcad_dist.train`` end to end, its forest view finished with the trees' inputs before session 90 (``none``) and
+with the local columns (``local``), both from one run. ``python -m bench.forest_columns --data-dir D --datasets NAME ... --seeds 0,1 --out O``.
 
 For each dataset and seed, ``python -m gcad_dist.train`` runs with default flags (``--pretrain auto`` included: below
 :data:`gcad_dist.train.FEW_ANOMALIES` labelled training anomalies it pre-trains without labels and fine-tunes). Where
