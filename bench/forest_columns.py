@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
@@ -111,21 +109,12 @@ def run_one(cfg: ForestColumnsConfig, dataset: str, seed: int) -> dict[str, Any]
 def table(records: list[dict[str, Any]], part: str) -> str:
     """One Markdown row per dataset: both arms' means over its seeds, the paired change, on how many seeds each arm's
     trees joined; then the mean change over the datasets (each dataset weighted alike) and the worst."""
-    lines = [f"| dataset ({part}) | seeds | none AUROC / AUPRC | local AUROC / AUPRC | change | joined none / local |",
-             "|---|---|---|---|---|---|"]
-    changes = []
-    for ds in sorted({r["dataset"] for r in records}):
-        rs = [r for r in records if r["dataset"] == ds]
-        o, n = (np.array([[r[arm][part]["auroc"], r[arm][part]["auprc"]] for r in rs]) for arm in ARMS)
-        d = (n - o).mean(0)
-        changes.append(d)
-        lines.append(f"| {ds} | {len(rs)} | {o[:, 0].mean():.4f} / {o[:, 1].mean():.4f} | {n[:, 0].mean():.4f} / "
-                     f"{n[:, 1].mean():.4f} | {d[0]:+.4f} / {d[1]:+.4f} | {sum(r['none']['joined'] for r in rs)} / "
-                     f"{sum(r['local']['joined'] for r in rs)} of {len(rs)} |")
-    if changes:
-        m, w = np.mean(changes, axis=0), np.min(changes, axis=0)
-        lines.append(f"| mean over datasets | | | | {m[0]:+.4f} / {m[1]:+.4f} (worst {w[0]:+.4f} / {w[1]:+.4f}) | |")
-    return "\n".join(lines)
+    from bench.study import paired_table
+
+    joined = ("joined none / local", lambda rs: f"{sum(r['none']['joined'] for r in rs)} / "
+              f"{sum(r['local']['joined'] for r in rs)} of {len(rs)}")
+    return paired_table(records, ARMS, lambda r, arm: [r[arm][part]["auroc"], r[arm][part]["auprc"]], part,
+                        after=[joined])
 
 
 def build_parser() -> ArgumentParser:

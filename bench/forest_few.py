@@ -20,8 +20,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
@@ -62,22 +60,12 @@ def run_one(cfg: ForestFewConfig, dataset: str, seed: int) -> dict[str, Any]:
 
 def table(records: list[dict[str, Any]]) -> str:
     """The Markdown table of the module doc."""
-    lines = ["| dataset (test) | seeds | validation anomalies | old AUROC / AUPRC | new AUROC / AUPRC | change | "
-             "new joined on |", "|---|---|---|---|---|---|---|"]
-    changes = []
-    for ds in sorted({r["dataset"] for r in records}, key=lambda s: (len(s), s)):
-        rs = [r for r in records if r["dataset"] == ds]
-        o, n = ([[r[arm]["test"]["auroc"], r[arm]["test"]["auprc"]] for r in rs] for arm in ("old", "new"))
-        o, n = np.array(o), np.array(n)
-        d = (n - o).mean(0)
-        changes.append(d)
-        lines.append(f"| {ds} | {len(rs)} | {', '.join(str(r['new']['positives']) for r in rs)} | "
-                     f"{o[:, 0].mean():.4f} / {o[:, 1].mean():.4f} | {n[:, 0].mean():.4f} / {n[:, 1].mean():.4f} | "
-                     f"{d[0]:+.4f} / {d[1]:+.4f} | {sum(r['new']['joined'] for r in rs)} of {len(rs)} |")
-    if changes:
-        m, w = np.mean(changes, axis=0), np.min(changes, axis=0)
-        lines.append(f"| mean over datasets | | | | | {m[0]:+.4f} / {m[1]:+.4f} (worst {w[0]:+.4f} / {w[1]:+.4f}) | |")
-    return "\n".join(lines)
+    from bench.study import paired_table
+
+    positives = ("validation anomalies", lambda rs: ", ".join(str(r["new"]["positives"]) for r in rs))
+    joined = ("new joined on", lambda rs: f"{sum(r['new']['joined'] for r in rs)} of {len(rs)}")
+    return paired_table(records, ("old", "new"), lambda r, arm: [r[arm]["test"]["auroc"], r[arm]["test"]["auprc"]],
+                        "test", before=[positives], after=[joined], order=lambda s: (len(s), s))
 
 
 def study(cfg: ForestFewConfig) -> list[dict[str, Any]]:

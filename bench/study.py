@@ -1,19 +1,25 @@
 """A bench's study of (dataset, seed) pairs: one JSON record per pair in a folder, written whole (a crash mid-write
 leaves no half file) and read back when the bench runs again, so that a stopped study resumes where it stopped.
-Shared by ``bench.train_rejoin``, ``bench.forest_few`` and ``bench.forest_columns``."""
+Shared by ``bench.train_rejoin``, ``bench.forest_few`` and ``bench.forest_columns``, with the paired Markdown table they
+print (``paired_table``)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
 from gcad_dist.cli import UsageError  # noqa: E402
 
-__all__ = ["parse_seeds", "run_study"]
+__all__ = ["Column", "paired_table", "parse_seeds", "run_study"]
+
+#: An extra table column: its header, and its cell from one dataset's records.
+Column = tuple[str, Callable[[list[dict[str, Any]]], str]]
 
 
 def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
@@ -50,3 +56,36 @@ def run_study(out: str | Path, datasets: list[str], seeds: list[int], run_one: C
         tmp.replace(f)
         records.append(rec)
     return records
+
+
+def paired_table(records: list[dict[str, Any]], arms: tuple[str, str], pair: Callable[[dict[str, Any], str], Any],
+                 part: str, names: tuple[str, str] | None = None, before: Sequence[Column] = (),
+                 after: Sequence[Column] = (), order: Callable[[str], Any] | None = None) -> str:
+    """One Markdown row per dataset: ``before``'s cells, both arms' mean AUROC / AUPRC over its seeds (``pair(record,
+    arm)`` gives one seed's two figures), the mean paired change (second arm minus first), ``after``'s cells; then the
+    mean change over the datasets (each dataset weighted alike) and the worst. Datasets in ``sorted`` order, by
+    ``order`` where given."""
+    names = names or arms
+    head = ["dataset (" + part + ")", "seeds", *(c[0] for c in before), f"{names[0]} AUROC / AUPRC",
+            f"{names[1]} AUROC / AUPRC", "change", *(c[0] for c in after)]
+    lines = [_row(head), "|" + "---|" * len(head)]
+    changes = []
+    for ds in sorted({r["dataset"] for r in records}, key=order):
+        rs = [r for r in records if r["dataset"] == ds]
+        o, n = (np.array([pair(r, arm) for r in rs], dtype=float) for arm in arms)
+        d = (n - o).mean(0)
+        changes.append(d)
+        cells = [ds, str(len(rs)), *(c[1](rs) for c in before), f"{o[:, 0].mean():.4f} / {o[:, 1].mean():.4f}",
+                 f"{n[:, 0].mean():.4f} / {n[:, 1].mean():.4f}", f"{d[0]:+.4f} / {d[1]:+.4f}", *(c[1](rs) for c in after)]
+        lines.append(_row(cells))
+    if changes:
+        m, w = np.mean(changes, axis=0), np.min(changes, axis=0)
+        cells = ["mean over datasets", *[""] * (3 + len(before)), f"{m[0]:+.4f} / {m[1]:+.4f} (worst {w[0]:+.4f} / "
+                 f"{w[1]:+.4f})", *[""] * len(after)]
+        lines.append(_row(cells))
+    return "\n".join(lines)
+
+
+def _row(cells: Sequence[str]) -> str:
+    """A Markdown table row; an empty cell is written ``| |``."""
+    return "|" + "".join(f" {c} |" if c else " |" for c in cells)

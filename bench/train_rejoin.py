@@ -121,28 +121,16 @@ def run_one(cfg: TrainRejoinConfig, dataset: str, seed: int) -> dict[str, Any]:
 
 def table(records: list[dict[str, Any]], part: str) -> str:
     """The Markdown table (module doc) for ``part`` (``test`` or ``halves``)."""
-    lines = [f"| dataset ({part}) | seeds | old AUROC / AUPRC | new AUROC / AUPRC | change | new ahead (AUPRC) | "
-             "rejoined on |", "|---|---|---|---|---|---|---|"]
-    changes = []
-    for ds in sorted({r["dataset"] for r in records}):
-        rs = [r for r in records if r["dataset"] == ds]
+    from bench.study import paired_table
 
-        def get(arm: str) -> np.ndarray:
-            if part == "test":
-                return np.array([[r[arm]["test"]["auroc"], r[arm]["test"]["auprc"]] for r in rs])
-            return np.array([r[arm]["halves"] if r[arm]["halves"] else [np.nan, np.nan] for r in rs])
+    def pair(r: dict[str, Any], arm: str) -> list[float]:
+        if part == "test":
+            return [r[arm]["test"]["auroc"], r[arm]["test"]["auprc"]]
+        return r[arm]["halves"] or [np.nan, np.nan]
 
-        o, n = get("old"), get("new")
-        d = (n - o).mean(0)
-        changes.append(d)
-        lines.append(f"| {ds} | {len(rs)} | {o[:, 0].mean():.4f} / {o[:, 1].mean():.4f} | {n[:, 0].mean():.4f} / "
-                     f"{n[:, 1].mean():.4f} | {d[0]:+.4f} / {d[1]:+.4f} | {int((n[:, 1] > o[:, 1]).sum())} of "
-                     f"{len(rs)} | {sum(bool(r['new']['rejoined']) for r in rs)} of {len(rs)} |")
-    if changes:
-        m = np.mean(changes, axis=0)
-        w = np.min(changes, axis=0)
-        lines.append(f"| mean over datasets | | | | {m[0]:+.4f} / {m[1]:+.4f} (worst {w[0]:+.4f} / {w[1]:+.4f}) | | |")
-    return "\n".join(lines)
+    ahead = ("new ahead (AUPRC)", lambda rs: f"{sum(pair(r, 'new')[1] > pair(r, 'old')[1] for r in rs)} of {len(rs)}")
+    rejoined = ("rejoined on", lambda rs: f"{sum(bool(r['new']['rejoined']) for r in rs)} of {len(rs)}")
+    return paired_table(records, ("old", "new"), pair, part, after=[ahead, rejoined])
 
 
 def build_parser() -> ArgumentParser:

@@ -38,3 +38,27 @@ def test_seeds_are_checked_with_the_option_named() -> None:
         parse_seeds("0,x")
     with pytest.raises(UsageError, match="--seeds: at least one"):
         parse_seeds(" , ")
+
+
+def test_the_paired_table_gives_each_datasets_means_its_change_and_the_mean_and_worst_over_datasets() -> None:
+    from bench.study import paired_table
+
+    def rec(ds: str, old: list[float], new: list[float], joined: bool) -> dict:
+        return {"dataset": ds, "old": {"test": old}, "new": {"test": new, "joined": joined}}
+
+    recs = [rec("b", [0.5, 0.1], [0.7, 0.2], True), rec("b", [0.7, 0.3], [0.7, 0.4], False),
+            rec("a", [0.9, 0.5], [0.8, 0.5], False)]
+    joined = ("joined", lambda rs: f"{sum(r['new']['joined'] for r in rs)} of {len(rs)}")
+    lines = paired_table(recs, ("old", "new"), lambda r, arm: r[arm]["test"], "test", names=("before", "after"),
+                         before=[("n", lambda rs: str(len(rs) * 10))], after=[joined]).splitlines()
+    assert lines[0] == "| dataset (test) | seeds | n | before AUROC / AUPRC | after AUROC / AUPRC | change | joined |"
+    assert lines[1] == "|---|---|---|---|---|---|---|"
+    assert lines[2] == "| a | 1 | 10 | 0.9000 / 0.5000 | 0.8000 / 0.5000 | -0.1000 / +0.0000 | 0 of 1 |"
+    assert lines[3] == "| b | 2 | 20 | 0.6000 / 0.2000 | 0.7000 / 0.3000 | +0.1000 / +0.1000 | 1 of 2 |"
+    # each dataset weighs alike (a's one seed as much as b's two); worst is per column
+    assert lines[4] == "| mean over datasets | | | | | +0.0000 / +0.0500 (worst -0.1000 / +0.0000) | |"
+    assert len(lines) == 5
+    # datasets in the given order; no records, no rows
+    order = paired_table(recs, ("old", "new"), lambda r, arm: r[arm]["test"], "test", order=lambda s: s != "b")
+    assert [ln.split(" | ")[0] for ln in order.splitlines()[2:4]] == ["| b", "| a"]
+    assert len(paired_table([], ("old", "new"), lambda r, arm: [0, 0], "val").splitlines()) == 2
