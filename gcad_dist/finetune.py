@@ -122,6 +122,7 @@ from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, add
 from gcad_dist.data.splits import subsample_labels  # re-exported: it lived here before
 from gcad_dist.fit_state import STATE_DIR, ResumeMismatch
 from gcad_dist.forest_view import FOREST_COLUMNS, FOREST_MODES, describe_choice
+from gcad_dist.provenance import environment
 from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.train import (FEW_VALIDATION_MODES, LINK_EVALS, SCORE_SPACES, WEIGHTINGS, TrainConfig,
@@ -770,6 +771,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     extra.update({"best_epoch": best_epoch, "val": metrics["val"], "test": metrics["test"]})
     save_model(out / "final", saved_model.cpu(), saved_config, extra=extra, snapshots=snapshots)
     metrics["wall_seconds"] = round(time.perf_counter() - t0, 3)
+    metrics["environment"] = environment(dev)
     write_json(metrics, out / "metrics.json")
     finish_run_state(state_dir)
     if cfg.plots:

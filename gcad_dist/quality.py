@@ -48,6 +48,7 @@ from gcad_dist.selection import KEEP_RULE
 from gcad_dist.fit_state import ResumeMismatch
 from gcad_dist.forest_view import FOREST_MODES, FOREST_RULE
 from gcad_dist.pretrain_first import PRETRAIN_MODES
+from gcad_dist.provenance import environment
 from gcad_dist.train import (AUTO_CONTRASTS, CONVS, FEW_ANOMALIES, LINK_EVALS, NORMS, SCORE_SPACES, TrainConfig,
                              auto_candidates, check_input_dropout, input_dropout_rule, label_inputs_rule, load_labelled,
                              normalize_features, resolve_jump, train_one, write_json)
@@ -404,6 +405,30 @@ def header(cfg: QualityConfig, models: list[str]) -> str:
     return " ".join(parts) + "\n\n"
 
 
+def environments_line(results: dict[tuple[str, str], list[dict]]) -> str:
+    """One line naming the environments the tables' runs were computed in (:func:`gcad_dist.provenance.environment`:
+    package versions, CPU, torch's CPU kernel level, the native kernels), with how many runs each, so that tables
+    from two builds can be told apart; runs written before session 92 recorded none."""
+    counts: dict[str, int] = {}
+    missing = 0
+    for runs in results.values():
+        for r in runs:
+            env = r.get("environment")
+            if not env:
+                missing += 1
+                continue
+            pk = env.get("packages", {})
+            native = str(env.get("native_kernels", "?")).removeprefix("loaded ")
+            text = (", ".join(f"{k} {v}" for k, v in pk.items()) + f"; CPU {env.get('cpu', '?')}"
+                    + (f" ({env['torch_cpu_capability']})" if env.get("torch_cpu_capability") else "")
+                    + (f", GPU {env['gpu']}" if env.get("gpu") else "") + f"; native kernels {native}")
+            counts[text] = counts.get(text, 0) + 1
+    parts = [f"{text} ({n} run{'s' if n > 1 else ''})" for text, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    if missing:
+        parts.append(f"not recorded ({missing} run{'s' if missing > 1 else ''})")
+    return "Environment of the runs: " + ("; or ".join(parts) if parts else "no runs") + ".\n"
+
+
 # ---------------------------------------------------------------------------------------------------
 # Running
 
@@ -438,7 +463,7 @@ def run_detector(cfg: QualityConfig, model: str, raw: Any, standard: Any, seed: 
     seconds = time.perf_counter() - t0
     val, test = _evaluate(data, scores, split)
     return {"val": val, "test": test, "seconds": round(seconds, 3), "labels_used": spec.labels,
-            "split": {"source": split.source, **split.sizes()}}
+            "split": {"source": split.source, **split.sizes()}, "environment": environment(cfg.device)}
 
 
 def run_gnn(cfg: QualityConfig, path: Path, model: str, standard: Any, seed: int,
@@ -746,6 +771,7 @@ def main(argv: list[str] | None = None) -> int:
     reference = cfg.paired_with or ("gccad" if "gccad" in models else None)
     if reference is not None and len(models) > 1:
         md += "\n" + paired_tables(results, names, models, reference)
+    md += "\n" + environments_line(results)
     out.mkdir(parents=True, exist_ok=True)
     (out / "quality.md").write_text(md)
     write_json({"config": asdict(cfg), "settings_keys": {f"{d}/{m}": settings_key(s) for (d, m), s in settings.items()},

@@ -45,6 +45,7 @@ import torch
 from gcad_dist.allocator import retain_freed_memory
 from gcad_dist.cli import ArgumentParser, DefaultsHelpFormatter, UsageError, run_cli, setup_logging
 from gcad_dist.data.label_inputs import LABEL_COLUMNS
+from gcad_dist.provenance import environment
 from partitioning.errors import GraphInputError
 from partitioning.features import NORMALIZE_CHOICES as STORE_NORMALIZATIONS
 from partitioning.features import POWER_ALL_ROWS, recorded_normalization
@@ -792,6 +793,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{head} ({why}: no metrics)")
         return 0
     m["seconds"] = round(secs, 3)
+    m["environment"] = environment(_resolve_device(cfg.device))
     if context is not None:
         m["context"] = context
     if view is not None:

@@ -43,6 +43,7 @@ from gcad_dist.fit_state import abandon as abandon_run_state
 from gcad_dist.fit_state import finish as finish_run_state
 from gcad_dist.forest_view import FOREST_COLUMNS, FOREST_MODES, describe_choice
 from gcad_dist.pretrain_first import PRETRAIN_MODES
+from gcad_dist.provenance import environment
 from gcad_dist.supervised import FitResult, SupervisedConfig, fit_supervised
 from partitioning.graph import describe_labels
 from partitioning.features import NORMALIZE_CHOICES, POWER_ALL_ROWS
@@ -625,6 +626,7 @@ def finish_fit(cfg: TrainConfig, c: Any) -> TrainOutcome:
         "label_budget": {"label_fraction": cfg.label_fraction, **budget},
         **res.summary(),
         "history": res.history,
+        "environment": environment(res.device),
     }
     if selection:
         metrics["contrast_selection"] = selection

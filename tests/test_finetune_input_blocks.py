@@ -141,6 +141,7 @@ def test_kept_with_power_members_the_checkpoint_reads_both_normalisations(graph,
                              capsys)  # the four candidates of a power checkpoint (no exemplar block: session 78)
     assert code == 0, err
     m = json.loads((out / "metrics.json").read_text())
+    assert m["environment"]["packages"]["torch"] == torch.__version__
     assert m["input_blocks"]["blocks"] == ["power", "standard"]
     assert m["input_blocks"]["kept"] == {"checkpoint": 0, "graph": 0, "scratch": 1, "zero-shot": 0}
     ck = load_model_file(out / "final")

@@ -217,7 +217,8 @@ def test_score_writes_one_row_per_node_with_correct_ids(small_graph, pre_checkpo
     np.testing.assert_array_equal(t["label"].to_numpy(), g.y)
     assert np.isfinite(t["score"].to_numpy()).all()
     np.testing.assert_allclose(t["score"].to_numpy(), score_graph(pre_checkpoint, path), rtol=0, atol=1e-6)
-    assert json.loads(out.with_name(out.name + ".metrics.json").read_text())["num_nodes"] == g.num_nodes
+    m = json.loads(out.with_name(out.name + ".metrics.json").read_text())
+    assert m["num_nodes"] == g.num_nodes and m["environment"]["packages"]["torch"] == torch.__version__
 
     # --out *.csv writes the same table as CSV; --context without --parts is said to be ignored
     csv = tmp_path / "scores.csv"

@@ -341,6 +341,13 @@ def test_env_var_forces_the_pytorch_kernels(monkeypatch):
     assert torch.isfinite(h.grad).all() and h.grad.abs().sum() > 0
 
 
+def test_loading_leaves_the_build_flags_alone(built):
+    """torch's loader appends its libraries to the flag lists it is given: the module's own lists must not be those
+    (else the build name changes after the first load, and a record of it names a build that was never loaded)."""
+    assert all(not f.startswith(("-l", "-L")) for f in native.CFLAGS + native.OPENMP)
+    assert native.loaded_state() == f"loaded {native._build_name()}"
+
+
 def test_auto_mode_on_any_thread_count_cpu_float_only(monkeypatch, built):
     monkeypatch.delenv(native.ENV, raising=False)
     x = torch.zeros(2, 2)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,9 @@ def test_rerun_with_other_settings_trains_again(tiny, tmp_path, capsys, caplog):
     if f"{enc_auroc:.4f}" != f"{proj_auroc:.4f}":
         assert f"{enc_auroc:.4f}" not in row(second, "gccad")
     assert row(first, "mlp") == row(second, "mlp")
+    # each run records where it was computed, and the report names it (one environment, both runs of this call)
+    assert run["environment"]["packages"]["torch"] == torch.__version__
+    assert f"torch {torch.__version__}" in second and "(2 runs)" in second.split("Environment of the runs:")[1]
 
 
 
@@ -175,6 +179,21 @@ def test_table_counts_the_contrast_each_seed_kept():
     text = markdown_tables({("tiny", "gccad"): runs, ("tiny", "mlp"): [run]}, ["tiny"], ["gccad", "mlp"])
     assert "gccad: candidates kept on validation (3 seeds): ego 1, graph 2." in text
     assert "mlp: contrast" not in text
+
+
+def test_environments_line_counts_each_build():
+    from gcad_dist.quality import environments_line
+
+    def run(torch_version, native):
+        return {"environment": {"packages": {"torch": torch_version}, "cpu": "X", "torch_cpu_capability": "AVX2",
+                                "native_kernels": native}}
+
+    line = environments_line({("g", "gccad"): [run("2.13.0", "loaded gcad_native_a"), run("2.13.0", "loaded gcad_native_a"),
+                                               run("2.12.0", "off"), {}], ("g", "mlp"): []})
+    assert line.startswith("Environment of the runs: torch 2.13.0; CPU X (AVX2); native kernels gcad_native_a (2 runs)")
+    assert "; or torch 2.12.0; CPU X (AVX2); native kernels off (1 run)" in line
+    assert line.rstrip().endswith("; or not recorded (1 run).")
+    assert environments_line({}) == "Environment of the runs: no runs.\n"
 
 
 def test_paired_table_compares_seed_by_seed():

@@ -74,6 +74,9 @@ def test_train_cli_end_to_end(tmp_path, capsys):
     assert len(m["history"]["loss"]) == m["epochs_run"] <= 6
     assert 0.0 <= m["test"]["auroc"] <= 1.0 and 0.0 <= m["test"]["auprc"] <= 1.0
     assert m["split"]["train"] + m["split"]["val"] + m["split"]["test"] == 600
+    env = m["environment"]  # the run's provenance (gcad_dist.provenance)
+    assert env["packages"]["torch"] == torch.__version__ and env["torch_threads"] == 1
+    assert env["native_kernels"].startswith(("loaded gcad_native_", "unavailable", "off"))
     ck = load_model_file(out)
     assert ck["extra"]["model"] == "gccad" and ck["config"]["hidden"] == 16
     # the checkpoint reproduces the selected model's validation AUPRC: a snapshot ensemble of the best evaluations

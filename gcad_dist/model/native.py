@@ -58,7 +58,8 @@ CFLAGS = ["-O3", "-march=native", "-fopenmp-simd"]
 OPENMP = ["-fopenmp"] if "parallel backend: OpenMP" in torch.__config__.parallel_info() else []
 BLOCK = 512  # edges per block of the native link MLP: its [block, h] buffers stay in L2
 
-__all__ = ["ENV", "BLOCK", "available", "enabled", "link_mlp", "weighted_sum", "dropout", "link_threshold", "status"]
+__all__ = ["ENV", "BLOCK", "available", "enabled", "link_mlp", "weighted_sum", "dropout", "link_threshold", "loaded_state",
+           "status"]
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "ops": the loaded op namespace, or "error": why it is unavailable
@@ -128,11 +129,14 @@ def _load():
         try:
             from torch.utils.cpp_extension import _get_build_directory, load
 
-            clear_stale_lock(Path(_get_build_directory(_build_name(), verbose=False)))
-            load(name=_build_name(), sources=[str(SOURCE)], extra_cflags=CFLAGS + OPENMP, extra_ldflags=OPENMP,
+            name = _build_name()
+            clear_stale_lock(Path(_get_build_directory(name, verbose=False)))
+            # copies: torch's loader appends its own libraries to the lists it is given
+            load(name=name, sources=[str(SOURCE)], extra_cflags=CFLAGS + OPENMP, extra_ldflags=list(OPENMP),
                  is_python_module=False,
                  verbose=False)
             _state["ops"] = torch.ops.gcad_native
+            _state["name"] = name
         except Exception as exc:  # noqa: BLE001 - any build/load failure means: use the PyTorch kernels
             _state["error"] = _summary(exc)
             log.warning("native edge kernels unavailable, using the PyTorch kernels (%s)", _state["error"])
@@ -249,6 +253,18 @@ def dropout(x: Tensor, p: float, seed: int) -> Tensor:
     so no mask is drawn from a generator or kept. Check :func:`enabled` first."""
     thr, scale = link_threshold(p)
     return _HashDropout.apply(x.contiguous(), thr, int(seed), scale)
+
+
+def loaded_state() -> str:
+    """What this process has done with the native kernels, without building or loading them: ``off`` (``GCAD_NATIVE=0``),
+    ``loaded <build name>``, ``unavailable: <why>`` or ``not loaded`` (nothing in this process has used them yet)."""
+    if _off():
+        return "off"
+    if "ops" in _state:
+        return f"loaded {_state['name']}"
+    if "error" in _state:
+        return f"unavailable: {_state['error']}"
+    return "not loaded"
 
 
 def status() -> str:
