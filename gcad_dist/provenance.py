@@ -78,9 +78,9 @@ def environment(device: str | torch.device | None = None) -> dict[str, Any]:
     }
     with contextlib.suppress(Exception):  # torch >= 2.1
         env["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device) if device is not None else None
+    from gcad_dist.supervised import resolve_device
+
+    dev = None if device is None else resolve_device(str(device))
     if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(dev)
         env["cuda"] = torch.version.cuda

@@ -793,7 +793,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{head} ({why}: no metrics)")
         return 0
     m["seconds"] = round(secs, 3)
-    m["environment"] = environment(_resolve_device(cfg.device))
+    m["environment"] = environment(cfg.device)
     if context is not None:
         m["context"] = context
     if view is not None:
