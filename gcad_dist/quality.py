@@ -97,6 +97,10 @@ class QualityConfig:
     patience: int = TrainConfig.patience
     snapshots: int = TrainConfig.snapshots
     max_degree: int = TrainConfig.max_degree
+    # the share of the split's labelled training nodes that every supervised method fits on (gcad_dist.train
+    # --label-fraction's seeded stratified subsample: GCCAD, the GNNs and the trees get the same nodes); validation and
+    # test untouched; label-free detectors read no label
+    label_fraction: float = TrainConfig.label_fraction
     pre_epochs: int | None = None  # None: the recipe's (gcad_dist.detectors.gccad_pre: local 3, paper 10)
     pre_ensemble: int | None = None  # None: the local recipe's (gcad_dist.detectors.gccad_pre.LOCAL_ENSEMBLE)
     pre_cliques: float | None = None  # None: the local recipe's pretrain --plant-cliques
@@ -180,7 +184,7 @@ def train_config(cfg: QualityConfig, path: Path, model: str, seed: int) -> Train
         jump=cfg.jump, norm=cfg.norm, hidden=cfg.hidden,
         layers=cfg.layers, input_dropout=cfg.input_dropout, label_inputs=cfg.label_inputs, epochs=cfg.epochs, lr=cfg.lr, eval_every=cfg.eval_every,
         patience=cfg.patience,
-        snapshots=cfg.snapshots, max_degree=cfg.max_degree, seed=seed,
+        snapshots=cfg.snapshots, max_degree=cfg.max_degree, label_fraction=cfg.label_fraction, seed=seed,
         device=cfg.device, threads=cfg.threads, candidate_workers=cfg.candidate_workers, progress=False, plots=False,
     )
 
@@ -239,6 +243,8 @@ def run_settings(cfg: QualityConfig, dataset: str, path: Path, model: str) -> di
         libs = {"numpy": _version("numpy"), "sklearn": _version("sklearn"), "torch": _version("torch")}
         libs.update({m: _version(m) for m, _extra in DETECTORS[model].requires if m not in ("faiss", "ray")})
         s["libs"] = libs
+    if cfg.label_fraction != 1 and labels_used(model) != "none":  # absent = every training label (runs before s93)
+        s["label_fraction"] = cfg.label_fraction
     return json.loads(json.dumps(s))  # exactly what a run JSON holds after a round trip
 
 
@@ -402,6 +408,10 @@ def header(cfg: QualityConfig, models: list[str]) -> str:
                          for m in det if m.startswith("gccad-pre")) + ".")
     parts.append("labels used: none = label-free, train = fitted on the train split, train+val = also epoch "
                  "selection on validation. s/run = wall seconds per run (fit + scoring).")
+    if cfg.label_fraction != 1:
+        parts.append(f"Every supervised method fitted on the same {cfg.label_fraction:g} of the split's labelled "
+                     "training nodes (seeded, stratified: gcad_dist.train --label-fraction); validation and test "
+                     "whole.")
     return " ".join(parts) + "\n\n"
 
 
@@ -448,7 +458,7 @@ def _evaluate(data: Any, scores: np.ndarray, split: Any) -> tuple[dict, dict]:
 
 def run_detector(cfg: QualityConfig, model: str, raw: Any, standard: Any, seed: int) -> dict[str, Any]:
     """One detector run on the seed's split: fit, score every node, evaluate on val and test."""
-    from gcad_dist.data.splits import make_split
+    from gcad_dist.data.splits import make_split, subsample_split
     from gcad_dist.detectors import DETECTORS, fit_score
 
     spec = DETECTORS[model]
@@ -457,13 +467,19 @@ def run_detector(cfg: QualityConfig, model: str, raw: Any, standard: Any, seed: 
         split = make_split(data, seed=seed)
     except ValueError as e:
         raise UsageError(f"--datasets: {e}") from e
+    fit_split, budget = split, None
+    if spec.labels != "none":  # the training labels gcad_dist.train --label-fraction fits on, for the same seed
+        fit_split, budget = subsample_split(split, data.y, cfg.label_fraction, seed=seed)
     t0 = time.perf_counter()
-    scores = fit_score(model, data, split, seed, **cfg.detector_options(), threads=max(1, cfg.threads),
+    scores = fit_score(model, data, fit_split, seed, **cfg.detector_options(), threads=max(1, cfg.threads),
                        device=cfg.device)
     seconds = time.perf_counter() - t0
     val, test = _evaluate(data, scores, split)
-    return {"val": val, "test": test, "seconds": round(seconds, 3), "labels_used": spec.labels,
-            "split": {"source": split.source, **split.sizes()}, "environment": environment(cfg.device)}
+    record = {"val": val, "test": test, "seconds": round(seconds, 3), "labels_used": spec.labels,
+              "split": {"source": split.source, **split.sizes()}, "environment": environment(cfg.device)}
+    if budget is not None:
+        record["label_budget"] = {"label_fraction": cfg.label_fraction, **budget}
+    return record
 
 
 def run_gnn(cfg: QualityConfig, path: Path, model: str, standard: Any, seed: int,
@@ -572,6 +588,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-degree", type=int, default=d.max_degree, metavar="D",
                    help="GCCAD: train each epoch on at most about D in-edges a node, sampled afresh and rescaled "
                    "(gcad_dist.train --max-degree; 0 = every edge). Default: %(default)s")
+    p.add_argument("--label-fraction", type=float, default=d.label_fraction, metavar="F",
+                   help="fit every supervised method (GCCAD, the GNNs, the trees) on the same fraction F of the "
+                        "split's labelled training nodes: gcad_dist.train --label-fraction's seeded, stratified "
+                        "subsample (at least one node of each class), so that a few labels are compared on equal "
+                        "terms; validation and test stay whole, and label-free detectors are unaffected. With fewer "
+                        "than 300 labelled training anomalies left, GCCAD pre-trains first as gcad_dist.train does "
+                        "(--pretrain auto). Default: %(default)s (every training label)")
     p.add_argument("--pre-epochs", type=int, default=d.pre_epochs,
                    help="pre-training epochs of gccad-pre / gccad-pre-paper (default: the recipe's, 3 / 10)")
     p.add_argument("--pre-ensemble", type=int, default=d.pre_ensemble,
@@ -677,6 +700,8 @@ def _validate(cfg: QualityConfig) -> None:
         if (cfg.pre_cliques or 0) + (cfg.pre_tails or 0) > share:
             raise UsageError(f"--pre-cliques and --pre-tails: together at most {share} (the recipe's share of "
                              f"corrupted nodes), got {cfg.pre_cliques} + {cfg.pre_tails}")
+    if not 0 < cfg.label_fraction <= 1:  # also rejects nan
+        raise UsageError(f"--label-fraction: must be in (0, 1], got {cfg.label_fraction}")
     for name in ("hidden", "layers", "epochs", "eval_every", "candidate_workers"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(cfg, name)}")

@@ -275,3 +275,43 @@ def test_detectors_in_the_harness(tiny, tmp_path, capsys):
         assert sizes["iforest"]["source"] == sizes["trees"]["source"] == sizes["mlp"]["source"]
         assert sizes["iforest"]["test"] == sizes["mlp"]["test"]
     assert runs["iforest"][0]["labels_used"] == "none" and runs["trees"][0]["labels_used"] == "train"
+
+
+def test_label_fraction_fits_every_supervised_method_on_the_same_labels(tiny, tmp_path, capsys, monkeypatch):
+    """--label-fraction: the trees and every GNN fit on gcad_dist.train --label-fraction's subsample of the same
+    seed (the same nodes), validation and test stay whole, label-free detectors and their keys are untouched."""
+    import gcad_dist.detectors as detectors
+    from gcad_dist.quality import QualityConfig, run_settings, settings_key, train_config
+
+    def key(model: str, **kw) -> str:
+        return settings_key(run_settings(QualityConfig(**kw), "tiny", tiny, model))
+
+    assert key("trees", label_fraction=0.5) != key("trees") == key("trees", label_fraction=1.0)
+    assert key("mlp", label_fraction=0.5) != key("mlp") and key("gccad", label_fraction=0.1) != key("gccad")
+    assert key("iforest", label_fraction=0.5) == key("iforest")  # reads no label
+    assert "label_fraction" not in run_settings(QualityConfig(), "tiny", tiny, "trees")  # earlier runs' keys hold
+    assert train_config(QualityConfig(label_fraction=0.1), tiny, "gccad", 3).label_fraction == 0.1
+
+    seen: dict[str, int] = {}
+    fit = detectors.fit_score
+
+    def spy(model, data, split, *a, **kw):
+        if split is not None:
+            seen[model] = int(split.train.sum())
+        return fit(model, data, split, *a, **kw)
+
+    monkeypatch.setattr(detectors, "fit_score", spy)
+    out = tmp_path / "q"
+    rc, md = _run(["--datasets", str(tiny), "--seeds", "1", "--models", "trees", "mlp", "iforest",
+                   "--label-fraction", "0.5", "--epochs", "2", "--hidden", "8", "--threads", "1", "--out", str(out)],
+                  capsys)
+    assert rc == 0 and "fitted on the same 0.5 of the split's labelled training nodes" in md
+    (trees,), (mlp,), (iforest,) = ([json.loads(p.read_text()) for p in _runs(out, m)] for m in ("trees", "mlp", "iforest"))
+    tb, mb = trees["label_budget"], mlp["label_budget"]
+    assert tb == mb  # the same subsample: counts of nodes and of anomalies, kept and whole
+    assert 1 <= tb["train_labelled_anomalies"] < tb["train_total_anomalies"]
+    assert tb["train_labelled"] < tb["train_total"] == trees["split"]["train"]
+    assert seen["trees"] == tb["train_labelled"]  # what the trees were fitted on
+    assert trees["split"] == mlp["split"]  # validation and test whole, the same for both
+    assert "label_budget" not in iforest and "label_fraction" not in iforest["settings"]
+    assert trees["settings"]["label_fraction"] == mlp["settings"]["label_fraction"] == 0.5
