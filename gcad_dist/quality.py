@@ -58,7 +58,7 @@ log = logging.getLogger("gcad_dist.quality")
 
 #: Bump when a code change alters the result of a run with unchanged settings: older runs are then not reused.
 RESULTS_VERSION = 2
-GNN_MODELS = ("gccad", "gccad-ce", "mlp", "gcn", "gin", "sage", "gat")
+GNN_MODELS = ("gccad", "gccad-ce", "mlp", "gcn", "gin", "sage", "gat", "bwgnn")
 DETECTOR_MODELS = ("iforest", "knn", "nbr-cosine", "local-knn", "dominant", "cola", "trees", "boosted-trees",
                    "gccad-pre", "gccad-pre-paper")
 ALL_MODELS = GNN_MODELS + DETECTOR_MODELS
@@ -540,7 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=d.seeds, help="number of seeds (split, init and training noise) per model and dataset")
     p.add_argument("--first-seed", type=int, default=d.first_seed, help="first seed index (runs use first-seed .. first-seed + seeds - 1)")
     p.add_argument("--models", nargs="+", default=d.models, choices=ALL_MODELS, metavar="MODEL",
-                   help=f"models, from: {', '.join(ALL_MODELS)}. gccad-ce = GCCAD with the cross-entropy head; "
+                   help=f"models, from: {', '.join(ALL_MODELS)}. gccad-ce = GCCAD with the cross-entropy head; bwgnn = "
+                        "BWGNN, the Beta-wavelet GNN for anomaly detection (as GADBench runs it); "
                         "iforest, knn (distance to the 5th nearest node in feature space), nbr-cosine, local-knn (distance "
                         "to the 2nd most alike neighbour in feature space), dominant, "
                         "cola, gccad-pre (local recipe) and gccad-pre-paper (METHOD.md "

@@ -34,7 +34,7 @@ from gcad_dist.data.degree_cap import DegreeCap
 from gcad_dist.data.label_inputs import LABEL_COLUMNS, LabelInputSampler
 from gcad_dist.fit_state import FitCheckpointer, FitInterrupted, ResumeMismatch, StopRequest, fingerprint, same_fit
 from gcad_dist.metrics import evaluate
-from gcad_dist.model.baselines import BaselineClassifier
+from gcad_dist.model.baselines import CrossEntropyClassifier
 from gcad_dist.model.precision import autocast, resolve_precision
 from gcad_dist.model.snapshots import SnapshotEnsemble
 from gcad_dist.optim import adam
@@ -226,7 +226,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     """Train ``model`` full-batch on the labelled graph ``data`` and select it on validation AUPRC.
 
     Args:
-        model: a :class:`gcad_dist.model.GCCAD` or a :class:`BaselineClassifier` (anything with
+        model: a :class:`gcad_dist.model.GCCAD` or a baseline (:class:`gcad_dist.model.baselines.CrossEntropyClassifier`; anything with
             ``forward(x, edge_index, batch=, num_graphs=)``, ``loss(out, y, mask=)`` -> dict with
             ``"total"`` and ``score(out)``).
         data: PyG ``Data`` / ``Batch`` with ``x``, ``edge_index``, ``y`` (1 = anomaly, -1 = unknown), optionally
@@ -269,7 +269,7 @@ def fit_supervised(model: torch.nn.Module, data: Any, split: Any, cfg: Supervise
     graph_np = None if batch is None else batch.cpu().numpy()
     y_np = y.cpu().numpy()
     val_np, test_np = val_mask.cpu().numpy(), test_mask.cpu().numpy()
-    is_baseline = isinstance(model, BaselineClassifier)
+    is_baseline = isinstance(model, CrossEntropyClassifier)
     # each validation half's own best evaluations, for selection_scores (per-graph metrics: not cross-fitted)
     folds = validation_folds(y_np, val_np, cfg.seed) if graph_np is None else None
     cross = CrossFit(y_np, folds, cfg.snapshots) if folds is not None else None

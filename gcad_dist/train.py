@@ -50,7 +50,7 @@ from partitioning.features import NORMALIZE_CHOICES, POWER_ALL_ROWS
 
 log = logging.getLogger("gcad_dist.train")
 
-MODELS = ("gccad", "mlp", "gcn", "gin", "sage", "gat")
+MODELS = ("gccad", "mlp", "gcn", "gin", "sage", "gat", "bwgnn")
 CONVS = ("gin", "gcn", "sage", "gat")
 ABLATIONS = ("none", "ce", "no-link-loss", "no-global", "no-edge-update")
 SCORE_SPACES = ("encoder", "projection")
@@ -303,7 +303,7 @@ def build_model(kind: str, in_dim: int, hidden: int = 64, layers: int = 2, dropo
     contrasts compare single-layer embeddings); with another contrast it is ignored.
 
     ``kind`` is ``gccad`` (with ``conv`` and ``ablation``), ``gccad-ce`` (= gccad + ablation ce)
-    or a baseline name (mlp, gcn, gin, sage, gat).
+    or a baseline name (mlp, gcn, gin, sage, gat, bwgnn).
     """
     if kind == "gccad-ce":
         kind, ablation = "gccad", "ce"
@@ -945,7 +945,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--graph", required=True, help="labelled graph: .npz (x, edge_index, y[, masks]), torch-saved PyG Data (.pt) or folder")
     p.add_argument("--out", required=True, help="output directory (model.pt, metrics.json, PNG plots)")
-    p.add_argument("--model", default=d.model, choices=MODELS + ("gccad-ce",), help="gccad, or a cross-entropy baseline; gccad-ce = gccad --ablation ce")
+    p.add_argument("--model", default=d.model, choices=MODELS + ("gccad-ce",), help="gccad, or a cross-entropy baseline; gccad-ce = gccad --ablation ce; bwgnn = the Beta-wavelet filter bank "
+                   "GADBench found the strongest GNN for anomaly detection (Tang et al., ICML 2022; --layers is its order)")
     p.add_argument("--conv", default=d.conv, choices=CONVS, help="GCCAD node-update convolution")
     p.add_argument("--link-eval", default=d.link_eval, choices=LINK_EVALS,
                    help="GCCAD link remover at evaluation: 'expected' weights each edge by its keep probability p "
@@ -1003,7 +1004,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GCCAD ablation: ce = cross-entropy head instead of the contrastive loss; no-link-loss = link-loss weight 0; "
                         "no-global = link predictor without the h - q terms; no-edge-update = no link predictor / remover")
     p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (all models)")
-    p.add_argument("--layers", type=int, default=d.layers, help="number of message-passing layers (all models)")
+    p.add_argument("--layers", type=int, default=d.layers, help="number of message-passing layers (all models; bwgnn: the order of its wavelets, the hops each reaches)")
     p.add_argument("--dropout", type=float, default=d.dropout, help="dropout probability")
     p.add_argument("--input-dropout", type=float, default=d.input_dropout, metavar="P",
                    help="dropout on the input features during training (0 = none, the paper's). Default: for "
