@@ -13,7 +13,9 @@ epoch on validation; their scores' ranks averaged, then scored on validation).
         --variants base= expected=link_eval:expected --out runs/sweep
 
 Each run's JSON goes to ``<out>/<dataset>/<variant>/seed<s>.json`` (resumable; keyed by the variant's
-settings, so a changed variant under the same name is rerun); the table is the mean over seeds.
+settings, so a changed variant under the same name is rerun); the table is the mean over seeds. A second table
+compares every variant with the first one (or ``--paired-with NAME``) seed by seed: the mean change in validation
+AUROC / AUPRC over the seeds both ran, and on how many of them the variant is ahead.
 """
 
 from __future__ import annotations
@@ -104,6 +106,21 @@ def run_one(data: Any, dataset: str, seed: int, model_o: dict, fit_o: dict) -> d
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
+def paired_rows(runs: dict[str, dict[int, dict[str, Any]]], reference: str) -> list[tuple[str, int, float, float, int, int]]:
+    """``runs[variant][seed]`` (run records) of one dataset -> per variant other than ``reference``: (variant, seeds
+    both ran, mean change in val AUROC, in val AUPRC, seeds with a higher AUROC, seeds with a higher AUPRC)."""
+    rows = []
+    ref = runs.get(reference, {})
+    for name, by_seed in runs.items():
+        seeds = sorted(set(by_seed) & set(ref))
+        if name == reference or not seeds:
+            continue
+        d = {m: np.array([by_seed[s]["val"][m] - ref[s]["val"][m] for s in seeds]) for m in ("auroc", "auprc")}
+        rows.append((name, len(seeds), float(d["auroc"].mean()), float(d["auprc"].mean()),
+                     int((d["auroc"] > 0).sum()), int((d["auprc"] > 0).sum())))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m bench.supervised_sweep", description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -113,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", nargs="+", default=["base="], help="name=key:value,... (see module doc)")
     p.add_argument("--out", default="runs/sweep")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--paired-with", default=None, metavar="NAME",
+                   help="the variant the others are compared with seed by seed (None: the first of --variants)")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
@@ -121,8 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     from gcad_dist.train import load_labelled
 
     variants = [parse_variant(v) for v in a.variants]
+    reference = a.paired_with or variants[0][0]
+    if reference not in {v[0] for v in variants}:
+        raise UsageError(f"--paired-with {reference}: not among --variants ({' '.join(v[0] for v in variants)})")
     out = Path(a.out)
     rows = []
+    by_dataset: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
     for ds in a.datasets:
         path = Path(ds) if Path(ds).suffix else Path(a.data_dir) / f"{ds}.npz"
         name = path.stem
@@ -145,12 +168,19 @@ def main(argv: list[str] | None = None) -> int:
                     log.info("%s %s seed %d: val AUROC %.4f AUPRC %.4f (epoch %d, %.0f s)", name, vname, seed,
                              r["val"]["auroc"], r["val"]["auprc"], r["best_epoch"], r["seconds"])
                 vals.append(r)
+                by_dataset.setdefault(name, {}).setdefault(vname, {})[seed] = r
             if vals:
                 rows.append((name, vname, len(vals), np.mean([r["val"]["auroc"] for r in vals]),
                              np.mean([r["val"]["auprc"] for r in vals]), np.mean([r["seconds"] for r in vals])))
     print("| dataset | variant | seeds | val AUROC | val AUPRC | s/run |\n|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.4f} | {r[4]:.4f} | {r[5]:.0f} |")
+    paired = [(ds, row) for ds, runs in by_dataset.items() for row in paired_rows(runs, reference)]
+    if paired:
+        print(f"\n| dataset | variant - {reference} | seeds | val AUROC change | val AUPRC change | seeds ahead (AUROC, AUPRC) |\n"
+              "|---|---|---|---|---|---|")
+        for ds, (v, n, da, dp, wa, wp) in paired:
+            print(f"| {ds} | {v} | {n} | {da:+.4f} | {dp:+.4f} | {wa}, {wp} of {n} |")
     return 0
 
 

@@ -73,8 +73,10 @@ def setup_logging(verbose: bool = False) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    for noisy in ("matplotlib", "PIL"):  # their DEBUG lines (font scans: 150 a plot) would drown --verbose's own
-        logging.getLogger(noisy).setLevel(logging.INFO)
+    # their DEBUG lines (font scans: 150 a plot) would drown --verbose's own, and matplotlib's one INFO line ("generated
+    # new fontManager", a first plot on a machine) says nothing to a user: shown with --verbose only
+    for noisy in ("matplotlib", "PIL"):
+        logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.WARNING)
     # FAISS's loader tries its AVX512 build first and logs the failed import as a multi-line INFO
     # ("Could not load library ... ModuleNotFoundError"): not an error, so shown with --verbose only
     logging.getLogger("faiss.loader").setLevel(logging.DEBUG if verbose else logging.WARNING)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -390,3 +391,14 @@ def test_faiss_loader_lines_only_with_verbose() -> None:
     assert "faiss.loader" not in quiet.stderr, quiet.stderr
     loud = subprocess.run([sys.executable, "-c", code, "v"], capture_output=True, text=True, timeout=120)
     assert "faiss.loader" in loud.stderr  # still there for --verbose
+
+
+def test_matplotlib_font_cache_line_only_with_verbose(tmp_path) -> None:
+    """A first plot on a machine makes matplotlib log "generated new fontManager" at INFO; a default run hides it."""
+    code = ("import sys; from partitioning.cli import setup_logging; setup_logging(sys.argv[1] == 'v'); "
+            "import matplotlib; matplotlib.use('Agg'); import matplotlib.font_manager")
+    for mode, shown in (("q", False), ("v", True)):
+        env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / mode)}  # an empty cache: the font list is built anew
+        r = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
+        assert ("generated new fontManager" in r.stderr) is shown, r.stderr

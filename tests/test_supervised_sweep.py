@@ -49,3 +49,17 @@ def test_ensemble_of_two_members_scores_validation_only():
         assert 0.0 <= r["val"]["auroc"] <= 1.0 and np.isfinite(r["val"]["auprc"])
     # scored on the validation split only: as many nodes as the single run's validation metrics
     assert ens["val"]["num_nodes"] == single["val"]["num_nodes"] < n
+
+
+def test_paired_rows_compare_seed_by_seed_on_the_seeds_both_ran():
+    def rec(auroc, auprc):
+        return {"val": {"auroc": auroc, "auprc": auprc}}
+
+    runs = {"def": {0: rec(0.80, 0.50), 1: rec(0.70, 0.40), 2: rec(0.60, 0.30)},
+            "v": {0: rec(0.90, 0.45), 1: rec(0.75, 0.50), 3: rec(0.99, 0.99)},  # seed 3: no reference run
+            "w": {5: rec(0.5, 0.5)}}  # no seed in common: no row
+    (row,) = sweep.paired_rows(runs, "def")
+    name, seeds, d_auroc, d_auprc, ahead_auroc, ahead_auprc = row
+    assert (name, seeds, ahead_auroc, ahead_auprc) == ("v", 2, 2, 1)
+    assert d_auroc == pytest.approx(0.075) and d_auprc == pytest.approx(0.025)
+    assert sweep.paired_rows(runs, "missing") == []
