@@ -41,19 +41,21 @@ FOREST_MODES = ("auto", "off")
 #: and the local kNN distance; session 89: +0.126 validation AUROC of the trees over eight fresh generated graphs,
 #: inj_cora +0.080, tolokers and reddit level; session 90, end to end: +0.0017 / +0.0088 test AUROC / AUPRC over nine
 #: fresh generated graphs, the shared graphs level, BENCHMARKS.md). :func:`add_forest_view`'s own default stays
-#: ``local=False``, the function as before
+#: ``local=False``, the function as before. Its ``labels`` (the trees also read GCCAD's neighbour-label inputs) is not
+#: a value here: session 96's rule rejected it end to end (``bench.forest_columns --arms local labels``)
 FOREST_COLUMNS = ("none", "local")
 #: the forest joins iff the paired bootstrap's P(GCCAD better) is below this in validation AUPRC and in AUROC
 JOIN_BELOW = 0.8
 
 
-def _rule(min_anomalies: int | None = None, local: bool = False) -> str:
+def _rule(min_anomalies: int | None = None, local: bool = False, labels: bool = False) -> str:
     from gcad_dist.model.forest import FOREST_HOPS, LOCAL_COLUMNS
     from gcad_dist.selection import MIN_POSITIVES, SWITCH_CONFIDENCE
 
     least = MIN_POSITIVES if min_anomalies is None else min_anomalies
+    read = [*(LOCAL_COLUMNS if local else ()), *(["the neighbour-label inputs"] if labels else [])]
     return (f"RF-Graph ({FOREST_HOPS} hops of neighbour means) and gradient-boosted trees (1 hop)"
-            + (f", both also reading {' and '.join(LOCAL_COLUMNS)}," if local else "")
+            + (f", both also reading {' and '.join(read)}," if read else "")
             + f" on the training nodes, their ranks averaged; joins iff >= "
             f"{least} validation anomalies and the paired bootstrap over them finds P(GCCAD's cross-fitted "
             f"validation AUPRC higher) < {JOIN_BELOW} and P(its AUROC higher) < {JOIN_BELOW}; joined: the mean of both "
@@ -74,8 +76,8 @@ def describe_choice(record: dict[str, Any]) -> str:
 
 def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, seed: int,
                     threads: int = 1, in_features: int | None = None,
-                    min_anomalies: int | None = None,
-                    local: bool = False) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
+                    min_anomalies: int | None = None, local: bool = False,
+                    labels: bool = False) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
     """Fit the forest on ``split.train`` (the nodes GCCAD trained on), judge it against GCCAD's fit ``res`` on
     ``split.val``, and return (fit,
     model, record): where it is kept, the fit's scores and metrics are the rank blend's and the model a
@@ -85,7 +87,11 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     several, :class:`~gcad_dist.model.candidate_ensemble.CandidateEnsemble`). ``min_anomalies``: the fewest validation
     anomalies the join test is run on (default :data:`gcad_dist.selection.MIN_POSITIVES`; ``gcad_dist.train
     --forest-min-anomalies``, session 77); below ``MIN_POSITIVES`` a joined forest always blends, never scores alone.
-    ``local``: the trees also read :data:`gcad_dist.model.forest.LOCAL_COLUMNS` (``--forest-columns local``)."""
+    ``local``: the trees also read :data:`gcad_dist.model.forest.LOCAL_COLUMNS` (``--forest-columns local``).
+    ``labels``: where ``data`` has label-input columns (its last ``label_input_columns``), both trees also read them
+    as they are (one hop: a node's own label never enters its own columns). Not a CLI value: session 96 measured it
+    end to end (``bench.forest_columns --arms local labels``: -0.0002 / -0.0037 test AUROC / AUPRC over eight fresh
+    graphs, though the trees alone gained) and rejected it; kept so that the bench reproduces those figures."""
     from gcad_dist.metrics import auprc, evaluate
     from gcad_dist.model.rank_blend import EmpiricalCDF, RankBlend
     from gcad_dist.model.tree_blend import fit_scored_tree_blend
@@ -94,9 +100,11 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
     min_anomalies = MIN_POSITIVES if min_anomalies is None else int(min_anomalies)
     if min_anomalies < 1:
         raise ValueError(f"min_anomalies must be at least 1, got {min_anomalies}")
-    record: dict[str, Any] = {"rule": _rule(min_anomalies, local)}
-    if local:
-        record["columns"] = "local"
+    label_columns = int(getattr(data, "label_input_columns", 0) or 0)
+    labels = labels and label_columns > 0
+    record: dict[str, Any] = {"rule": _rule(min_anomalies, local, labels)}
+    if local or labels:
+        record["columns"] = "labels" if labels else "local"
     y = torch.as_tensor(data.y).cpu().numpy()
     if getattr(data, "graph_id", None) is not None or res.selection_scores is None:
         record.update(kept=False, reason="many small graphs: a node forest does not apply" if getattr(
@@ -104,12 +112,12 @@ def add_forest_view(res: Any, model: torch.nn.Module, data: Any, split: Any, see
         log.info("forest view: not tried (%s)", record["reason"])
         return res, model, record
     t0 = time.perf_counter()
-    label_columns = int(getattr(data, "label_input_columns", 0) or 0)
     in_features = int(data.x.shape[1]) - label_columns if in_features is None else int(in_features)
     train = torch.as_tensor(split.train).cpu().numpy() & (y >= 0)
     try:
         forest, forest_scores = fit_scored_tree_blend(data.x, data.edge_index, y, train, seed=seed, threads=threads,
-                                                      in_features=in_features, local=local)
+                                                      in_features=in_features, local=local,
+                                                      passthrough=label_columns if labels else 0)
     except ValueError as e:
         record.update(kept=False, reason=str(e))
         log.info("forest view: not tried (%s)", e)

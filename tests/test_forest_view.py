@@ -252,6 +252,60 @@ def test_the_forest_alone_scores_where_validation_places_it_clearly_above_the_bl
     assert rec2["p_forest_better_than_blend_auprc"] < 0.95
 
 
+def _guilt_graph(n: int = 1500, seed: int = 0) -> Data:
+    """Anomalies (10%) told only by whom they link to: features and degree alike for every node, each anomaly linked
+    to 4 random anomalies and 4 random nodes, each normal node to 8 random nodes."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.zeros(n, dtype=torch.long)
+    y[torch.randperm(n, generator=g)[: n // 10]] = 1
+    bad = torch.nonzero(y).flatten()
+    src = torch.arange(n).repeat_interleave(8)
+    dst = torch.randint(0, n, (8 * n,), generator=g)
+    ring = (y[src] == 1) & (torch.arange(8 * n) % 8 < 4)
+    dst[ring] = bad[torch.randint(0, bad.numel(), (int(ring.sum()),), generator=g)]
+    keep = src != dst
+    ei = torch.stack([src[keep], dst[keep]])
+    return Data(x=torch.randn(n, 6, generator=g), edge_index=torch.cat([ei, ei.flip(0)], dim=1), y=y, num_nodes=n)
+
+
+def test_the_label_columns_reach_the_trees_only_with_labels_and_score_as_the_written_blend():
+    """``labels=True`` (``--forest-columns labels``): where the fit reads GCCAD's label inputs, both trees also read
+    those two columns (passed through), and find anomalies that only their known anomalous neighbours give away;
+    the written blend scores the graph as the fit did. Without label-input columns it is ``local``."""
+    from gcad_dist.data.label_inputs import with_label_inputs
+    from gcad_dist.forest_view import add_forest_view
+
+    class Fixed(torch.nn.Module):  # a GCCAD stand-in that scores every graph with the same noise
+        def __init__(self, scores: np.ndarray) -> None:
+            super().__init__()
+            self.register_buffer("s", torch.as_tensor(scores))
+
+        def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+            return self.s
+
+        def score(self, out: torch.Tensor) -> torch.Tensor:
+            return out
+
+    plain = _guilt_graph()
+    split = _split(plain.num_nodes)
+    data = with_label_inputs(plain, split.train)
+    noise = np.random.default_rng(1).standard_normal(data.num_nodes)
+    weak = _fit(noise, noise, data, split)
+    _, _, without = add_forest_view(weak, Fixed(noise), data, split, seed=0, local=True)
+    res, m, rec = add_forest_view(weak, Fixed(noise), data, split, seed=0, local=True, labels=True)
+    assert without["columns"] == "local" and rec["columns"] == "labels" and "neighbour-label" in rec["rule"]
+    # 0.94 against 0.72 (the degree gives some away: anomalies have four more links)
+    assert rec["forest_val_auroc"] > 0.9 and rec["forest_val_auroc"] > without["forest_val_auroc"] + 0.15
+    assert rec["kept"] and m.members[1].passthrough == 2
+    np.testing.assert_allclose(m.score(m(data.x, data.edge_index)).numpy(), res.scores, atol=1e-6)
+    # no label-input columns: the label arm reads what local reads
+    _, _, same = add_forest_view(_fit(noise, noise, plain, split), torch.nn.Identity(), plain, split, seed=0,
+                                 local=True, labels=True)
+    assert same["columns"] == "local" and same["forest_val_auroc"] == pytest.approx(
+        add_forest_view(_fit(noise, noise, plain, split), torch.nn.Identity(), plain, split, seed=0,
+                        local=True)[2]["forest_val_auroc"])
+
+
 def test_too_few_validation_anomalies_leave_gccad_alone():
     from gcad_dist.forest_view import add_forest_view
 
