@@ -30,14 +30,15 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script or with -m from the repo
 
 from gcad_dist.cli import ArgumentParser, UsageError, run_cli, setup_logging  # noqa: E402
+from gcad_dist.forest_view import FOREST_COLUMNS  # noqa: E402
 
 log = logging.getLogger("bench.forest_columns")
 
-#: the trees' inputs an arm can take: ``gcad_dist.train --forest-columns``' values (``none``, ``local``), and
-#: ``labels`` (``add_forest_view(labels=True)``: the local columns and GCCAD's two neighbour-label columns; session 96,
-#: rejected, so not a CLI value: a run itself cannot use it)
-ARMS = ("none", "local", "labels")
-RUN_ARMS = ("none", "local")
+#: the trees' inputs a run itself can take: ``gcad_dist.train --forest-columns``' values
+RUN_ARMS = FOREST_COLUMNS
+#: the trees' inputs an arm can take: those, and ``labels`` (``add_forest_view(labels=True)``: the local columns and
+#: GCCAD's two neighbour-label columns; session 96, rejected, so not a CLI value: a run itself cannot use it)
+ARMS = (*RUN_ARMS, "labels")
 PARTS = ("val", "test", "both")
 
 
