@@ -20,7 +20,6 @@ for a rule's guard on the shared graphs), ``test`` the test table, ``both`` both
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -88,26 +87,12 @@ def both_arms(real: Callable[..., Any], sink: list[dict[str, Any]], run_arm: str
 
 def run_one(cfg: ForestColumnsConfig, dataset: str, seed: int) -> dict[str, Any]:
     """One default ``gcad_dist.train`` run of ``dataset`` at ``seed``, its forest view finished under both arms."""
-    import gcad_dist.forest_view as forest_view
-    from gcad_dist.train import main as train_main
+    from bench.study import train_with_forest_view
 
-    path = Path(cfg.data_dir) / f"{dataset}.npz"
-    if not path.is_file():
-        raise UsageError(f"--datasets: {path} not found")
-    run_dir = Path(cfg.out) / "runs" / f"{dataset}-s{seed}"
-    argv = ["--graph", str(path), "--out", str(run_dir), "--seed", str(seed), "--threads", str(cfg.threads),
-            "--no-plots", "--no-progress", "--overwrite"]
-    if cfg.epochs is not None:
-        argv += ["--epochs", str(cfg.epochs)]
-    argv += ["--forest-columns", cfg.arm]
     sink: list[dict[str, Any]] = []
-    real = forest_view.add_forest_view
-    forest_view.add_forest_view = both_arms(real, sink, cfg.arm, tuple(cfg.arms))
-    try:
-        train_main(argv)
-    finally:
-        forest_view.add_forest_view = real
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = train_with_forest_view(cfg.data_dir, dataset, seed, cfg.out, cfg.threads, cfg.epochs,
+                                     lambda real: both_arms(real, sink, cfg.arm, tuple(cfg.arms)),
+                                     ["--forest-columns", cfg.arm])
     rec: dict[str, Any] = {"dataset": dataset, "seed": seed, "run_arm": cfg.arm,
                            "pretrained": bool((metrics.get("pretraining") or {}).get("used")),
                            "run": {"val": _metrics(metrics["val"]), "test": _metrics(metrics["test"])}}

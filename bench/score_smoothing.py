@@ -17,7 +17,6 @@ test tables, ``both`` both; ``--variants`` picks the tables (default: all), each
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -100,30 +99,16 @@ def measure(arrays: dict[str, np.ndarray], variants: list[str]) -> dict[str, Any
 
 def run_one(cfg: ScoreSmoothingConfig, dataset: str, seed: int) -> dict[str, Any]:
     """One default ``gcad_dist.train`` run of ``dataset`` at ``seed``; its arrays saved and its variants measured."""
-    import gcad_dist.forest_view as forest_view
-    from gcad_dist.train import main as train_main
+    from bench.study import train_with_forest_view
 
-    path = Path(cfg.data_dir) / f"{dataset}.npz"
-    if not path.is_file():
-        raise UsageError(f"--datasets: {path} not found")
-    run_dir = Path(cfg.out) / "runs" / f"{dataset}-s{seed}"
-    argv = ["--graph", str(path), "--out", str(run_dir), "--seed", str(seed), "--threads", str(cfg.threads),
-            "--no-plots", "--no-progress", "--overwrite"]
-    if cfg.epochs is not None:
-        argv += ["--epochs", str(cfg.epochs)]
     sink: list[dict[str, np.ndarray]] = []
-    real = forest_view.add_forest_view
-    forest_view.add_forest_view = capture(real, sink)
-    try:
-        train_main(argv)
-    finally:
-        forest_view.add_forest_view = real
+    metrics = train_with_forest_view(cfg.data_dir, dataset, seed, cfg.out, cfg.threads, cfg.epochs,
+                                     lambda real: capture(real, sink))
     if not sink:
         raise RuntimeError(f"{dataset} seed {seed}: the run has no forest view step, so nothing was captured")
     arrays_dir = Path(cfg.out) / "arrays"
     arrays_dir.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(arrays_dir / f"{dataset}-s{seed}.npz", **sink[-1])
-    metrics = json.loads((run_dir / "metrics.json").read_text())
     return {"dataset": dataset, "seed": seed, "pretrained": bool((metrics.get("pretraining") or {}).get("used")),
             **measure(sink[-1], list(VARIANTS))}
 

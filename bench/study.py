@@ -1,7 +1,8 @@
 """A bench's study of (dataset, seed) pairs: one JSON record per pair in a folder, written whole (a crash mid-write
 leaves no half file) and read back when the bench runs again, so that a stopped study resumes where it stopped.
-Shared by ``bench.train_rejoin``, ``bench.forest_few`` and ``bench.forest_columns``, with the paired Markdown table they
-print (``paired_table``)."""
+Shared by ``bench.train_rejoin``, ``bench.forest_few``, ``bench.forest_columns`` and ``bench.score_smoothing``, with the
+paired Markdown table they print (``paired_table``) and one default ``gcad_dist.train`` run whose forest view a bench
+wraps (``train_with_forest_view``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from gcad_dist.cli import UsageError  # noqa: E402
 
-__all__ = ["Column", "paired_table", "parse_seeds", "run_study"]
+__all__ = ["Column", "paired_table", "parse_seeds", "run_study", "train_with_forest_view"]
 
 #: An extra table column: its header, and its cell from one dataset's records.
 Column = tuple[str, Callable[[list[dict[str, Any]]], str]]
@@ -89,3 +90,28 @@ def paired_table(records: list[dict[str, Any]], arms: tuple[str, str], pair: Cal
 def _row(cells: Sequence[str]) -> str:
     """A Markdown table row; an empty cell is written ``| |``."""
     return "|" + "".join(f" {c} |" if c else " |" for c in cells)
+
+
+def train_with_forest_view(data_dir: str, dataset: str, seed: int, out: str | Path, threads: int, epochs: int | None,
+                           wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
+                           extra_args: Sequence[str] = ()) -> dict[str, Any]:
+    """One ``gcad_dist.train`` run of ``data_dir/<dataset>.npz`` at ``seed`` (default flags but ``extra_args``; the run
+    folder ``out/runs/<dataset>-s<seed>``), with :func:`gcad_dist.forest_view.add_forest_view` replaced by
+    ``wrap(add_forest_view)`` for the run and restored after it; returns the run's ``metrics.json``."""
+    import gcad_dist.forest_view as forest_view
+    from gcad_dist.train import main as train_main
+
+    path = Path(data_dir) / f"{dataset}.npz"
+    if not path.is_file():
+        raise UsageError(f"--datasets: {path} not found")
+    run_dir = Path(out) / "runs" / f"{dataset}-s{seed}"
+    argv = ["--graph", str(path), "--out", str(run_dir), "--seed", str(seed), "--threads", str(threads),
+            "--no-plots", "--no-progress", "--overwrite", *(["--epochs", str(epochs)] if epochs is not None else []),
+            *extra_args]
+    real = forest_view.add_forest_view
+    forest_view.add_forest_view = wrap(real)
+    try:
+        train_main(argv)
+    finally:
+        forest_view.add_forest_view = real
+    return json.loads((run_dir / "metrics.json").read_text())
